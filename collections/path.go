@@ -1,0 +1,146 @@
+package collections
+
+import "strings"
+
+// Path limits from the spec.
+const (
+	MaxPathBytes = 1024
+	MaxIDBytes   = 128
+)
+
+// validSegment reports whether s is a legal path segment: [A-Za-z0-9_.-]+,
+// and not "." or "..".
+func validSegment(s string) bool {
+	if s == "" || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// splitPath validates the common rules and returns the segments.
+func splitPath(p string, allowWildcard bool) ([]string, error) {
+	if p == "" {
+		return nil, invalidPath("empty path")
+	}
+	if len(p) > MaxPathBytes {
+		return nil, invalidPath("path longer than %d bytes", MaxPathBytes)
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if allowWildcard && s == "*" {
+			continue
+		}
+		if !validSegment(s) {
+			if s == "" {
+				return nil, invalidPath("empty segment in %q", p)
+			}
+			return nil, invalidPath("segment %d %q in %q: use [A-Za-z0-9_.-], not . or ..", i+1, s, p)
+		}
+		if i%2 == 1 && len(s) > MaxIDBytes {
+			return nil, invalidPath("document id longer than %d bytes", MaxIDBytes)
+		}
+	}
+	return segs, nil
+}
+
+// ValidateDocPath checks a document path (even number of segments).
+func ValidateDocPath(p string) error {
+	segs, err := splitPath(p, false)
+	if err != nil {
+		return err
+	}
+	if len(segs)%2 != 0 {
+		return invalidPath("%q names a collection, not a document", p)
+	}
+	return nil
+}
+
+// ValidateCollectionPath checks a concrete collection path (odd number of
+// segments, no wildcard).
+func ValidateCollectionPath(p string) error {
+	segs, err := splitPath(p, false)
+	if err != nil {
+		return err
+	}
+	if len(segs)%2 != 1 {
+		return invalidPath("%q names a document, not a collection", p)
+	}
+	return nil
+}
+
+// ValidateCollectionPattern checks a collection path that may use "*" for
+// whole segments (a collection group such as "users/*/orch-chats/*/tasks").
+func ValidateCollectionPattern(p string) error {
+	segs, err := splitPath(p, true)
+	if err != nil {
+		return err
+	}
+	if len(segs)%2 != 1 {
+		return invalidPath("%q names a document, not a collection", p)
+	}
+	return nil
+}
+
+// SplitDocPath returns the collection path and id of a valid document path.
+func SplitDocPath(p string) (collection, id string) {
+	i := strings.LastIndexByte(p, '/')
+	return p[:i], p[i+1:]
+}
+
+// IsSystemPath reports whether p lies in a system collection (first segment
+// starts with "_").
+func IsSystemPath(p string) bool { return strings.HasPrefix(p, "_") }
+
+// IsPattern reports whether a collection path contains a wildcard segment.
+func IsPattern(p string) bool {
+	return p == "*" || strings.HasPrefix(p, "*/") || strings.HasSuffix(p, "/*") || strings.Contains(p, "/*/")
+}
+
+// Shape replaces every document-id segment (odd positions) of a collection
+// path or pattern by "*": "users/u1/orch-chats/c1/tasks" and
+// "users/*/orch-chats/*/tasks" both have shape "users/*/orch-chats/*/tasks".
+// Engines index it to answer collection-group queries.
+func Shape(collection string) string {
+	if !strings.Contains(collection, "/") {
+		return collection
+	}
+	segs := strings.Split(collection, "/")
+	for i := 1; i < len(segs); i += 2 {
+		segs[i] = "*"
+	}
+	return strings.Join(segs, "/")
+}
+
+// MatchCollection reports whether a concrete collection path matches a
+// pattern whose "*" segments match exactly one segment each.
+func MatchCollection(pattern, collection string) bool {
+	if pattern == collection {
+		return true
+	}
+	for {
+		pi := strings.IndexByte(pattern, '/')
+		ci := strings.IndexByte(collection, '/')
+		if (pi < 0) != (ci < 0) {
+			return false
+		}
+		pseg, cseg := pattern, collection
+		if pi >= 0 {
+			pseg, cseg = pattern[:pi], collection[:ci]
+		}
+		if pseg != "*" && pseg != cseg {
+			return false
+		}
+		if pi < 0 {
+			return true
+		}
+		pattern, collection = pattern[pi+1:], collection[ci+1:]
+	}
+}
