@@ -1,0 +1,239 @@
+// Package config loads Loom's configuration: defaults, then the TOML file,
+// then LOOM_* environment variables, then command-line flags (later wins).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/loomdb/loom/collections"
+)
+
+// Defaults.
+const (
+	DefaultAddr             = "127.0.0.1:8080"
+	DefaultData             = "./data"
+	DefaultConfigFile       = "./loom.toml"
+	DefaultTriggersFile     = "./triggers.json"
+	DefaultEngine           = "sqlite"
+	DefaultMaxDocumentBytes = 1 << 20
+	DefaultMaxRequestBytes  = 10 << 20
+	DefaultRetention        = 7 * 24 * time.Hour
+)
+
+// Config is the whole server configuration. The TOML keys are a contract
+// (spec 01, "loom.toml keys"): unknown keys are an error.
+type Config struct {
+	// Process settings: flags / LOOM_* env only.
+	Addr     string `toml:"-"`
+	Data     string `toml:"-"`
+	File     string `toml:"-"` // the config file that was read ("" = none)
+	Triggers string `toml:"-"`
+	Engine   string `toml:"-"`
+	MongoURI string `toml:"-"`
+
+	Auth     Auth                `toml:"auth"`
+	Security Security            `toml:"security"`
+	Webhooks Webhooks            `toml:"webhooks"`
+	LLM      LLM                 `toml:"llm"`
+	Limits   Limits              `toml:"limits"`
+	Changes  Changes             `toml:"changes"`
+	Indexes  []collections.Index `toml:"index"`
+}
+
+// Auth holds credentials. Secrets are never logged.
+type Auth struct {
+	AdminKey  string `toml:"admin_key"`
+	JWTSecret string `toml:"jwt_secret"`
+	JWKSURL   string `toml:"jwks_url"`
+	Issuer    string `toml:"issuer"`
+	Audience  string `toml:"audience"`
+}
+
+// Security configures security rules.
+type Security struct {
+	RulesFile string `toml:"rules_file"`
+}
+
+// Webhooks configures outbound webhook delivery.
+type Webhooks struct {
+	AllowHosts []string `toml:"allow_hosts"`
+	AllowCIDRs []string `toml:"allow_cidrs"`
+}
+
+// LLM configures the agent runtime's model endpoint.
+type LLM struct {
+	BaseURL string `toml:"base_url"`
+	APIKey  string `toml:"api_key"`
+	Model   string `toml:"model"`
+}
+
+// Limits bounds request and document sizes.
+type Limits struct {
+	MaxDocumentBytes int   `toml:"max_document_bytes"`
+	MaxRequestBytes  int64 `toml:"max_request_bytes"`
+}
+
+// Changes configures the change log.
+type Changes struct {
+	Retention Duration `toml:"retention"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("168h").
+type Duration struct{ time.Duration }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("duration must be positive, got %q", b)
+	}
+	d.Duration = v
+	return nil
+}
+
+// SeedIndexes are the agent runtime's indexes (seed 002, spec 05). They
+// ship in the default configuration; each is a partial index on its
+// collection group, so other collections pay nothing for them.
+var SeedIndexes = []collections.Index{
+	{Collection: "users/*/orch-chats/*/messages", Fields: []string{"createdAt"}},
+	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"chatId"}},
+	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId"}},
+	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"triggerMessageId"}},
+	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"status"}},
+	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"taskId"}},
+	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"userId"}},
+	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "createdAt"}},
+	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "seq"}},
+	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"subAgentId"}},
+	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"status"}},
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		Addr:     DefaultAddr,
+		Data:     DefaultData,
+		Engine:   DefaultEngine,
+		Security: Security{RulesFile: "rules/security.toml"},
+		Webhooks: Webhooks{AllowHosts: []string{"127.0.0.1", "localhost"}, AllowCIDRs: []string{"127.0.0.0/8"}},
+		LLM:      LLM{Model: "gpt-4o-mini"},
+		Limits:   Limits{MaxDocumentBytes: DefaultMaxDocumentBytes, MaxRequestBytes: DefaultMaxRequestBytes},
+		Changes:  Changes{Retention: Duration{DefaultRetention}},
+	}
+}
+
+// Flags are command-line values; an empty string means "not given".
+type Flags struct {
+	Addr, Data, Config, Triggers, Engine, MongoURI string
+}
+
+// Load builds the configuration: defaults < config file < LOOM_* env <
+// flags. getenv is os.Getenv outside tests.
+func Load(flags Flags, getenv func(string) string) (Config, error) {
+	cfg := Default()
+	pick := func(flag, env string) string {
+		if flag != "" {
+			return flag
+		}
+		return getenv(env)
+	}
+
+	file, explicit := pick(flags.Config, "LOOM_CONFIG"), true
+	if file == "" {
+		file, explicit = DefaultConfigFile, false
+	}
+	if err := cfg.readFile(file); err != nil {
+		if !explicit && errors.Is(err, fs.ErrNotExist) {
+			file = ""
+		} else {
+			return Config{}, err
+		}
+	}
+	cfg.File = file
+
+	set := func(dst *string, flag, env string) {
+		if v := pick(flag, env); v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.Addr, flags.Addr, "LOOM_ADDR")
+	set(&cfg.Data, flags.Data, "LOOM_DATA")
+	set(&cfg.Triggers, flags.Triggers, "LOOM_TRIGGERS")
+	set(&cfg.Engine, flags.Engine, "LOOM_ENGINE")
+	set(&cfg.MongoURI, flags.MongoURI, "LOOM_MONGO_URI")
+	set(&cfg.Auth.AdminKey, "", "LOOM_ADMIN_KEY")
+	set(&cfg.Auth.JWTSecret, "", "LOOM_JWT_SECRET")
+	set(&cfg.LLM.BaseURL, "", "LOOM_LLM_BASE_URL")
+	set(&cfg.LLM.APIKey, "", "LOOM_LLM_API_KEY")
+	if cfg.Triggers == "" {
+		if _, err := os.Stat(DefaultTriggersFile); err == nil {
+			cfg.Triggers = DefaultTriggersFile
+		}
+	}
+	cfg.Indexes = mergeIndexes(SeedIndexes, cfg.Indexes)
+	return cfg, cfg.Validate()
+}
+
+func (c *Config) readFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	md, err := toml.Decode(string(b), c)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		return fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+// Validate checks values that would otherwise fail late or silently.
+func (c *Config) Validate() error {
+	switch c.Engine {
+	case "sqlite":
+	default:
+		return fmt.Errorf("config: unknown engine %q (available: sqlite)", c.Engine)
+	}
+	if c.Limits.MaxDocumentBytes <= 0 || c.Limits.MaxRequestBytes <= 0 {
+		return fmt.Errorf("config: [limits] values must be positive")
+	}
+	if int64(c.Limits.MaxDocumentBytes) > c.Limits.MaxRequestBytes {
+		return fmt.Errorf("config: [limits] max_document_bytes (%d) exceeds max_request_bytes (%d)", c.Limits.MaxDocumentBytes, c.Limits.MaxRequestBytes)
+	}
+	for _, ix := range c.Indexes {
+		if err := ix.Validate(); err != nil {
+			return fmt.Errorf("config: [[index]]: %w", err)
+		}
+	}
+	return nil
+}
+
+func mergeIndexes(base, extra []collections.Index) []collections.Index {
+	out := make([]collections.Index, 0, len(base)+len(extra))
+	seen := map[string]bool{}
+	for _, ix := range append(append([]collections.Index{}, base...), extra...) {
+		key := ix.Collection + "|" + strings.Join(ix.Fields, ",")
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, ix)
+		}
+	}
+	return out
+}

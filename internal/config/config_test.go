@@ -1,0 +1,101 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/internal/config"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "loom.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoad_Defaults(t *testing.T) {
+	t.Chdir(t.TempDir()) // no ./loom.toml here
+	cfg, err := config.Load(config.Flags{}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:8080" || cfg.Data != "./data" || cfg.Engine != "sqlite" || cfg.File != "" {
+		t.Fatalf("defaults=%+v", cfg)
+	}
+	if cfg.Changes.Retention.Duration != 7*24*time.Hour {
+		t.Fatalf("retention=%v, want 168h", cfg.Changes.Retention)
+	}
+	if len(cfg.Indexes) != len(config.SeedIndexes) {
+		t.Fatalf("indexes=%d, want the %d seed indexes", len(cfg.Indexes), len(config.SeedIndexes))
+	}
+}
+
+func TestLoad_Precedence(t *testing.T) {
+	p := writeFile(t, `
+[auth]
+admin_key = "from-file"
+[limits]
+max_document_bytes = 2048
+max_request_bytes = 4096
+[changes]
+retention = "2h"
+[[index]]
+collection = "rooms/*/messages"
+fields = ["sender", "createdAt"]
+`)
+	cfg, err := config.Load(config.Flags{Config: p, Addr: "127.0.0.1:9999"},
+		env(map[string]string{"LOOM_ADDR": "127.0.0.1:1", "LOOM_DATA": "/tmp/x", "LOOM_ADMIN_KEY": "from-env"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "127.0.0.1:9999" {
+		t.Errorf("addr=%q, want the flag", cfg.Addr)
+	}
+	if cfg.Data != "/tmp/x" {
+		t.Errorf("data=%q, want the env value", cfg.Data)
+	}
+	if cfg.Auth.AdminKey != "from-env" {
+		t.Errorf("admin key=%q, want env over file", cfg.Auth.AdminKey)
+	}
+	if cfg.Limits.MaxDocumentBytes != 2048 || cfg.Changes.Retention.Duration != 2*time.Hour {
+		t.Errorf("limits=%+v retention=%v", cfg.Limits, cfg.Changes.Retention)
+	}
+	if got := cfg.Indexes[len(cfg.Indexes)-1]; got.Collection != "rooms/*/messages" {
+		t.Errorf("last index=%+v, want the configured one after the seed indexes", got)
+	}
+}
+
+func TestLoad_Errors(t *testing.T) {
+	cases := []struct{ name, body, want string }{
+		{"unknown key", "[auth]\nadmin_kee = \"x\"\n", "auth.admin_kee"},
+		{"unknown table", "[nope]\nx = 1\n", "nope"},
+		{"bad duration", "[changes]\nretention = \"soon\"\n", "retention"},
+		{"bad index", "[[index]]\ncollection = \"a/b\"\nfields = [\"x\"]\n", "index"},
+		{"doc over request", "[limits]\nmax_document_bytes = 10\nmax_request_bytes = 5\n", "max_document_bytes"},
+		{"syntax", "[auth\n", "loom.toml"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := config.Load(config.Flags{Config: writeFile(t, c.body)}, env(nil))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err=%v, want mention of %q", err, c.want)
+			}
+		})
+	}
+	if _, err := config.Load(config.Flags{Config: "/nonexistent/loom.toml"}, env(nil)); err == nil {
+		t.Fatal("an explicit config file that does not exist must be an error")
+	}
+	if _, err := config.Load(config.Flags{Engine: "cassandra"}, env(nil)); err == nil {
+		t.Fatal("unknown engine must be an error")
+	}
+}
