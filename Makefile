@@ -1,0 +1,47 @@
+# Loom — build, run, test. The toolchain is the installed Go; never download another.
+export GOTOOLCHAIN := local
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+BIN     := bin/loom
+
+.PHONY: all build run test vet fmt-check unit bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/loom
+
+# Runs `loom serve` with the demo-ready ./loom.toml on 127.0.0.1:8080, data in ./data.
+run: build
+	./$(BIN) serve
+
+# Everything CI runs: formatting, vet, and every test (race detector on).
+test: fmt-check vet unit
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+# Benchmarks: engine (go test -bench) and REST (loom bench); see BENCHMARKS.md.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./collections/sqlite/ ./server/
+	./$(BIN) bench --clients 64 --duration 5s
+
+# Short fuzzing pass over every parser.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDocPath -fuzztime 20s ./collections/
+	$(GO) test -run '^$$' -fuzz FuzzParseQuery -fuzztime 20s ./collections/
+	$(GO) test -run '^$$' -fuzz FuzzCursor -fuzztime 20s ./collections/
+	$(GO) test -run '^$$' -fuzz FuzzApplyPatch -fuzztime 20s ./collections/
+	$(GO) test -run '^$$' -fuzz FuzzDocumentBody -fuzztime 20s ./server/
+
+clean:
+	rm -rf bin
