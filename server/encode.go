@@ -1,0 +1,140 @@
+package server
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/loomdb/loom/collections"
+)
+
+const contentTypeJSON = "application/json; charset=utf-8"
+
+// maxPooledBuf keeps one huge response from pinning memory in the pool.
+const maxPooledBuf = 1 << 20
+
+var bufPool = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 1024)) }}
+
+func getBuf() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
+
+func putBuf(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuf {
+		return
+	}
+	b.Reset()
+	bufPool.Put(b)
+}
+
+// writeDoc sends one document with its ETag. Encoding goes through
+// Document.AppendJSON into a pooled buffer: no reflection over the envelope
+// and no per-request buffer allocation.
+func (s *Server) writeDoc(c *gin.Context, status int, d *collections.Document) {
+	buf := getBuf()
+	defer putBuf(buf)
+	if err := d.AppendJSON(buf); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Header("ETag", etag(d.Version))
+	c.Data(status, contentTypeJSON, buf.Bytes())
+}
+
+// writeDocs sends {"docs":[...],"nextCursor":"..."|null}.
+func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
+	buf := getBuf()
+	defer putBuf(buf)
+	buf.WriteString(`{"docs":[`)
+	for i, d := range res.Docs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := d.AppendJSON(buf); err != nil {
+			s.writeError(c, err)
+			return
+		}
+	}
+	buf.WriteString(`],"nextCursor":`)
+	if res.NextCursor == "" {
+		buf.WriteString("null")
+	} else {
+		writeString(buf, res.NextCursor)
+	}
+	buf.WriteByte('}')
+	c.Data(200, contentTypeJSON, buf.Bytes())
+}
+
+func etag(version int64) string {
+	var b [24]byte
+	out := append(b[:0], '"')
+	out = strconv.AppendInt(out, version, 10)
+	out = append(out, '"')
+	return string(out)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// writeString writes s as a JSON string, escaping like encoding/json (HTML
+// characters included, invalid UTF-8 replaced) without allocating.
+func writeString(buf *bytes.Buffer, s string) {
+	buf.WriteByte('"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			buf.WriteString(s[start:i])
+			switch c {
+			case '"', '\\':
+				buf.WriteByte('\\')
+				buf.WriteByte(c)
+			case '\n':
+				buf.WriteString(`\n`)
+			case '\r':
+				buf.WriteString(`\r`)
+			case '\t':
+				buf.WriteString(`\t`)
+			default:
+				buf.WriteString(`\u00`)
+				buf.WriteByte(hexDigits[c>>4])
+				buf.WriteByte(hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			buf.WriteString(s[start:i])
+			buf.WriteString(`\ufffd`)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			buf.WriteString(s[start:i])
+			buf.WriteString(`\u202`)
+			buf.WriteByte(hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf.WriteString(s[start:])
+	buf.WriteByte('"')
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

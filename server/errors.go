@@ -1,0 +1,227 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Error codes of the wire format (spec 01 §Errors).
+const (
+	codeBadRequest         = "BAD_REQUEST"
+	codeInvalidPath        = "INVALID_PATH"
+	codeInvalidQuery       = "INVALID_QUERY"
+	codeInvalidJSON        = "INVALID_JSON"
+	codeUnauthenticated    = "UNAUTHENTICATED"
+	codePermissionDenied   = "PERMISSION_DENIED"
+	codeNotFound           = "NOT_FOUND"
+	codeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
+	codeAlreadyExists      = "ALREADY_EXISTS"
+	codeConflict           = "CONFLICT"
+	codePreconditionFailed = "PRECONDITION_FAILED"
+	codeDocumentTooLarge   = "DOCUMENT_TOO_LARGE"
+	codeRequestTooLarge    = "REQUEST_TOO_LARGE"
+	codeUnavailable        = "UNAVAILABLE"
+	codeInternal           = "INTERNAL"
+)
+
+// apiError is an error response: status plus the JSON body
+// {"code","message","details"?}. Handlers return it for errors they detect
+// themselves; store errors are translated by toAPIError.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+	// Details are encoded as the "details" object; values are JSON-encodable
+	// (a *collections.Document encodes as its wire envelope).
+	Details map[string]any
+	// cause is logged for 500s, never sent.
+	cause error
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// withDetail returns e with one more detail (e is modified).
+func (e *apiError) withDetail(k string, v any) *apiError {
+	if e.Details == nil {
+		e.Details = make(map[string]any, 2)
+	}
+	e.Details[k] = v
+	return e
+}
+
+// toAPIError is the one place where an error becomes an HTTP status and code.
+// Sentinels and typed errors from collections are matched with errors.Is/As;
+// anything unknown is a 500 with a generic message (the raw error goes only to
+// the log, via apiError.cause).
+func toAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		// Our own errors, possibly wrapped in a *WriteError by batch
+		// parsing: keep the index.
+		out := *ae
+		if we := (*collections.WriteError)(nil); errors.As(err, &we) {
+			out.Details = cloneDetails(ae.Details)
+			out.withDetail("index", we.Index)
+		}
+		return &out
+	}
+
+	out := classify(err)
+	var we *collections.WriteError
+	if errors.As(err, &we) && out.Status != http.StatusInternalServerError {
+		out.withDetail("index", we.Index)
+	}
+	return out
+}
+
+func classify(err error) *apiError {
+	var (
+		pe  *collections.PreconditionError
+		mbe *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &pe):
+		e := errorf(http.StatusPreconditionFailed, codePreconditionFailed, "The precondition (ifMatch / If-Match) does not hold for %s.", pe.Path)
+		if pe.Current != nil {
+			return e.withDetail("current", pe.Current)
+		}
+		return e.withDetail("current", nil)
+	case errors.Is(err, collections.ErrNotFound):
+		return errorf(http.StatusNotFound, codeNotFound, "Document not found.")
+	case errors.Is(err, collections.ErrAlreadyExists):
+		return errorf(http.StatusConflict, codeAlreadyExists, "A document already exists at this path.")
+	case errors.Is(err, collections.ErrTooLarge):
+		return errorf(http.StatusRequestEntityTooLarge, codeDocumentTooLarge, "The document is larger than the configured limit.")
+	case errors.As(err, &mbe):
+		return errorf(http.StatusRequestEntityTooLarge, codeRequestTooLarge, "The request body is larger than %d bytes.", mbe.Limit)
+	case errors.Is(err, collections.ErrInvalidPath):
+		return errorf(http.StatusBadRequest, codeInvalidPath, "%s.", sentence(err, collections.ErrInvalidPath))
+	case errors.Is(err, collections.ErrInvalidQuery):
+		return errorf(http.StatusBadRequest, codeInvalidQuery, "%s.", sentence(err, collections.ErrInvalidQuery))
+	case errors.Is(err, collections.ErrInvalidDocument):
+		return errorf(http.StatusBadRequest, codeBadRequest, "%s.", sentence(err, collections.ErrInvalidDocument))
+	case errors.Is(err, collections.ErrCursorConflict):
+		return errorf(http.StatusConflict, codeConflict, "A concurrent write moved the cursor; retry.")
+	case errors.Is(err, collections.ErrClosed):
+		return errorf(http.StatusServiceUnavailable, codeUnavailable, "The database is shutting down.")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return errorf(http.StatusServiceUnavailable, codeUnavailable, "The request was cancelled or timed out.")
+	}
+	e := errorf(http.StatusInternalServerError, codeInternal, "Internal server error.")
+	e.cause = err
+	return e
+}
+
+// sentence turns a validation error from collections into a message for the
+// client: the text from the sentinel on ("invalid path: empty segment in
+// ..."). That part describes the client's own input; whatever an engine or a
+// *WriteError put in front of it (engine name, operation) is cut off.
+func sentence(err, sentinel error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, sentinel.Error()); i > 0 {
+		msg = msg[i:]
+	}
+	msg = strings.TrimSuffix(msg, ".")
+	if msg == "" {
+		return "Invalid request"
+	}
+	return strings.ToUpper(msg[:1]) + msg[1:]
+}
+
+func cloneDetails(d map[string]any) map[string]any {
+	out := make(map[string]any, len(d)+1)
+	for k, v := range d {
+		out[k] = v
+	}
+	return out
+}
+
+// writeError sends err as the JSON error body and aborts the gin chain.
+func (s *Server) writeError(c *gin.Context, err error) {
+	ae := toAPIError(err)
+	if ae.Status >= 500 {
+		s.log.ErrorContext(c.Request.Context(), "request failed",
+			"method", c.Request.Method, "path", c.Request.URL.Path,
+			"request_id", c.Writer.Header().Get(headerRequestID),
+			"status", ae.Status, "err", errString(ae.cause, err))
+	}
+	if ae.Status == http.StatusServiceUnavailable {
+		c.Header("Retry-After", "1")
+	}
+	buf := getBuf()
+	defer putBuf(buf)
+	encodeError(buf, ae)
+	c.Abort()
+	c.Data(ae.Status, contentTypeJSON, buf.Bytes())
+}
+
+func errString(cause, err error) string {
+	if cause != nil {
+		return cause.Error()
+	}
+	return err.Error()
+}
+
+func encodeError(buf *bytes.Buffer, ae *apiError) {
+	buf.WriteString(`{"code":`)
+	writeString(buf, ae.Code)
+	buf.WriteString(`,"message":`)
+	writeString(buf, ae.Message)
+	if len(ae.Details) > 0 {
+		buf.WriteString(`,"details":{`)
+		first := true
+		for _, k := range sortedKeys(ae.Details) {
+			if !first {
+				buf.WriteByte(',')
+			}
+			first = false
+			writeString(buf, k)
+			buf.WriteByte(':')
+			encodeDetail(buf, ae.Details[k])
+		}
+		buf.WriteByte('}')
+	}
+	buf.WriteByte('}')
+}
+
+func encodeDetail(buf *bytes.Buffer, v any) {
+	switch t := v.(type) {
+	case nil:
+		buf.WriteString("null")
+	case *collections.Document:
+		if t == nil {
+			buf.WriteString("null")
+			return
+		}
+		mark := buf.Len()
+		if err := t.AppendJSON(buf); err != nil {
+			buf.Truncate(mark)
+			buf.WriteString("null")
+		}
+	case int:
+		buf.WriteString(strconv.Itoa(t))
+	case string:
+		writeString(buf, t)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			buf.WriteString("null")
+			return
+		}
+		buf.Write(b)
+	}
+}

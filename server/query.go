@@ -1,0 +1,40 @@
+package server
+
+import (
+	"github.com/gin-gonic/gin"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// query serves POST /query: the body is a query object (spec 01 §Query),
+// parsed strictly by collections.ParseQuery (unknown keys and operators are
+// 400 INVALID_QUERY, never dropped).
+func (s *Server) query(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := checkObject(body.Bytes()); err != nil {
+		putBuf(body)
+		s.writeError(c, err)
+		return
+	}
+	q, err := collections.ParseQuery(body.Bytes())
+	putBuf(body)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	db := c.Param("db")
+	if err := s.authorize(callerOf(c), ActionList, db, q.Collection); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	res, err := s.store.Query(c.Request.Context(), db, q)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	s.writeDocs(c, res)
+}

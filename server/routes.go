@@ -1,0 +1,60 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Route templates. They are also the "route" label of the HTTP metrics.
+const (
+	routeDatabase  = "/api/v1/databases/:db"
+	routeDocuments = "/documents/*path"
+	routeQuery     = "/query"
+	routeBatch     = "/batch"
+)
+
+func init() {
+	// gin's debug mode prints route tables and warnings to stdout; the mode
+	// is process-global, so set it once here rather than per Server.
+	gin.SetMode(gin.ReleaseMode)
+}
+
+// routes builds the gin engine: global middleware, the operational
+// endpoints, and the database API.
+func (s *Server) routes() *gin.Engine {
+	r := gin.New()
+	// Paths are exact: no redirects that would turn a POST into a GET or
+	// hide a client's typo.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	// We never use ClientIP for security decisions; don't trust any proxy
+	// headers either.
+	_ = r.SetTrustedProxies(nil)
+
+	r.Use(s.requestID, s.observe, s.recover)
+	r.NoRoute(func(c *gin.Context) {
+		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", c.Request.Method, c.Request.URL.Path))
+	})
+	r.NoMethod(func(c *gin.Context) {
+		s.writeError(c, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "Method %s is not allowed here; allowed: %s.", c.Request.Method, c.Writer.Header().Get("Allow")))
+	})
+
+	r.GET("/health", s.health)
+	r.HEAD("/health", s.health)
+	r.GET("/ready", s.ready)
+	r.HEAD("/ready", s.ready)
+	r.GET("/metrics", s.metricsHandler())
+
+	db := r.Group(routeDatabase, s.authenticate, s.database)
+	db.GET(routeDocuments, s.getDocuments)
+	db.POST(routeDocuments, s.createDocument)
+	db.PUT(routeDocuments, s.replaceDocument)
+	db.PATCH(routeDocuments, s.updateDocument)
+	db.DELETE(routeDocuments, s.deleteDocument)
+	db.POST(routeQuery, s.query)
+	db.POST(routeBatch, s.batch)
+	return r
+}

@@ -1,0 +1,153 @@
+// Package server is Loom's HTTP surface: the REST document API, queries,
+// batches and the operational endpoints (health, readiness, metrics).
+//
+// It talks to storage only through collections.Store, so it runs unchanged on
+// every engine. Route groups live in their own files (documents.go, query.go,
+// batch.go, ops.go); every error reaches the client through toAPIError
+// (errors.go) and every access decision through authorize (auth.go).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	// DefaultMaxRequestBytes bounds a request body (spec 04: 10 MiB). The
+	// whole body is buffered in memory, so this is also the per-request
+	// memory cost an attacker can force.
+	DefaultMaxRequestBytes = 10 << 20
+	// DefaultShutdownTimeout bounds how long Serve waits for in-flight
+	// requests after its context is cancelled before cutting connections.
+	DefaultShutdownTimeout = 10 * time.Second
+	// readHeaderTimeout stops slow-loris clients from holding connections.
+	readHeaderTimeout = 10 * time.Second
+	// idleTimeout closes idle keep-alive connections.
+	idleTimeout = 2 * time.Minute
+)
+
+// Config configures a Server.
+type Config struct {
+	// AdminKey is the admin API key (required). Callers present it as
+	// "Authorization: Bearer <key>" or "X-API-Key: <key>".
+	AdminKey string
+	// MaxRequestBytes bounds a request body; larger bodies get 413
+	// REQUEST_TOO_LARGE. Zero means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// ShutdownTimeout bounds the graceful part of Serve's shutdown. Zero
+	// means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Logger receives request logs (Debug) and internal errors (Error). Nil
+	// discards.
+	Logger *slog.Logger
+	// Registry is where the server registers its collectors and what
+	// /metrics serves. Nil means a new registry.
+	Registry *prometheus.Registry
+	// Version is reported in logs.
+	Version string
+}
+
+// Server is the HTTP surface over one Store.
+type Server struct {
+	store           collections.Store
+	log             *slog.Logger
+	adminKeyHash    [32]byte
+	maxRequestBytes int64
+	shutdownTimeout time.Duration
+	version         string
+	registry        *prometheus.Registry
+	metrics         *httpMetrics
+	engine          *gin.Engine
+}
+
+// New builds a Server. It registers the server's metrics on cfg.Registry; it
+// starts nothing (see Serve).
+func New(store collections.Store, cfg Config) (*Server, error) {
+	if store == nil {
+		return nil, errors.New("server: nil store")
+	}
+	if cfg.AdminKey == "" {
+		return nil, errors.New("server: an admin key is required")
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{
+		store:           store,
+		log:             cfg.Logger.With("component", "server"),
+		adminKeyHash:    hashKey(cfg.AdminKey),
+		maxRequestBytes: cfg.MaxRequestBytes,
+		shutdownTimeout: cfg.ShutdownTimeout,
+		version:         cfg.Version,
+		registry:        cfg.Registry,
+	}
+	m, err := newHTTPMetrics(cfg.Registry, store)
+	if err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
+	s.metrics = m
+	s.engine = s.routes()
+	return s, nil
+}
+
+// Handler returns the server's http.Handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.engine }
+
+// Serve serves HTTP on ln until ctx is cancelled, then shuts down
+// gracefully: it stops accepting, lets in-flight requests finish (bounded by
+// Config.ShutdownTimeout) and returns nil. It returns an error when serving
+// fails, or when in-flight requests had to be cut off at the timeout. Serve
+// closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.engine,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// Requests must outlive ctx so that shutdown can let them finish.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	s.log.Info("serving", "addr", ln.Addr().String(), "version", s.version)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		// Serve failed on its own (never ErrServerClosed: nobody called
+		// Shutdown yet).
+		return fmt.Errorf("server: serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	<-errc // Serve returns ErrServerClosed as soon as Shutdown starts.
+	if err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("server: shutdown: in-flight requests cut off: %w", err)
+	}
+	s.log.Info("stopped")
+	return nil
+}
