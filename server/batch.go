@@ -58,7 +58,7 @@ func (s *Server) batch(c *gin.Context) {
 		}
 	}
 	buf.WriteString(`]}`)
-	c.Data(http.StatusOK, contentTypeJSON, buf.Bytes())
+	sendJSON(c, http.StatusOK, buf.Bytes())
 }
 
 // parseBatch validates the batch body and every write, and authorizes each

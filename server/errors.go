@@ -166,7 +166,7 @@ func (s *Server) writeError(c *gin.Context, err error) {
 	defer putBuf(buf)
 	encodeError(buf, ae)
 	c.Abort()
-	c.Data(ae.Status, contentTypeJSON, buf.Bytes())
+	sendJSON(c, ae.Status, buf.Bytes())
 }
 
 func errString(cause, err error) string {

@@ -14,7 +14,9 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-const headerRequestID = "X-Request-ID"
+// headerRequestID is X-Request-ID in canonical form (headers are indexed
+// directly as maps on the hot path).
+const headerRequestID = "X-Request-Id"
 
 // maxRequestIDLen bounds an echoed X-Request-ID so a client cannot make us
 // log or reflect arbitrarily large headers.
@@ -34,11 +36,17 @@ func newRequestIDPrefix() string {
 // requestID echoes a sane X-Request-ID or generates one (a random
 // per-process prefix plus a counter: unique and allocation-light).
 func (s *Server) requestID(c *gin.Context) {
-	id := c.GetHeader(headerRequestID)
-	if !validRequestID(id) {
-		id = requestIDPrefix + "-" + strconv.FormatUint(requestIDSeq.Add(1), 10)
+	id := c.Request.Header[headerRequestID]
+	if len(id) != 1 || !validRequestID(id[0]) {
+		var b [40]byte
+		out := append(b[:0], requestIDPrefix...)
+		out = append(out, '-')
+		out = strconv.AppendUint(out, requestIDSeq.Add(1), 10)
+		id = []string{string(out)}
 	}
-	c.Header(headerRequestID, id)
+	// The request's own header slice is reused as the response value: it
+	// is never modified by either side.
+	c.Writer.Header()[headerRequestID] = id
 	c.Next()
 }
 
