@@ -159,7 +159,10 @@ func (s *Server) writeError(c *gin.Context, err error) {
 			"request_id", c.Writer.Header().Get(headerRequestID),
 			"status", ae.Status, "err", errString(ae.cause, err))
 	}
-	if ae.Status == http.StatusServiceUnavailable {
+	switch ae.Status {
+	case http.StatusUnauthorized:
+		c.Header("WWW-Authenticate", `Bearer realm="loom"`)
+	case http.StatusServiceUnavailable:
 		c.Header("Retry-After", "1")
 	}
 	buf := getBuf()
