@@ -1,6 +1,9 @@
 package collections
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // ApplyPatch deep-merges patch into doc (PATCH semantics) and returns doc:
 //   - a key whose value is an object merges into the existing object (or
@@ -10,13 +13,26 @@ import "strings"
 //     way;
 //   - envelope fields at the top level are ignored (they are server-owned).
 //
-// doc is modified in place; patch values are copied so later changes to the
-// patch do not alias the document.
+// Keys are applied in sorted order, so the result never depends on map
+// iteration: a key sorts before the dotted keys it prefixes, and
+// {"a": 1, "a.b": 2} always gives {"a": {"b": 2}}.
+//
+// doc is modified in place on success and left untouched on error; patch
+// values are copied so later changes to the patch do not alias the document.
 func ApplyPatch(doc, patch map[string]any) (map[string]any, error) {
 	if doc == nil {
 		doc = map[string]any{}
 	}
-	for k, v := range patch {
+	keys := make([]string, 0, len(patch))
+	for k := range patch {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	ops := make([]patchOp, 0, len(keys))
+	// bound is an upper bound of the result's depth: merging never makes a
+	// subtree deeper than the deeper of its two inputs.
+	bound := Depth(doc)
+	for _, k := range keys {
 		if IsEnvelopeField(k) {
 			continue
 		}
@@ -32,12 +48,32 @@ func ApplyPatch(doc, patch map[string]any) (map[string]any, error) {
 				continue
 			}
 		}
-		setPath(doc, parts, v)
+		v := patch[k]
+		if d := len(parts) + Depth(v); d > bound {
+			bound = d
+		}
+		ops = append(ops, patchOp{parts, v})
 	}
-	if Depth(doc) > MaxDepth {
-		return nil, invalidDocument("document nests deeper than %d levels", MaxDepth)
+	if bound > MaxDepth {
+		// The result may nest too deep: find out on a copy so that a
+		// rejected patch leaves doc as it was.
+		trial := CloneValue(doc).(map[string]any)
+		for _, op := range ops {
+			setPath(trial, op.parts, op.v)
+		}
+		if Depth(trial) > MaxDepth {
+			return nil, invalidDocument("document nests deeper than %d levels", MaxDepth)
+		}
+	}
+	for _, op := range ops {
+		setPath(doc, op.parts, op.v)
 	}
 	return doc, nil
+}
+
+type patchOp struct {
+	parts []string
+	v     any
 }
 
 func setPath(m map[string]any, parts []string, v any) {
