@@ -90,19 +90,53 @@ func toNumber(v any) number {
 
 func compareNumbers(a, b any) int {
 	x, y := toNumber(a), toNumber(b)
-	if x.isInt && y.isInt {
-		switch {
-		case x.i < y.i:
-			return -1
-		case x.i > y.i:
-			return 1
-		}
-		return 0
+	switch {
+	case x.isInt && y.isInt:
+		return cmpInt64(x.i, y.i)
+	case x.isInt:
+		return cmpIntFloat(x.i, y.f)
+	case y.isInt:
+		return -cmpIntFloat(y.i, x.f)
 	}
 	switch {
 	case x.f < y.f:
 		return -1
 	case x.f > y.f:
+		return 1
+	}
+	return 0
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// cmpIntFloat compares an integer with a float exactly. Converting the
+// integer to float64 would round above 2^53 and break the total order: with
+// i=2^53 and j=2^53+1 both "equal" to the float 2^53, yet i < j.
+func cmpIntFloat(i int64, f float64) int {
+	switch {
+	case math.IsNaN(f):
+		return 0
+	case f < -(1 << 63):
+		return 1
+	case f >= 1<<63:
+		return -1
+	}
+	t := math.Trunc(f) // in int64 range here, so the conversion is exact
+	if c := cmpInt64(i, int64(t)); c != 0 {
+		return c
+	}
+	switch frac := f - t; {
+	case frac > 0:
+		return -1
+	case frac < 0:
 		return 1
 	}
 	return 0
