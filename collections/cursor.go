@@ -25,7 +25,11 @@ type CursorValue struct {
 func MakeCursor(order []Order, d *Document) string {
 	c := Cursor{Path: d.Path, Fields: make([]string, len(order)), Values: make([]CursorValue, len(order))}
 	for i, o := range order {
-		c.Fields[i] = o.Field + " " + o.Direction
+		dir := o.Direction
+		if dir == "" {
+			dir = "asc" // as DecodeCursor reads it
+		}
+		c.Fields[i] = o.Field + " " + dir
 		v, ok := Lookup(d, o.Field)
 		c.Values[i] = CursorValue{Missing: !ok, Value: v}
 	}

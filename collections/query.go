@@ -3,6 +3,7 @@ package collections
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"strings"
 )
 
@@ -81,7 +82,9 @@ func ParseQuery(b []byte) (Query, error) {
 	if err := dec.Decode(&q); err != nil {
 		return Query{}, invalidQuery("%v", err)
 	}
-	if dec.More() {
+	// dec.More would accept a stray "}" or "]" after the object; only EOF
+	// ends a query body.
+	if _, err := dec.Token(); err != io.EOF {
 		return Query{}, invalidQuery("unexpected data after the query object")
 	}
 	if err := q.Normalize(); err != nil {
@@ -262,7 +265,8 @@ func MatchValue(v any, present bool, op Op, want any) bool {
 		if !present {
 			return true
 		}
-		for _, w := range want.([]any) {
+		list, _ := want.([]any) // not a list only when filters were not normalized
+		for _, w := range list {
 			if Equal(v, w) {
 				return false
 			}
@@ -291,7 +295,8 @@ func MatchValue(v any, present bool, op Op, want any) bool {
 			return c >= 0
 		}
 	case OpIn:
-		for _, w := range want.([]any) {
+		list, _ := want.([]any)
+		for _, w := range list {
 			if Equal(v, w) {
 				return true
 			}
@@ -313,8 +318,9 @@ func MatchValue(v any, present bool, op Op, want any) bool {
 		if !ok {
 			return false
 		}
+		list, _ := want.([]any)
 		for _, e := range arr {
-			for _, w := range want.([]any) {
+			for _, w := range list {
 				if Equal(e, w) {
 					return true
 				}
