@@ -41,7 +41,7 @@ var (
 	modelIndexes     = func() []collections.Index {
 		var ixs []collections.Index
 		for _, coll := range []string{"m/*/items", "items", "m/*/other"} {
-			for _, f := range []string{"a", "b", "n", "s", "tags", "c.d"} {
+			for _, f := range []string{"a", "b", "n", "s", "tags", "c", "c.d", "c.e"} {
 				ixs = append(ixs, collections.Index{Collection: coll, Fields: []string{f}})
 			}
 			ixs = append(ixs,
