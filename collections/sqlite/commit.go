@@ -1,0 +1,521 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+type requestKind uint8
+
+const (
+	kindCommit requestKind = iota
+	kindSetCursor
+	kindDeleteCursor
+	kindPurge
+)
+
+// request is one unit of work for the committer. Each runs in its own
+// savepoint of the shared transaction, so a failing request never affects
+// the others batched with it.
+type request struct {
+	ctx    context.Context
+	kind   requestKind
+	db     string
+	writes []collections.Write
+	opts   collections.CommitOptions
+	name   string // cursor name
+	seq    int64  // cursor position
+
+	results []collections.WriteResult
+	more    bool // purge: another round is needed
+	err     error
+	done    chan struct{}
+}
+
+// submit hands r to the committer and waits for its outcome. When ctx ends
+// first the caller gets ctx.Err(); the request may still commit, which is
+// the documented contract of Store.Commit.
+func (s *Store) submit(r *request) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return collections.ErrClosed
+	}
+	r.done = make(chan struct{})
+	select {
+	case s.queue <- r:
+	case <-s.stop:
+		return collections.ErrClosed
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	case <-s.done:
+		// The committer exited; r was either finished before that or was
+		// never taken from the queue.
+		select {
+		case <-r.done:
+			return r.err
+		default:
+			return collections.ErrClosed
+		}
+	}
+}
+
+// Commit applies writes atomically through the group committer. The
+// transaction is fsynced before Commit returns.
+func (s *Store) Commit(ctx context.Context, db string, writes []collections.Write, opts collections.CommitOptions) ([]collections.WriteResult, error) {
+	if len(writes) == 0 && opts.Cursor == nil {
+		return []collections.WriteResult{}, ctx.Err()
+	}
+	r := &request{ctx: ctx, kind: kindCommit, db: db, writes: writes, opts: opts}
+	if err := s.submit(r); err != nil {
+		return nil, err
+	}
+	return r.results, nil
+}
+
+// SetCursor creates or moves a durable cursor.
+func (s *Store) SetCursor(ctx context.Context, name string, seq int64) error {
+	return s.submit(&request{ctx: ctx, kind: kindSetCursor, name: name, seq: seq})
+}
+
+// DeleteCursor removes a durable cursor.
+func (s *Store) DeleteCursor(ctx context.Context, name string) error {
+	return s.submit(&request{ctx: ctx, kind: kindDeleteCursor, name: name})
+}
+
+// Purge drops changes older than the retention that no durable cursor needs,
+// and tombstones older than the retention. It works in bounded rounds so the
+// committer is never held for long.
+func (s *Store) Purge(ctx context.Context) error {
+	for {
+		r := &request{ctx: ctx, kind: kindPurge}
+		if err := s.submit(r); err != nil {
+			return err
+		}
+		if !r.more {
+			return nil
+		}
+	}
+}
+
+// purgeChunk bounds the rows one purge round deletes.
+const purgeChunk = 5000
+
+// committer owns the write connection. Only its goroutine touches seq,
+// lastTime and the statements.
+type committer struct {
+	s        *Store
+	seq      int64 // last assigned seq; equals the durable one between batches
+	lastTime int64 // change times never go backwards, so purges cut a prefix
+	stmts    writeStmts
+}
+
+type writeStmts struct {
+	load, put, change, getCursor, setCursor, delCursor, setMeta *sql.Stmt
+}
+
+func newCommitter(ctx context.Context, s *Store) (*committer, error) {
+	c := &committer{s: s}
+	if err := s.wdb.QueryRowContext(ctx, `SELECT
+		(SELECT value FROM meta WHERE key = 'last_seq'),
+		(SELECT value FROM meta WHERE key = 'last_time')`).Scan(&c.seq, &c.lastTime); err != nil {
+		return nil, fmt.Errorf("sqlite: read meta: %w", err)
+	}
+	s.head.Store(c.seq)
+	prep := func(dst **sql.Stmt, q string) error {
+		st, err := s.wdb.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("sqlite: prepare %q: %w", q, err)
+		}
+		*dst = st
+		return nil
+	}
+	st := &c.stmts
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&st.load, `SELECT ` + docColumns + ` FROM docs WHERE db = ? AND path = ?`},
+		{&st.put, `INSERT OR REPLACE INTO docs (db, path, collection, shape, id, data, version, created_at, updated_at, deleted, seq)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&st.change, `INSERT INTO changes (seq, db, op, path, time,
+			b_version, b_created, b_updated, b_deleted, b_seq, b_data,
+			a_version, a_created, a_deleted, a_data)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&st.getCursor, `SELECT seq FROM cursors WHERE name = ?`},
+		{&st.setCursor, `INSERT OR REPLACE INTO cursors (name, seq) VALUES (?, ?)`},
+		{&st.delCursor, `DELETE FROM cursors WHERE name = ?`},
+		{&st.setMeta, `UPDATE meta SET value = CASE key WHEN 'last_seq' THEN ?1 ELSE ?2 END WHERE key IN ('last_seq', 'last_time')`},
+	} {
+		if err := prep(p.dst, p.q); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *committer) close() {
+	st := &c.stmts
+	for _, p := range []*sql.Stmt{st.load, st.put, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta} {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
+// run is the committer loop: take one request, drain whatever else is
+// queued (up to MaxBatch), run them all in one transaction, fsync once,
+// answer all. Concurrency therefore raises throughput instead of queueing
+// fsyncs.
+func (c *committer) run() {
+	s := c.s
+	defer close(s.done)
+	defer c.close()
+	batch := make([]*request, 0, s.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-s.queue:
+			batch = append(batch, r)
+		case <-s.stop:
+			// Close commits what is already queued; crash drops it.
+			for {
+				select {
+				case r := <-s.queue:
+					if s.abandon.Load() {
+						r.err = collections.ErrClosed
+						close(r.done)
+						continue
+					}
+					batch = append(batch, r)
+					if len(batch) == cap(batch) {
+						c.commit(batch)
+						batch = batch[:0]
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if len(batch) > 0 {
+				c.commit(batch)
+			}
+			return
+		}
+	drain:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-s.queue:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		c.commit(batch)
+	}
+}
+
+// commit runs one batch in one transaction and answers every request in it.
+func (c *committer) commit(batch []*request) {
+	s := c.s
+	start := time.Now()
+	startSeq := c.seq
+	err := c.runTx(batch)
+	if err != nil {
+		// The transaction is gone: nothing in the batch committed.
+		c.seq = startSeq
+		c.reloadMeta()
+		s.log.Error("commit failed", "err", err, "requests", len(batch))
+		for _, r := range batch {
+			if r.err == nil {
+				r.err = fmt.Errorf("sqlite: commit: %w", err)
+				r.results = nil
+			}
+		}
+	} else if c.seq != startSeq {
+		s.head.Store(c.seq)
+		s.wake()
+	}
+	s.metrics.observe(len(batch), time.Since(start))
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+func (c *committer) reloadMeta() {
+	var seq, t int64
+	err := c.s.wdb.QueryRow(`SELECT
+		(SELECT value FROM meta WHERE key = 'last_seq'),
+		(SELECT value FROM meta WHERE key = 'last_time')`).Scan(&seq, &t)
+	if err != nil {
+		c.s.log.Error("reload meta after failed commit", "err", err)
+		return
+	}
+	c.seq, c.lastTime = seq, max(c.lastTime, t)
+}
+
+func (c *committer) runTx(batch []*request) error {
+	ctx := context.Background() // requests carry their own contexts; the batch must not be cut short by one of them
+	tx, err := c.s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	t := &txn{c: c, tx: tx, ctx: ctx}
+	startSeq, startTime := c.seq, c.lastTime
+	applied := 0
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err // the caller has gone; do not write on its behalf
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
+			return err
+		}
+		seq, lt := c.seq, c.lastTime
+		if err := t.apply(r); err != nil {
+			r.err, r.results = err, nil
+			c.seq, c.lastTime = seq, lt
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO req"); err != nil {
+				return err
+			}
+		} else {
+			applied++
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
+			return err
+		}
+	}
+	if applied == 0 {
+		return nil // the deferred Rollback discards the empty transaction
+	}
+	if c.seq != startSeq || c.lastTime != startTime {
+		if _, err := t.stmt(c.stmts.setMeta).ExecContext(ctx, c.seq, c.lastTime); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// txn is the committer's view of the open transaction.
+type txn struct {
+	c   *committer
+	tx  *sql.Tx
+	ctx context.Context
+}
+
+func (t *txn) stmt(st *sql.Stmt) *sql.Stmt { return t.tx.StmtContext(t.ctx, st) }
+
+func (t *txn) apply(r *request) error {
+	switch r.kind {
+	case kindCommit:
+		return t.commitWrites(r)
+	case kindSetCursor:
+		_, err := t.stmt(t.c.stmts.setCursor).ExecContext(t.ctx, r.name, r.seq)
+		return err
+	case kindDeleteCursor:
+		_, err := t.stmt(t.c.stmts.delCursor).ExecContext(t.ctx, r.name)
+		return err
+	case kindPurge:
+		return t.purge(r)
+	}
+	return fmt.Errorf("sqlite: unknown request kind %d", r.kind)
+}
+
+// stored is a document row as loaded inside the transaction, with its data
+// still encoded so a delete can carry it over without re-encoding.
+type stored struct {
+	doc  *collections.Document
+	data []byte
+}
+
+func (t *txn) load(db, path string) (*stored, error) {
+	row := t.stmt(t.c.stmts.load).QueryRowContext(t.ctx, db, path)
+	var st stored
+	d, err := scanDoc(row, &st.data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st.doc = d
+	return &st, nil
+}
+
+func (t *txn) commitWrites(r *request) error {
+	c := t.c
+	if adv := r.opts.Cursor; adv != nil {
+		var at int64
+		err := t.stmt(c.stmts.getCursor).QueryRowContext(t.ctx, adv.Name).Scan(&at)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if at != adv.From {
+			return fmt.Errorf("%w: cursor %q is at %d, not %d", collections.ErrCursorConflict, adv.Name, at, adv.From)
+		}
+	}
+	now := max(time.Now().UnixMilli(), c.lastTime)
+	results := make([]collections.WriteResult, len(r.writes))
+	for i := range r.writes {
+		res, err := t.write(r.db, &r.writes[i], now)
+		if err != nil {
+			return &collections.WriteError{Index: i, Path: r.writes[i].Path, Err: err}
+		}
+		results[i] = res
+	}
+	if adv := r.opts.Cursor; adv != nil {
+		if _, err := t.stmt(c.stmts.setCursor).ExecContext(t.ctx, adv.Name, adv.To); err != nil {
+			return err
+		}
+	}
+	r.results = results
+	return nil
+}
+
+// write applies one write; errors are the write's own (wrapped by the caller
+// into a *WriteError).
+func (t *txn) write(db string, w *collections.Write, now int64) (collections.WriteResult, error) {
+	c := t.c
+	cur, err := t.load(db, w.Path)
+	if err != nil {
+		return collections.WriteResult{}, err
+	}
+	live := cur != nil && !cur.doc.Deleted
+	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(cur.doc, w.IfMatch)) {
+		pe := &collections.PreconditionError{Path: w.Path}
+		if live {
+			pe.Current = cur.doc
+		}
+		return collections.WriteResult{}, pe
+	}
+	coll, id := collections.SplitDocPath(w.Path)
+	next := &collections.Document{Path: w.Path, Collection: coll, ID: id, Version: 1, CreatedAt: now, UpdatedAt: now}
+	if cur != nil {
+		next.Version = cur.doc.Version + 1
+	}
+	if live {
+		next.CreatedAt = cur.doc.CreatedAt
+	}
+	op := collections.OpUpdate
+	var data []byte
+	switch w.Type {
+	case collections.WriteCreate, collections.WriteReplace:
+		if w.Type == collections.WriteCreate && live {
+			return collections.WriteResult{}, collections.ErrAlreadyExists
+		}
+		if !live {
+			op = collections.OpCreate
+		}
+		next.Data = w.Data
+		if next.Data == nil {
+			next.Data = map[string]any{}
+		}
+	case collections.WriteUpdate:
+		if !live {
+			return collections.WriteResult{}, collections.ErrNotFound
+		}
+		if next.Data, err = collections.ApplyPatch(cur.doc.Data, w.Data); err != nil {
+			return collections.WriteResult{}, err
+		}
+	case collections.WriteDelete:
+		if !live {
+			return collections.WriteResult{}, collections.ErrNotFound
+		}
+		next.Data, data, next.Deleted, op = cur.doc.Data, cur.data, true, collections.OpDelete
+	default:
+		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
+	}
+	if data == nil {
+		if data, err = collections.EncodeData(next.Data, c.s.cfg.MaxDocumentBytes); err != nil {
+			return collections.WriteResult{}, err
+		}
+	}
+	logged := !collections.IsSystemPath(w.Path)
+	if logged {
+		c.seq++
+		c.lastTime = now
+		next.Seq = c.seq
+	}
+	if _, err := t.stmt(c.stmts.put).ExecContext(t.ctx, db, w.Path, coll, collections.Shape(coll), id, data,
+		next.Version, next.CreatedAt, next.UpdatedAt, next.Deleted, next.Seq); err != nil {
+		return collections.WriteResult{}, err
+	}
+	if logged {
+		var bv, bc, bu, bs sql.NullInt64
+		var bd sql.NullBool
+		var bdata []byte
+		if cur != nil {
+			b := cur.doc
+			bv, bc, bu, bs = valid(b.Version), valid(b.CreatedAt), valid(b.UpdatedAt), valid(b.Seq)
+			bd = sql.NullBool{Bool: b.Deleted, Valid: true}
+			bdata = cur.data
+		}
+		if _, err := t.stmt(c.stmts.change).ExecContext(t.ctx, next.Seq, db, string(op), w.Path, now,
+			bv, bc, bu, bd, bs, nullBytes(bdata),
+			next.Version, next.CreatedAt, next.Deleted, data); err != nil {
+			return collections.WriteResult{}, err
+		}
+	}
+	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
+}
+
+func valid(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: true} }
+
+// nullBytes stores a nil slice as NULL rather than an empty blob.
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// purge runs one bounded retention round.
+func (t *txn) purge(r *request) error {
+	cutoff := time.Now().Add(-t.c.s.cfg.Retention).UnixMilli()
+	var purged, through int64
+	var minCursor sql.NullInt64
+	err := t.tx.QueryRowContext(t.ctx, `SELECT
+		(SELECT value FROM meta WHERE key = 'purged_through'),
+		(SELECT COALESCE(MAX(seq), 0) FROM changes WHERE time < ?),
+		(SELECT MIN(seq) FROM cursors)`, cutoff).Scan(&purged, &through, &minCursor)
+	if err != nil {
+		return err
+	}
+	if minCursor.Valid {
+		through = min(through, minCursor.Int64)
+	}
+	if through > purged+purgeChunk {
+		through, r.more = purged+purgeChunk, true
+	}
+	if through > purged {
+		if _, err := t.tx.ExecContext(t.ctx, `DELETE FROM changes WHERE seq <= ?`, through); err != nil {
+			return err
+		}
+		if _, err := t.tx.ExecContext(t.ctx, `UPDATE meta SET value = ? WHERE key = 'purged_through'`, through); err != nil {
+			return err
+		}
+	}
+	res, err := t.tx.ExecContext(t.ctx, `DELETE FROM docs WHERE (db, path) IN
+		(SELECT db, path FROM docs WHERE deleted = 1 AND updated_at < ? LIMIT ?)`, cutoff, purgeChunk)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil && n == purgeChunk {
+		r.more = true
+	}
+	return nil
+}

@@ -1,0 +1,431 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Queries run in SQL as a superset prefilter in exact collections.CompareDocs
+// order, and the exact filters are applied in Go (collections.Query.Matches).
+// A field's sort key is two SQL expressions: its type class (rank) and its
+// value within the class, so SQLite orders mixed-type fields the way Compare
+// does. Declared indexes are partial expression indexes over exactly these
+// expressions, so the planner uses them for both filtering and ordering.
+
+// Type classes, as collections.TypeClass numbers them.
+const (
+	rankMissing = 0
+	rankNull    = 1
+	rankBool    = 2
+	rankNumber  = 3
+	rankString  = 4
+)
+
+// sortKey is the SQL form of one field.
+type sortKey struct {
+	rank      string // rank expression; "" when every document has constRank
+	constRank int
+	val       string // value expression: NULL for classes without a value order
+}
+
+// fieldKey returns the SQL sort key of a field, or false when the field
+// cannot be expressed as a SQLite JSON path.
+func fieldKey(field string) (sortKey, bool) {
+	switch field {
+	case collections.FieldID:
+		return sortKey{constRank: rankString, val: "id"}, true
+	case collections.FieldCollection:
+		return sortKey{constRank: rankString, val: "collection"}, true
+	case collections.FieldVersion:
+		return sortKey{constRank: rankNumber, val: "version"}, true
+	case collections.FieldCreatedAt:
+		return sortKey{constRank: rankNumber, val: "created_at"}, true
+	case collections.FieldUpdatedAt:
+		return sortKey{constRank: rankNumber, val: "updated_at"}, true
+	case collections.FieldDeleted:
+		return sortKey{rank: "(CASE WHEN deleted THEN 2 ELSE 0 END)", val: "(CASE WHEN deleted THEN 1 END)"}, true
+	}
+	var b strings.Builder
+	b.WriteString("'$")
+	for seg := range strings.SplitSeq(field, ".") {
+		if strings.ContainsAny(seg, "\"\\'") || strings.ContainsFunc(seg, func(r rune) bool { return r < 0x20 }) {
+			return sortKey{}, false
+		}
+		b.WriteString(`."`)
+		b.WriteString(seg)
+		b.WriteString(`"`)
+	}
+	b.WriteString("'")
+	p := b.String()
+	return sortKey{
+		rank: "(CASE json_type(data, " + p + ") WHEN 'null' THEN 1 WHEN 'true' THEN 2 WHEN 'false' THEN 2" +
+			" WHEN 'integer' THEN 3 WHEN 'real' THEN 3 WHEN 'text' THEN 4 WHEN 'array' THEN 5 WHEN 'object' THEN 6 ELSE 0 END)",
+		val: "(CASE WHEN json_type(data, " + p + ") IN ('array', 'object') THEN NULL ELSE json_extract(data, " + p + ") END)",
+	}, true
+}
+
+// sqlValue converts a JSON value to its type class and the SQL value that
+// orders it within the class.
+func sqlValue(v any, present bool) (int, any) {
+	class := collections.TypeClass(v, present)
+	switch t := v.(type) {
+	case bool:
+		if t {
+			return class, 1
+		}
+		return class, 0
+	case json.Number:
+		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
+			return class, i
+		}
+		f, _ := strconv.ParseFloat(string(t), 64)
+		return class, f
+	case float64, float32, int, int64, int32, uint32, uint64, string:
+		return class, t
+	}
+	return class, nil
+}
+
+// quote makes a SQL string literal.
+func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// shapeLiteral returns the literal shape a pattern's documents have, or
+// false when the pattern has a wildcard in place of a collection name (then
+// no single shape covers it).
+func shapeLiteral(pattern string) (string, bool) {
+	for i, seg := range strings.Split(pattern, "/") {
+		if i%2 == 0 && seg == "*" {
+			return "", false
+		}
+	}
+	return quote(collections.Shape(pattern)), true
+}
+
+// indexDef is a declared index as DDL.
+type indexDef struct {
+	decl collections.Index
+	name string
+	ddl  string
+}
+
+func indexDefs(decls []collections.Index) ([]indexDef, error) {
+	var out []indexDef
+	seen := map[string]bool{}
+	for _, ix := range decls {
+		if err := ix.Validate(); err != nil {
+			return nil, err
+		}
+		shape, ok := shapeLiteral(ix.Collection)
+		if !ok {
+			return nil, fmt.Errorf("index on %q: use * only in place of document ids", ix.Collection)
+		}
+		cols := []string{"db"}
+		for _, f := range ix.Fields {
+			k, ok := fieldKey(f)
+			if !ok {
+				return nil, fmt.Errorf("index on %q: field %q cannot be indexed (quotes, backslashes or control characters)", ix.Collection, f)
+			}
+			if k.rank != "" {
+				cols = append(cols, k.rank)
+			}
+			cols = append(cols, k.val)
+		}
+		cols = append(cols, "path")
+		body := "ON docs (" + strings.Join(cols, ", ") + ") WHERE shape = " + shape
+		sum := sha256.Sum256([]byte(body))
+		name := "loomix_" + hex.EncodeToString(sum[:8])
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		out = append(out, indexDef{decl: ix, name: name, ddl: `CREATE INDEX IF NOT EXISTS "` + name + `" ` + body})
+	}
+	return out, nil
+}
+
+// term is one column of the query's total order.
+type term struct {
+	expr string
+	desc bool
+}
+
+// plan is the SQL for one query, minus the continuation condition.
+type plan struct {
+	where []string
+	args  []any
+	terms []term
+	keys  []sortKey // per orderBy field
+}
+
+func (p *plan) arg(v any) string {
+	p.args = append(p.args, v)
+	return "?" + strconv.Itoa(len(p.args))
+}
+
+// planQuery builds the SQL plan, or returns false when an orderBy field has
+// no SQL form (the query then sorts in Go).
+func planQuery(db string, q *collections.Query) (*plan, bool) {
+	p := &plan{}
+	p.where = append(p.where, "db = "+p.arg(db))
+	if !collections.IsPattern(q.Collection) {
+		shape, _ := shapeLiteral(q.Collection)
+		p.where = append(p.where, "collection = "+p.arg(q.Collection), "shape = "+shape)
+	} else if shape, ok := shapeLiteral(q.Collection); ok {
+		p.where = append(p.where, "shape = "+shape)
+	}
+	if !q.ShowDeleted {
+		p.where = append(p.where, "deleted = 0")
+	}
+	for _, f := range q.Filters {
+		if cond := p.pushdown(f); cond != "" {
+			p.where = append(p.where, cond)
+		}
+	}
+	for _, o := range q.OrderBy {
+		k, ok := fieldKey(o.Field)
+		if !ok {
+			return p, false
+		}
+		p.keys = append(p.keys, k)
+		if k.rank != "" {
+			p.terms = append(p.terms, term{k.rank, o.Desc()})
+		}
+		p.terms = append(p.terms, term{k.val, o.Desc()})
+	}
+	p.terms = append(p.terms, term{expr: "path"})
+	return p, true
+}
+
+// pushdown returns a SQL condition implied by the filter (a superset of its
+// matches), or "" when the filter is left to Go alone.
+func (p *plan) pushdown(f collections.Filter) string {
+	k, ok := fieldKey(f.Field)
+	if !ok {
+		return ""
+	}
+	class, v := sqlValue(f.Value, true)
+	if class < rankNull || class > rankString {
+		return "" // arrays and objects are compared in Go
+	}
+	classCond := func() string {
+		if k.rank == "" {
+			if class != k.constRank {
+				return "0" // a field of a fixed class never matches another class
+			}
+			return ""
+		}
+		return k.rank + " = " + strconv.Itoa(class)
+	}
+	and := func(a, b string) string {
+		switch {
+		case a == "":
+			return b
+		case a == "0":
+			return a
+		}
+		return a + " AND " + b
+	}
+	switch f.Op {
+	case collections.OpEq:
+		if class == rankNull {
+			return classCond()
+		}
+		return and(classCond(), k.val+" = "+p.arg(v))
+	case collections.OpLt, collections.OpLe, collections.OpGt, collections.OpGe:
+		return and(classCond(), k.val+" "+string(f.Op)+" "+p.arg(v))
+	case collections.OpPrefix:
+		s, _ := f.Value.(string)
+		// Every string with prefix s sorts in [s, s+"\xff"): 0xff never
+		// occurs in UTF-8.
+		return and(classCond(), k.val+" >= "+p.arg(s)+" AND "+k.val+" < "+p.arg(s+"\xff"))
+	}
+	return ""
+}
+
+// after returns the condition "sorts strictly after c" over the plan's
+// terms, plus a leading range on the first term so SQLite can seek.
+func (p *plan) after(c *collections.Cursor) string {
+	vals := make([]any, 0, len(p.terms))
+	for i, k := range p.keys {
+		cv := c.Values[i]
+		class, v := sqlValue(cv.Value, !cv.Missing)
+		if k.rank != "" {
+			vals = append(vals, class)
+		} else if class != k.constRank {
+			v = nil // a forged cursor: continue at the class boundary
+		}
+		vals = append(vals, v)
+	}
+	vals = append(vals, c.Path)
+	var ors []string
+	var eqs []string
+	for i, t := range p.terms {
+		ph := p.arg(vals[i])
+		op := " > "
+		if t.desc {
+			op = " < "
+		}
+		ors = append(ors, "("+strings.Join(append(slices.Clone(eqs), t.expr+op+ph), " AND ")+")")
+		eqs = append(eqs, t.expr+" IS "+ph)
+	}
+	cond := "(" + strings.Join(ors, " OR ") + ")"
+	if len(p.terms) > 1 && vals[0] != nil {
+		op := " >= "
+		if p.terms[0].desc {
+			op = " <= "
+		}
+		cond = p.terms[0].expr + op + "?" + strconv.Itoa(len(p.args)-len(p.terms)+1) + " AND " + cond
+	}
+	return cond
+}
+
+func (p *plan) sql(afterCond string, limit int) string {
+	var b strings.Builder
+	b.WriteString("SELECT " + docColumns + " FROM docs WHERE ")
+	b.WriteString(strings.Join(p.where, " AND "))
+	if afterCond != "" {
+		b.WriteString(" AND ")
+		b.WriteString(afterCond)
+	}
+	b.WriteString(" ORDER BY ")
+	for i, t := range p.terms {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(t.expr)
+		if t.desc {
+			b.WriteString(" DESC")
+		}
+	}
+	b.WriteString(" LIMIT " + strconv.Itoa(limit))
+	return b.String()
+}
+
+// maxChunk bounds one round of a query whose filters SQL could not apply
+// fully.
+const maxChunk = 2000
+
+// Query returns one page of q in CompareDocs order.
+func (s *Store) Query(ctx context.Context, db string, q collections.Query) (collections.QueryResult, error) {
+	if err := s.begin(ctx); err != nil {
+		return collections.QueryResult{}, err
+	}
+	var cur *collections.Cursor
+	if q.StartAfter != "" {
+		var err error
+		if cur, err = collections.DecodeCursor(q.StartAfter, q.OrderBy); err != nil {
+			return collections.QueryResult{}, err
+		}
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = collections.DefaultLimit
+	}
+	p, ok := planQuery(db, &q)
+	var docs []*collections.Document
+	var err error
+	if ok {
+		docs, err = s.queryOrdered(ctx, p, &q, cur, limit+1)
+	} else {
+		docs, err = s.queryScan(ctx, p, &q, cur, limit+1)
+	}
+	if err != nil {
+		return collections.QueryResult{}, err
+	}
+	var res collections.QueryResult
+	if len(docs) > limit {
+		docs = docs[:limit]
+		res.NextCursor = collections.MakeCursor(q.OrderBy, docs[limit-1])
+	}
+	res.Docs = docs
+	return res, nil
+}
+
+// queryOrdered reads rows in order, in growing chunks, until want matching
+// documents are found or the candidates run out.
+func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int) ([]*collections.Document, error) {
+	base := len(p.args)
+	chunk := want
+	var out []*collections.Document
+	for {
+		p.args = p.args[:base]
+		cond := ""
+		if cur != nil {
+			cond = p.after(cur)
+		}
+		rows, err := s.rdb.QueryContext(ctx, p.sql(cond, chunk), p.args...)
+		if err != nil {
+			return nil, s.readErr("query "+q.Collection, err)
+		}
+		n := 0
+		var last *collections.Document
+		for rows.Next() {
+			d, err := scanDoc(rows, nil)
+			if err != nil {
+				rows.Close()
+				return nil, s.readErr("query "+q.Collection, err)
+			}
+			n++
+			last = d
+			if q.Matches(d) {
+				out = append(out, d)
+				if len(out) == want {
+					break
+				}
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, s.readErr("query "+q.Collection, err)
+		}
+		if len(out) == want || n < chunk {
+			return out, nil
+		}
+		cur = cursorAt(q.OrderBy, last)
+		chunk = min(chunk*4, maxChunk)
+	}
+}
+
+// cursorAt is the decoded cursor of d.
+func cursorAt(order []collections.Order, d *collections.Document) *collections.Cursor {
+	c := &collections.Cursor{Path: d.Path, Values: make([]collections.CursorValue, len(order))}
+	for i, o := range order {
+		v, ok := collections.Lookup(d, o.Field)
+		c.Values[i] = collections.CursorValue{Missing: !ok, Value: v}
+	}
+	return c
+}
+
+// queryScan reads every candidate and sorts in Go; used only when an
+// orderBy field has no SQL form.
+func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int) ([]*collections.Document, error) {
+	sqlText := "SELECT " + docColumns + " FROM docs WHERE " + strings.Join(p.where, " AND ")
+	rows, err := s.rdb.QueryContext(ctx, sqlText, p.args...)
+	if err != nil {
+		return nil, s.readErr("query "+q.Collection, err)
+	}
+	defer rows.Close()
+	var out []*collections.Document
+	for rows.Next() {
+		d, err := scanDoc(rows, nil)
+		if err != nil {
+			return nil, s.readErr("query "+q.Collection, err)
+		}
+		if q.Matches(d) && (cur == nil || cur.After(q.OrderBy, d)) {
+			out = append(out, d)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("query "+q.Collection, err)
+	}
+	slices.SortFunc(out, func(a, b *collections.Document) int { return collections.CompareDocs(q.OrderBy, a, b) })
+	return out[:min(want, len(out))], nil
+}

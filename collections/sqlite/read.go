@@ -1,0 +1,233 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// docColumns are the columns scanDoc reads, in order.
+const docColumns = `path, collection, id, data, version, created_at, updated_at, deleted, seq`
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanDoc reads one docColumns row. When raw is not nil it receives the
+// encoded data.
+func scanDoc(sc scanner, raw *[]byte) (*collections.Document, error) {
+	var d collections.Document
+	var data []byte
+	if err := sc.Scan(&d.Path, &d.Collection, &d.ID, &data, &d.Version, &d.CreatedAt, &d.UpdatedAt, &d.Deleted, &d.Seq); err != nil {
+		return nil, err
+	}
+	m, err := collections.DecodeObject(data)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+	}
+	d.Data = m
+	if raw != nil {
+		*raw = data
+	}
+	return &d, nil
+}
+
+type readStmts struct {
+	get, changedSince, cursor *sql.Stmt
+}
+
+func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
+	var err error
+	prep := func(q string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = db.PrepareContext(ctx, q)
+		if err != nil {
+			err = fmt.Errorf("sqlite: prepare %q: %w", q, err)
+		}
+		return st
+	}
+	r.get = prep(`SELECT ` + docColumns + ` FROM docs WHERE db = ? AND path = ? AND deleted = 0`)
+	r.changedSince = prep(`SELECT ` + docColumns + ` FROM docs
+		WHERE db = ?1 AND collection = ?2 AND (seq > ?3 OR (seq = ?3 AND id > ?4))
+		ORDER BY seq, id LIMIT ?5`)
+	r.cursor = prep(`SELECT seq FROM cursors WHERE name = ?`)
+	if err != nil {
+		r.close()
+	}
+	return err
+}
+
+func (r *readStmts) close() {
+	for _, st := range []*sql.Stmt{r.get, r.changedSince, r.cursor} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// begin checks the context and that the store is open.
+func (s *Store) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return collections.ErrClosed
+	}
+	return nil
+}
+
+// readErr maps errors of a read that raced with Close.
+func (s *Store) readErr(op string, err error) error {
+	if s.closed.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return collections.ErrClosed
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// Get returns the live document at path.
+func (s *Store) Get(ctx context.Context, db, path string) (*collections.Document, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	d, err := scanDoc(s.reads.get.QueryRowContext(ctx, db, path), nil)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, collections.ErrNotFound
+	}
+	if err != nil {
+		return nil, s.readErr("get "+path, err)
+	}
+	return d, nil
+}
+
+// ChangedSince returns documents of one collection, tombstones included, in
+// (seq, id) order after cp.
+func (s *Store) ChangedSince(ctx context.Context, db, collection string, cp collections.Checkpoint, limit int) ([]*collections.Document, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.reads.changedSince.QueryContext(ctx, db, collection, cp.Seq, cp.ID, limit)
+	if err != nil {
+		return nil, s.readErr("changed since", err)
+	}
+	defer rows.Close()
+	var out []*collections.Document
+	for rows.Next() {
+		d, err := scanDoc(rows, nil)
+		if err != nil {
+			return nil, s.readErr("changed since", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("changed since", err)
+	}
+	return out, nil
+}
+
+// ReadChanges returns changes after `after` in seq order. The retention
+// position and the rows are read in one snapshot, so a concurrent purge can
+// never open a silent gap.
+func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	if err := s.begin(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, s.readErr("read changes", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	var purged int64
+	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'purged_through'`).Scan(&purged); err != nil {
+		return nil, s.readErr("read changes", err)
+	}
+	if after < purged {
+		return nil, &collections.PositionExpiredError{After: after, Oldest: purged}
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT c.seq, c.db, c.op, c.path, c.time,
+		c.b_version, c.b_created, c.b_updated, c.b_deleted, c.b_seq, c.b_data,
+		c.a_version, c.a_created, c.a_deleted, c.a_data
+		FROM changes c WHERE c.seq > ? ORDER BY c.seq LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, s.readErr("read changes", err)
+	}
+	defer rows.Close()
+	var out []collections.Change
+	for rows.Next() {
+		c, err := scanChange(rows)
+		if err != nil {
+			return nil, s.readErr("read changes", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.readErr("read changes", err)
+	}
+	return out, nil
+}
+
+func scanChange(rows *sql.Rows) (collections.Change, error) {
+	var (
+		c                  collections.Change
+		op                 string
+		bv, bc, bu, bs     sql.NullInt64
+		bd                 sql.NullBool
+		bdata, adata       []byte
+		aVersion, aCreated int64
+		aDeleted           bool
+	)
+	if err := rows.Scan(&c.Seq, &c.DB, &op, &c.Path, &c.Time, &bv, &bc, &bu, &bd, &bs, &bdata, &aVersion, &aCreated, &aDeleted, &adata); err != nil {
+		return c, err
+	}
+	c.Op = collections.ChangeOp(op)
+	coll, id := collections.SplitDocPath(c.Path)
+	after, err := collections.DecodeObject(adata)
+	if err != nil {
+		return c, fmt.Errorf("corrupt change %d: %w", c.Seq, err)
+	}
+	c.After = &collections.Document{Path: c.Path, Collection: coll, ID: id, Version: aVersion, CreatedAt: aCreated,
+		UpdatedAt: c.Time, Deleted: aDeleted, Seq: c.Seq, Data: after}
+	if bv.Valid {
+		before, err := collections.DecodeObject(bdata)
+		if err != nil {
+			return c, fmt.Errorf("corrupt change %d: %w", c.Seq, err)
+		}
+		c.Before = &collections.Document{Path: c.Path, Collection: coll, ID: id, Version: bv.Int64, CreatedAt: bc.Int64,
+			UpdatedAt: bu.Int64, Deleted: bd.Bool, Seq: bs.Int64, Data: before}
+	}
+	return c, nil
+}
+
+// Head returns the seq of the last committed change.
+func (s *Store) Head(ctx context.Context) (int64, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	return s.head.Load(), nil
+}
+
+// Cursor returns a durable cursor's position (0 when unknown).
+func (s *Store) Cursor(ctx context.Context, name string) (int64, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, err
+	}
+	var seq int64
+	err := s.reads.cursor.QueryRowContext(ctx, name).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.readErr("cursor "+name, err)
+	}
+	return seq, nil
+}

@@ -1,0 +1,357 @@
+// Package sqlite is the embedded collections.Store engine: one SQLite file in
+// WAL mode, written by a single committer goroutine that batches concurrent
+// writes into one fsynced transaction (group commit) and read through a pool
+// of connections that never wait for the writer.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Config configures an engine. Only Path is required.
+type Config struct {
+	// Path is the database file; its directory is created if needed.
+	Path string
+	// Retention is how long the change log and tombstones are kept (default
+	// 7 days). Durable cursors hold back change-log retention.
+	Retention time.Duration
+	// MaxDocumentBytes bounds the encoded user data of one document
+	// (default 1 MiB).
+	MaxDocumentBytes int
+	// Indexes are built (and dropped when no longer declared) at Open.
+	Indexes []collections.Index
+	// MaxBatch bounds how many queued commits share one transaction
+	// (default 256).
+	MaxBatch int
+	// ReadConns is the size of the read pool (default max(4, 2*GOMAXPROCS)).
+	ReadConns int
+	// PurgeInterval is how often retention runs (default 1 minute; negative
+	// disables the background purge).
+	PurgeInterval time.Duration
+	Logger        *slog.Logger
+	// Registerer receives the engine's metrics when set.
+	Registerer prometheus.Registerer
+}
+
+// Defaults.
+const (
+	DefaultRetention        = 7 * 24 * time.Hour
+	DefaultMaxDocumentBytes = 1 << 20
+	DefaultMaxBatch         = 256
+	DefaultPurgeInterval    = time.Minute
+)
+
+// Store is the SQLite engine.
+type Store struct {
+	cfg     Config
+	log     *slog.Logger
+	wdb     *sql.DB // one connection, owned by the committer
+	rdb     *sql.DB // read pool
+	reads   readStmts
+	indexes []indexDef
+
+	queue   chan *request
+	stop    chan struct{} // closed by Close / crash
+	done    chan struct{} // closed when the committer exits
+	closing sync.Once
+	closed  atomic.Bool
+	abandon atomic.Bool // set by crash: the committer drops queued work
+	bg      sync.WaitGroup
+
+	head atomic.Int64 // last committed seq
+
+	notifyMu sync.Mutex
+	notify   chan struct{}
+
+	metrics *metrics
+}
+
+var _ collections.Store = (*Store)(nil)
+
+// schema is created on first open. Documents and the change log share the
+// file, so one transaction covers both. Seqs are assigned by the committer
+// and persisted in meta so they are never reused even after the log is
+// purged.
+const schema = `
+CREATE TABLE IF NOT EXISTS docs (
+	db         TEXT    NOT NULL,
+	path       TEXT    NOT NULL,
+	collection TEXT    NOT NULL,
+	shape      TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	data       TEXT    NOT NULL,
+	version    INTEGER NOT NULL,
+	created_at INTEGER NOT NULL,
+	updated_at INTEGER NOT NULL,
+	deleted    INTEGER NOT NULL,
+	seq        INTEGER NOT NULL,
+	PRIMARY KEY (db, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS docs_collection ON docs (db, collection, path);
+CREATE INDEX IF NOT EXISTS docs_shape ON docs (db, shape, path);
+CREATE INDEX IF NOT EXISTS docs_changed ON docs (db, collection, seq, id);
+CREATE INDEX IF NOT EXISTS docs_tombstones ON docs (updated_at) WHERE deleted = 1;
+CREATE TABLE IF NOT EXISTS changes (
+	seq      INTEGER PRIMARY KEY,
+	db       TEXT    NOT NULL,
+	op       TEXT    NOT NULL,
+	path     TEXT    NOT NULL,
+	time     INTEGER NOT NULL,
+	b_version INTEGER, b_created INTEGER, b_updated INTEGER, b_deleted INTEGER, b_seq INTEGER, b_data TEXT,
+	a_version INTEGER NOT NULL, a_created INTEGER NOT NULL, a_deleted INTEGER NOT NULL, a_data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cursors (
+	name TEXT PRIMARY KEY,
+	seq  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+	key   TEXT PRIMARY KEY,
+	value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (key, value) VALUES ('last_seq', 0), ('purged_through', 0), ('last_time', 0);
+`
+
+// Open opens (creating if needed) the database at cfg.Path, builds the
+// declared indexes and starts the committer.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("sqlite: Config.Path is required")
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.MaxDocumentBytes <= 0 {
+		cfg.MaxDocumentBytes = DefaultMaxDocumentBytes
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.ReadConns <= 0 {
+		cfg.ReadConns = max(4, 2*runtime.GOMAXPROCS(0))
+	}
+	if cfg.PurgeInterval == 0 {
+		cfg.PurgeInterval = DefaultPurgeInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	indexes, err := indexDefs(cfg.Indexes)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	if dir := filepath.Dir(cfg.Path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+	}
+
+	s := &Store{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		indexes: indexes,
+		queue:   make(chan *request, 4*cfg.MaxBatch),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		notify:  make(chan struct{}),
+	}
+	if s.wdb, err = openDB(cfg.Path, true); err != nil {
+		return nil, err
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxLifetime(0)
+	if err := s.migrate(ctx); err != nil {
+		s.wdb.Close()
+		return nil, err
+	}
+	if s.rdb, err = openDB(cfg.Path, false); err != nil {
+		s.wdb.Close()
+		return nil, err
+	}
+	s.rdb.SetMaxOpenConns(cfg.ReadConns)
+	s.rdb.SetMaxIdleConns(cfg.ReadConns)
+	s.rdb.SetConnMaxLifetime(0)
+
+	c, err := newCommitter(ctx, s)
+	if err != nil {
+		s.wdb.Close()
+		s.rdb.Close()
+		return nil, err
+	}
+	if err := s.reads.prepare(ctx, s.rdb); err != nil {
+		c.close()
+		s.wdb.Close()
+		s.rdb.Close()
+		return nil, err
+	}
+	s.metrics = newMetrics(cfg.Registerer)
+	go c.run()
+	if cfg.PurgeInterval > 0 {
+		s.bg.Add(1)
+		go s.purgeLoop(cfg.PurgeInterval)
+	}
+	s.log.Info("opened", "path", cfg.Path, "head", s.head.Load(), "indexes", len(indexes))
+	return s, nil
+}
+
+// openDB opens a handle with the pragmas every connection needs. The writer
+// handle takes the write lock at BEGIN so a transaction never fails half way
+// on SQLITE_BUSY.
+func openDB(path string, writer bool) (*sql.DB, error) {
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL") // fsync the WAL on every commit: durability
+	q.Set("_busy_timeout", "10000")
+	q.Set("_foreign_keys", "0")
+	q.Set("_cache_size", "-32000")
+	if writer {
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Set("_query_only", "1")
+	}
+	db, err := sql.Open("sqlite3", "file:"+url.PathEscape(path)+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// migrate creates the schema and brings declared indexes in line with the
+// configuration: indexes Loom created earlier that are no longer declared are
+// dropped, so that removing one from the config also removes its write cost.
+func (s *Store) migrate(ctx context.Context) error {
+	if err := s.wdb.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: open %s: %w", s.cfg.Path, err)
+	}
+	if _, err := s.wdb.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("sqlite: create schema: %w", err)
+	}
+	rows, err := s.wdb.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'loomix_%'`)
+	if err != nil {
+		return fmt.Errorf("sqlite: list indexes: %w", err)
+	}
+	existing := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite: list indexes: %w", err)
+		}
+		existing[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: list indexes: %w", err)
+	}
+	for _, ix := range s.indexes {
+		if existing[ix.name] {
+			delete(existing, ix.name)
+			continue
+		}
+		if _, err := s.wdb.ExecContext(ctx, ix.ddl); err != nil {
+			return fmt.Errorf("sqlite: create index on %s %v: %w", ix.decl.Collection, ix.decl.Fields, err)
+		}
+		s.log.Info("created index", "collection", ix.decl.Collection, "fields", ix.decl.Fields)
+	}
+	for name := range existing {
+		if _, err := s.wdb.ExecContext(ctx, `DROP INDEX IF EXISTS "`+name+`"`); err != nil {
+			return fmt.Errorf("sqlite: drop index %s: %w", name, err)
+		}
+		s.log.Info("dropped undeclared index", "name", name)
+	}
+	return nil
+}
+
+// Ready reports nil while the engine is open and can read its database.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return collections.ErrClosed
+	}
+	if err := s.rdb.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return nil
+}
+
+// Notify returns a channel closed after the next commit that appends to the
+// change log.
+func (s *Store) Notify() <-chan struct{} {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	return s.notify
+}
+
+func (s *Store) wake() {
+	s.notifyMu.Lock()
+	close(s.notify)
+	s.notify = make(chan struct{})
+	s.notifyMu.Unlock()
+}
+
+// Close stops accepting writes, commits everything already queued and closes
+// the database.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return collections.ErrClosed
+	}
+	close(s.stop)
+	<-s.done
+	s.bg.Wait()
+	s.reads.close()
+	rerr := s.rdb.Close()
+	werr := s.wdb.Close()
+	s.metrics.unregister()
+	s.log.Info("closed", "path", s.cfg.Path, "head", s.head.Load())
+	return errors.Join(rerr, werr)
+}
+
+// crash abandons the store as kill -9 would: queued writes that were not
+// committed are failed, nothing is flushed or checkpointed beyond what
+// SQLite already made durable. Tests use it to check recovery.
+func (s *Store) crash() {
+	if !s.closed.CompareAndSwap(false, true) {
+		return
+	}
+	s.abandon.Store(true)
+	close(s.stop)
+	<-s.done
+	s.bg.Wait()
+	s.reads.close()
+	s.rdb.Close()
+	s.wdb.Close()
+	s.metrics.unregister()
+}
+
+func (s *Store) purgeLoop(every time.Duration) {
+	defer s.bg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			if err := s.Purge(ctx); err != nil && !errors.Is(err, collections.ErrClosed) {
+				s.log.Error("retention purge failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
