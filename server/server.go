@@ -40,9 +40,14 @@ const (
 
 // Config configures a Server.
 type Config struct {
-	// AdminKey is the admin API key (required). Callers present it as
-	// "Authorization: Bearer <key>" or "X-API-Key: <key>".
+	// AdminKey is the admin API key. Callers present it as
+	// "Authorization: Bearer <key>" or "X-API-Key: <key>". One of AdminKey
+	// and AdminKeySHA256 is required.
 	AdminKey string
+	// AdminKeySHA256 is the SHA-256 of the admin key, for deployments that
+	// keep only the hash (the generated key in the data directory). Used
+	// when AdminKey is empty.
+	AdminKeySHA256 [32]byte
 	// MaxRequestBytes bounds a request body; larger bodies get 413
 	// REQUEST_TOO_LARGE. Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
@@ -78,7 +83,11 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	if store == nil {
 		return nil, errors.New("server: nil store")
 	}
-	if cfg.AdminKey == "" {
+	keyHash := cfg.AdminKeySHA256
+	if cfg.AdminKey != "" {
+		keyHash = hashKey(cfg.AdminKey)
+	}
+	if keyHash == ([32]byte{}) {
 		return nil, errors.New("server: an admin key is required")
 	}
 	if cfg.MaxRequestBytes <= 0 {
@@ -96,7 +105,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	s := &Server{
 		store:           store,
 		log:             cfg.Logger.With("component", "server"),
-		adminKeyHash:    hashKey(cfg.AdminKey),
+		adminKeyHash:    keyHash,
 		maxRequestBytes: cfg.MaxRequestBytes,
 		shutdownTimeout: cfg.ShutdownTimeout,
 		version:         cfg.Version,

@@ -136,6 +136,13 @@ func TestServe_FirstStartPrintsAdminKeyOnce(t *testing.T) {
 	}
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	<-p.done
+	saved, err := os.ReadFile(filepath.Join(data, "admin.key"))
+	if err != nil {
+		t.Fatalf("admin key file: %v", err)
+	}
+	if strings.Contains(string(saved), key) || !strings.HasPrefix(string(saved), "sha256:") {
+		t.Fatalf("data/admin.key=%q, want only the key's sha256 (keys are stored hashed)", saved)
+	}
 
 	p2 := startLoom(t, data, "LOOM_ADMIN_KEY=")
 	if strings.Contains(p2.output(), key) {

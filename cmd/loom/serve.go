@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,7 +49,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	adminKey, generated, err := loadAdminKey(cfg)
+	admin, err := loadAdminKey(cfg)
 	if err != nil {
 		return err
 	}
@@ -64,7 +66,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 
 	srv, err := server.New(store, server.Config{
-		AdminKey:        adminKey,
+		AdminKeySHA256:  admin.hash,
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
 		Logger:          logger,
 		Registry:        reg,
@@ -77,9 +79,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if generated {
-		fmt.Fprintf(stdout, "Admin API key (shown once; saved in %s):\n\n    %s\n\n",
-			filepath.Join(cfg.Data, adminKeyFile), adminKey)
+	if admin.generated != "" {
+		fmt.Fprintf(stdout, "Admin API key (shown once, only its hash is kept in %s):\n\n    %s\n\n",
+			filepath.Join(cfg.Data, adminKeyFile), admin.generated)
 	}
 	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, ln.Addr(), cfg.Engine, cfg.Data)
 	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
@@ -105,30 +107,59 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 	return nil, fmt.Errorf("unknown engine %q", cfg.Engine)
 }
 
+// adminKey is the admin credential as the server needs it.
+type adminKey struct {
+	hash      [32]byte
+	generated string // the new key, only on the first start
+}
+
 // loadAdminKey returns the admin API key: LOOM_ADMIN_KEY / [auth] admin_key
-// when set, else the key generated on first start. generated is true only on
-// that first start, the one time the key is printed.
-func loadAdminKey(cfg config.Config) (key string, generated bool, err error) {
+// when set, else the key generated on first start. Only the key's SHA-256 is
+// written to the data directory (spec 04: keys are stored hashed), so the
+// key is printed once and cannot be read back; deleting the file makes the
+// next start generate a new one.
+func loadAdminKey(cfg config.Config) (adminKey, error) {
 	if cfg.Auth.AdminKey != "" {
-		return cfg.Auth.AdminKey, false, nil
+		return adminKey{hash: sha256.Sum256([]byte(cfg.Auth.AdminKey))}, nil
 	}
 	path := filepath.Join(cfg.Data, adminKeyFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
-		return strings.TrimSpace(string(b)), false, nil
+		return parseAdminKeyFile(path, b)
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return "", false, fmt.Errorf("admin key: %w", err)
+		return adminKey{}, fmt.Errorf("admin key: %w", err)
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
-		return "", false, fmt.Errorf("admin key: %w", err)
+		return adminKey{}, fmt.Errorf("admin key: %w", err)
 	}
-	key = "loom_admin_" + base64.RawURLEncoding.EncodeToString(raw)
-	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-		return "", false, fmt.Errorf("admin key: %w", err)
+	key := "loom_admin_" + base64.RawURLEncoding.EncodeToString(raw)
+	sum := sha256.Sum256([]byte(key))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return adminKey{}, fmt.Errorf("admin key: %w", err)
 	}
-	return key, true, nil
+	_, werr := fmt.Fprintf(f, "%s%s\n", adminKeyHashPrefix, hex.EncodeToString(sum[:]))
+	if err := errors.Join(werr, f.Sync(), f.Close()); err != nil {
+		os.Remove(path)
+		return adminKey{}, fmt.Errorf("admin key: %w", err)
+	}
+	return adminKey{hash: sum, generated: key}, nil
+}
+
+const adminKeyHashPrefix = "sha256:"
+
+func parseAdminKeyFile(path string, b []byte) (adminKey, error) {
+	line := strings.TrimSpace(string(b))
+	hexSum, ok := strings.CutPrefix(line, adminKeyHashPrefix)
+	raw, err := hex.DecodeString(hexSum)
+	if !ok || err != nil || len(raw) != sha256.Size {
+		return adminKey{}, fmt.Errorf("admin key: %s is not a %s<hex> key hash; delete it to generate a new key", path, adminKeyHashPrefix)
+	}
+	var k adminKey
+	copy(k.hash[:], raw)
+	return k, nil
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
