@@ -3,8 +3,10 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -21,9 +23,24 @@ type Caller struct {
 	Admin bool
 	// Kind names the credential for logs: "anonymous" or "admin-key".
 	Kind string
+	// UID is the authenticated user's id ("" when anonymous or admin key).
+	UID string
 }
 
 var anonymous = &Caller{Kind: "anonymous"}
+
+// rateKey identifies the caller for rate limiting: the remote IP when
+// anonymous. Proxy headers are not trusted.
+func (c *Caller) rateKey(r *http.Request) string {
+	if c.UID != "" {
+		return "uid:" + c.UID
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "ip:" + host
+}
 
 var adminCaller = &Caller{Admin: true, Kind: "admin-key"}
 
@@ -80,6 +97,9 @@ func (s *Server) authenticate(c *gin.Context) {
 		caller = adminCaller
 	}
 	c.Set(callerKey, caller)
+	if !s.allowRate(c, caller) {
+		return
+	}
 	if err := s.authorize(caller, ActionAccess, c.Param("db"), ""); err != nil {
 		s.writeError(c, err)
 		return
@@ -114,4 +134,18 @@ func (s *Server) authorize(caller *Caller, action Action, db, path string) error
 	}
 	_ = db // databases share one policy until rules are per-database
 	return nil
+}
+
+// allowRate applies the per-client rate limit; it writes the 429 and
+// returns false when the caller is over it.
+func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
+	if s.limits == nil || caller.Admin {
+		return true
+	}
+	if wait := s.limits.reserve(caller.rateKey(c.Request), time.Now()); wait > 0 {
+		s.writeError(c, s.rateLimited(c.Writer.Header(), wait))
+		c.Abort()
+		return false
+	}
+	return true
 }

@@ -32,6 +32,7 @@ const (
 	codeRequestTooLarge    = "REQUEST_TOO_LARGE"
 	codeUnavailable        = "UNAVAILABLE"
 	codeInternal           = "INTERNAL"
+	codeRateLimited        = "RATE_LIMITED"
 )
 
 // apiError is an error response: status plus the JSON body

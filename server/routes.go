@@ -34,7 +34,7 @@ func (s *Server) routes() *gin.Engine {
 	// headers either.
 	_ = r.SetTrustedProxies(nil)
 
-	r.Use(s.requestID, s.observe, s.recover)
+	r.Use(s.requestID, s.observe, s.recover, s.cors)
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", c.Request.Method, c.Request.URL.Path))
 	})

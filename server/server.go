@@ -62,6 +62,16 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Version is reported in logs.
 	Version string
+	// CORSOrigins are the browser origins allowed to call the API ("*"
+	// allows any). Same-origin requests are always allowed.
+	CORSOrigins []string
+	// RateLimit is the per-client request rate (requests/second; the
+	// caller's uid, or its IP when anonymous). Zero means DefaultRateLimit;
+	// negative disables rate limiting. The admin key is never limited.
+	RateLimit float64
+	// RateBurst is the bucket size; zero means DefaultRateBurst (or
+	// RateLimit when that is set).
+	RateBurst int
 }
 
 // Server is the HTTP surface over one Store.
@@ -73,6 +83,8 @@ type Server struct {
 	shutdownTimeout time.Duration
 	version         string
 	registry        *prometheus.Registry
+	corsOrigins     []string
+	limits          *limiters // nil: no rate limit
 	metrics         *httpMetrics
 	engine          *gin.Engine
 }
@@ -110,6 +122,13 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		shutdownTimeout: cfg.ShutdownTimeout,
 		version:         cfg.Version,
 		registry:        cfg.Registry,
+		corsOrigins:     cfg.CORSOrigins,
+	}
+	switch {
+	case cfg.RateLimit == 0:
+		s.limits = newLimiters(DefaultRateLimit, DefaultRateBurst)
+	case cfg.RateLimit > 0:
+		s.limits = newLimiters(cfg.RateLimit, cfg.RateBurst)
 	}
 	m, err := newHTTPMetrics(cfg.Registry, store)
 	if err != nil {

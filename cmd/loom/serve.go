@@ -68,6 +68,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv, err := server.New(store, server.Config{
 		AdminKeySHA256:  admin.hash,
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
+		CORSOrigins:     cfg.Security.CORSOrigins,
+		RateLimit:       cfg.Limits.RateLimit,
+		RateBurst:       cfg.Limits.RateBurst,
 		Logger:          logger,
 		Registry:        reg,
 		Version:         version,

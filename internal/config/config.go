@@ -59,6 +59,9 @@ type Auth struct {
 // Security configures security rules.
 type Security struct {
 	RulesFile string `toml:"rules_file"`
+	// CORSOrigins are the browser origins allowed to call the API (and to
+	// open WebSockets); same-origin is always allowed. Default: none.
+	CORSOrigins []string `toml:"cors_origins"`
 }
 
 // Webhooks configures outbound webhook delivery.
@@ -78,6 +81,11 @@ type LLM struct {
 type Limits struct {
 	MaxDocumentBytes int   `toml:"max_document_bytes"`
 	MaxRequestBytes  int64 `toml:"max_request_bytes"`
+	// RateLimit is requests/second per client (uid, or IP when anonymous);
+	// 0 = the server default (20000), negative = off. The admin key is
+	// never limited.
+	RateLimit float64 `toml:"rate_limit"`
+	RateBurst int     `toml:"rate_burst"`
 }
 
 // Changes configures the change log.
