@@ -1,0 +1,264 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultDB         = "default"
+	DefaultAccessTTL  = 15 * time.Minute
+	DefaultRefreshTTL = 30 * 24 * time.Hour
+	// DefaultLoginFailures and DefaultLoginWindow: 10 failed logins per
+	// username and per IP within 15 minutes, then ErrRateLimited.
+	DefaultLoginFailures = 10
+	DefaultLoginWindow   = 15 * time.Minute
+	// MinSecretBytes is the shortest accepted HS256 signing key (RFC 7518
+	// asks for a key at least as long as the hash output).
+	MinSecretBytes = 32
+)
+
+// System collections holding the auth documents (see the package comment).
+const (
+	colUsers        = "_users"
+	colUsernames    = "_usernames"
+	colRefresh      = "_refresh_tokens"
+	colAPIKeys      = "_api_keys"
+	colAPIKeyNames  = "_api_key_names"
+	purgeInterval   = time.Hour // how often expired refresh tokens are deleted
+	maxBearerLength = 16 << 10  // longer credentials are rejected unparsed
+)
+
+// Identity kinds.
+const (
+	KindUser       = "user"
+	KindOIDC       = "oidc"
+	KindServiceKey = "service-key"
+)
+
+// Config configures a Service. Secret is required; everything else has a
+// default.
+type Config struct {
+	// DB is the database holding the auth system documents (default
+	// "default").
+	DB string
+	// Secret is the HS256 key that signs access tokens; at least 32 bytes.
+	// Anyone holding it can mint tokens for any user: keep it out of logs
+	// and config files that are shared (see LoadOrCreateSecret).
+	Secret []byte
+	// AccessTTL is the lifetime of access tokens (default 15 minutes).
+	// Access tokens cannot be revoked, so this bounds how long a logged-out
+	// or demoted user keeps access.
+	AccessTTL time.Duration
+	// RefreshTTL is the lifetime of a refresh token (default 30 days); each
+	// refresh issues a new token with a fresh lifetime.
+	RefreshTTL time.Duration
+	// BcryptCost is the password hashing cost (default bcrypt.DefaultCost).
+	// Every signup and login spends this much CPU; tests use
+	// bcrypt.MinCost, which is far too cheap for production.
+	BcryptCost int
+	// JWKSURL enables external OIDC tokens (RS256/ES256) signed by a key of
+	// this JWK Set. Issuer and Audience, when set, must match the iss and aud
+	// claims.
+	JWKSURL, Issuer, Audience string
+	// LoginLimit bounds failed logins per username and per client IP.
+	LoginLimit Limit
+	// Now is the clock (default time.Now); tests inject one.
+	Now func() time.Time
+	// HTTPClient fetches the JWK Set (default: a client with a 10 s timeout).
+	HTTPClient *http.Client
+	Logger     *slog.Logger
+}
+
+// Limit is a sliding-window rate limit on failed logins.
+type Limit struct {
+	// Failures is how many failed logins are allowed within Window; the next
+	// attempt is refused with *RateLimitError without checking the password.
+	// 0 means DefaultLoginFailures; negative disables the limit.
+	Failures int
+	// Window is the sliding window (default DefaultLoginWindow).
+	Window time.Duration
+}
+
+// Identity is an authenticated caller.
+type Identity struct {
+	UID      string
+	Username string
+	Roles    []string
+	// Claims are the verified token's claims (nil for service keys and
+	// User); security rules see them as request.auth.claims.
+	Claims map[string]any
+	// Kind is KindUser, KindOIDC or KindServiceKey.
+	Kind string
+}
+
+// Tokens is the token pair returned by signup, login and refresh; its JSON
+// form is the /auth/v1 response body.
+type Tokens struct {
+	AccessToken  string `json:"access_token"`
+	RefreshToken string `json:"refresh_token"`
+	ExpiresIn    int    `json:"expires_in"` // access token lifetime, seconds
+	TokenType    string `json:"token_type"` // "Bearer"
+}
+
+// Service implements accounts, tokens and API keys on a collections.Store.
+// It is safe for concurrent use.
+type Service struct {
+	store      collections.Store
+	db         string
+	secret     []byte
+	accessTTL  time.Duration
+	refreshTTL time.Duration
+	cost       int
+	now        func() time.Time
+	log        *slog.Logger
+
+	// dummyHash is compared against for unknown users, so a login costs
+	// one bcrypt comparison whether or not the user exists.
+	dummyHash []byte
+	access    *jwt.Parser
+	limiter   *loginLimiter
+
+	ctx       context.Context // owned; cancelled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New checks cfg, applies defaults and returns a Service. When JWKSURL is
+// set, it fetches the JWK Set once; a failing fetch is logged, not fatal (an
+// identity provider that is down must not keep Loom from starting), and is
+// retried when a token with an unknown key id arrives.
+func New(ctx context.Context, store collections.Store, cfg Config) (*Service, error) {
+	if store == nil {
+		return nil, errors.New("auth: a store is required")
+	}
+	if len(cfg.Secret) < MinSecretBytes {
+		return nil, fmt.Errorf("auth: the signing secret must be at least %d bytes, got %d", MinSecretBytes, len(cfg.Secret))
+	}
+	if cfg.DB == "" {
+		cfg.DB = DefaultDB
+	}
+	if cfg.AccessTTL <= 0 {
+		cfg.AccessTTL = DefaultAccessTTL
+	}
+	if cfg.RefreshTTL <= 0 {
+		cfg.RefreshTTL = DefaultRefreshTTL
+	}
+	if cfg.BcryptCost == 0 {
+		cfg.BcryptCost = bcrypt.DefaultCost
+	}
+	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
+		return nil, fmt.Errorf("auth: bcrypt cost %d outside [%d, %d]", cfg.BcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	if cfg.LoginLimit.Failures == 0 {
+		cfg.LoginLimit.Failures = DefaultLoginFailures
+	}
+	if cfg.LoginLimit.Window <= 0 {
+		cfg.LoginLimit.Window = DefaultLoginWindow
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	// The dummy password is random so that no password matches it.
+	dummy, err := bcrypt.GenerateFromPassword([]byte(rand.Text()), cfg.BcryptCost)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	s := &Service{
+		store:      store,
+		db:         cfg.DB,
+		secret:     append([]byte(nil), cfg.Secret...),
+		accessTTL:  cfg.AccessTTL,
+		refreshTTL: cfg.RefreshTTL,
+		cost:       cfg.BcryptCost,
+		now:        cfg.Now,
+		log:        cfg.Logger.With("component", "auth"),
+		dummyHash:  dummy,
+		limiter:    newLoginLimiter(cfg.LoginLimit),
+	}
+	s.access = jwt.NewParser(
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
+		jwt.WithTimeFunc(s.now),
+		jwt.WithStrictDecoding(),
+	)
+	// The service's own context outlives the caller's ctx (which may be a
+	// startup timeout) and ends with Close.
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if cfg.JWKSURL != "" {
+		s.cancel()
+		return nil, errors.New("auth: OIDC (jwks_url) is not supported yet")
+	}
+	s.wg.Add(1)
+	go s.purgeLoop()
+	return s, nil
+}
+
+// Close stops the background work: the JWK Set refresh and the periodic
+// purge of expired refresh tokens. It does not close the store. Calling it
+// more than once is harmless.
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// Authenticate resolves a bearer credential (with or without the "Bearer "
+// scheme) into an Identity: one of our access tokens, an OIDC token when a
+// JWK Set is configured, or a service key. Anything else — including refresh
+// tokens — is ErrInvalidToken. Other errors (a failing store) mean the
+// credential could not be checked.
+func (s *Service) Authenticate(ctx context.Context, bearer string) (*Identity, error) {
+	tok := strings.TrimSpace(bearer)
+	if len(tok) > 7 && strings.EqualFold(tok[:7], "bearer ") {
+		tok = strings.TrimSpace(tok[7:])
+	}
+	if tok == "" || len(tok) > maxBearerLength {
+		return nil, ErrInvalidToken
+	}
+	switch {
+	case strings.HasPrefix(tok, refreshTokenPrefix):
+		return nil, fmt.Errorf("%w: a refresh token is not an access token", ErrInvalidToken)
+	}
+	hdr, ok := peekHeader(tok)
+	if !ok {
+		return nil, ErrInvalidToken
+	}
+	switch hdr.Alg {
+	case jwt.SigningMethodHS256.Alg():
+		return s.verifyAccess(tok)
+	case jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg():
+		return nil, fmt.Errorf("%w: no identity provider is configured for %s tokens", ErrInvalidToken, hdr.Alg)
+	}
+	return nil, fmt.Errorf("%w: unsupported algorithm", ErrInvalidToken)
+}
+
+// docPath joins a system collection and a document id.
+func docPath(collection, id string) string { return collection + "/" + id }
+
+// isGone reports whether err means the document (or, for a commit, the
+// document a write depended on) is gone or changed under us.
+func isGone(err error) bool {
+	return errors.Is(err, collections.ErrNotFound) || errors.Is(err, collections.ErrPreconditionFailed)
+}

@@ -1,0 +1,33 @@
+// Package auth holds Loom's user accounts, tokens and API keys (spec 04,
+// "Users and tokens"). Everything it stores is a system document written
+// through collections.Store, so it works on every engine and never appears in
+// the change log.
+//
+// # Basics
+//
+// A Service signs users up and logs them in (bcrypt password hashes), issues
+// token pairs — a short-lived HS256 access JWT and an opaque, rotating refresh
+// token — and resolves a bearer credential into an Identity: one of its own
+// access tokens, an RS256/ES256 token of an external OIDC provider (when a
+// JWKS URL is configured), or a service key.
+//
+// Stored documents, all in Config.DB:
+//
+//	_users/{uid}              {username, passwordHash, roles, createdAt}
+//	_usernames/{name key}     {uid}          unique, case-insensitive name
+//	_refresh_tokens/{sha256}  {uid, expiresAt}
+//	_api_keys/{sha256}        {name, roles, createdAt}
+//	_api_key_names/{name}     {hash}         unique service-key name
+//
+// Refresh tokens and service keys are stored only as the SHA-256 of the
+// credential, so a copy of the database does not hand out working keys.
+//
+// # Caveats
+//
+// Access tokens are stateless: logout revokes the refresh token, but an
+// access token stays valid until it expires (15 minutes by default), and
+// role changes reach a user only with the next refresh.
+//
+// Login rate limiting is in memory and per process: counters are lost on
+// restart and not shared between Loom instances.
+package auth

@@ -1,0 +1,43 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Callers test them with errors.Is; the returned error may
+// wrap them with a detail meant for logs, not for clients.
+var (
+	// ErrInvalidUsername: not 3–64 characters of [A-Za-z0-9_.@-].
+	ErrInvalidUsername = errors.New("auth: invalid username")
+	// ErrWeakPassword: shorter than 10 characters, or longer than the 72
+	// bytes bcrypt can hash.
+	ErrWeakPassword = errors.New("auth: password must be 10 to 72 bytes long")
+	// ErrUserExists: the username is taken (compared case-insensitively).
+	ErrUserExists = errors.New("auth: username already exists")
+	// ErrInvalidCredentials is the one answer for an unknown user and a wrong
+	// password, so a login never tells which usernames exist.
+	ErrInvalidCredentials = errors.New("auth: invalid username or password")
+	// ErrInvalidToken: a bearer credential or refresh token that is malformed,
+	// forged, expired, revoked or of the wrong kind.
+	ErrInvalidToken = errors.New("auth: invalid or expired token")
+	// ErrRateLimited is wrapped by *RateLimitError.
+	ErrRateLimited = errors.New("auth: too many failed logins")
+	// ErrServiceKeyExists: CreateServiceKey with a name already in use.
+	ErrServiceKeyExists = errors.New("auth: service key name already exists")
+)
+
+// RateLimitError is returned by Login when too many logins failed recently for
+// the username or the client IP. RetryAfter is how long until an attempt is
+// allowed again (the server sends it as Retry-After).
+type RateLimitError struct {
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	secs := (e.RetryAfter + time.Second - 1) / time.Second // round up: never "retry after 0s"
+	return fmt.Sprintf("%v; retry after %ds", ErrRateLimited, secs)
+}
+
+func (e *RateLimitError) Unwrap() error { return ErrRateLimited }

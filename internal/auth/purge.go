@@ -1,0 +1,87 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// purgePage bounds how many expired tokens one query (and one commit) takes.
+const purgePage = 500
+
+// PurgeExpired deletes refresh tokens that have expired and returns how many
+// it deleted. Sessions that end without a logout leave their token behind;
+// the Service runs this every hour, so callers rarely need to.
+func (s *Service) PurgeExpired(ctx context.Context) (int, error) {
+	cutoff := json.Number(strconv.FormatInt(s.now().UnixMilli(), 10))
+	q := collections.Query{
+		Collection: colRefresh,
+		Filters:    []collections.Filter{{Field: fieldExpiresAt, Op: collections.OpLe, Value: cutoff}},
+		Limit:      purgePage,
+	}
+	if err := q.Normalize(); err != nil {
+		return 0, fmt.Errorf("auth: purge: %w", err)
+	}
+	deleted := 0
+	for {
+		res, err := s.store.Query(ctx, s.db, q)
+		if err != nil {
+			return deleted, fmt.Errorf("auth: purge: %w", err)
+		}
+		if len(res.Docs) == 0 {
+			return deleted, nil
+		}
+		before := deleted
+		writes := make([]collections.Write, len(res.Docs))
+		for i, d := range res.Docs {
+			writes[i] = collections.Write{Type: collections.WriteDelete, Path: d.Path}
+		}
+		if _, err := s.store.Commit(ctx, s.db, writes, collections.CommitOptions{}); err == nil {
+			deleted += len(writes)
+		} else if isGone(err) {
+			// A token of the page was refreshed or logged out meanwhile;
+			// delete the rest one by one.
+			for _, w := range writes {
+				_, err := s.store.Commit(ctx, s.db, []collections.Write{w}, collections.CommitOptions{})
+				if err != nil && !isGone(err) {
+					return deleted, fmt.Errorf("auth: purge: %w", err)
+				}
+				if err == nil {
+					deleted++
+				}
+			}
+		} else {
+			return deleted, fmt.Errorf("auth: purge: %w", err)
+		}
+		// Deleted documents drop out of the query, so start over rather
+		// than continue after a cursor; stop when a round made no progress.
+		if res.NextCursor == "" || deleted == before {
+			return deleted, nil
+		}
+	}
+}
+
+// purgeLoop runs PurgeExpired every purgeInterval until Close.
+func (s *Service) purgeLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(purgeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			n, err := s.PurgeExpired(s.ctx)
+			if err != nil && s.ctx.Err() == nil {
+				// Best effort: the next round retries.
+				s.log.Warn("purge expired refresh tokens", "error", err)
+			} else if n > 0 {
+				s.log.Debug("purged expired refresh tokens", "count", n)
+			}
+		}
+	}
+}

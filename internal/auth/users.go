@@ -1,0 +1,269 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Account rules (spec 04).
+const (
+	MinUsernameLength = 3
+	MaxUsernameLength = 64
+	MinPasswordLength = 10 // characters
+	// MaxPasswordBytes is bcrypt's input limit; longer passwords would be
+	// silently truncated, so they are refused.
+	MaxPasswordBytes = 72
+)
+
+// Fields of the _users and _usernames documents.
+const (
+	fieldUsername     = "username"
+	fieldPasswordHash = "passwordHash"
+	fieldRoles        = "roles"
+	fieldUID          = "uid"
+	fieldCreatedAt    = "createdAt"
+)
+
+// defaultRoles are given to every signed-up user.
+var defaultRoles = []string{"user"}
+
+// user is a loaded _users document.
+type user struct {
+	uid      string
+	username string
+	hash     []byte
+	roles    []string
+}
+
+func (u *user) identity() *Identity {
+	return &Identity{UID: u.uid, Username: u.username, Roles: u.roles, Kind: KindUser}
+}
+
+// validUsername: 3–64 characters of [A-Za-z0-9_.@-].
+func validUsername(name string) bool {
+	if len(name) < MinUsernameLength || len(name) > MaxUsernameLength {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '_', c == '.', c == '@', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// usernameKey is the id of a username's _usernames document: the lowercased
+// name, made a legal path segment. "@" is not allowed in document ids, so "_"
+// is the escape character: "_" is written "__" and "@" is written "_a". The
+// mapping is injective (two different names never share a key) and at most
+// doubles the length, within collections.MaxIDBytes.
+func usernameKey(name string) string {
+	lower := strings.ToLower(name)
+	if !strings.ContainsAny(lower, "_@") {
+		return lower
+	}
+	var b strings.Builder
+	b.Grow(2 * len(lower))
+	for i := 0; i < len(lower); i++ {
+		switch c := lower[i]; c {
+		case '_':
+			b.WriteString("__")
+		case '@':
+			b.WriteString("_a")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func checkPassword(pw string) error {
+	if utf8.RuneCountInString(pw) < MinPasswordLength {
+		return fmt.Errorf("%w: use at least %d characters", ErrWeakPassword, MinPasswordLength)
+	}
+	if len(pw) > MaxPasswordBytes {
+		return fmt.Errorf("%w: use at most %d bytes", ErrWeakPassword, MaxPasswordBytes)
+	}
+	return nil
+}
+
+// Signup creates a user with the default roles and logs it in. Usernames are
+// unique case-insensitively; the one who commits first wins a race and the
+// others get ErrUserExists.
+func (s *Service) Signup(ctx context.Context, username, password string) (Tokens, error) {
+	if !validUsername(username) {
+		return Tokens{}, fmt.Errorf("%w: use %d to %d characters of A-Z a-z 0-9 _ . @ -", ErrInvalidUsername, MinUsernameLength, MaxUsernameLength)
+	}
+	if err := checkPassword(password); err != nil {
+		return Tokens{}, err
+	}
+	nameDoc := docPath(colUsernames, usernameKey(username))
+	// Cheap early answer for the common case; the create below is what
+	// actually guarantees uniqueness.
+	switch _, err := s.store.Get(ctx, s.db, nameDoc); {
+	case err == nil:
+		return Tokens{}, ErrUserExists
+	case !errors.Is(err, collections.ErrNotFound):
+		return Tokens{}, fmt.Errorf("auth: signup: %w", err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.cost)
+	if err != nil {
+		return Tokens{}, fmt.Errorf("auth: signup: %w", err)
+	}
+	now := s.now()
+	u := &user{uid: collections.NewID(), username: username, hash: hash, roles: defaultRoles}
+	refresh, refreshWrite := s.newRefreshToken(u.uid, now)
+	writes := []collections.Write{
+		{Type: collections.WriteCreate, Path: docPath(colUsers, u.uid), Data: map[string]any{
+			fieldUsername:     username,
+			fieldPasswordHash: string(hash),
+			fieldRoles:        toAnySlice(u.roles),
+			fieldCreatedAt:    now.UnixMilli(),
+		}},
+		{Type: collections.WriteCreate, Path: nameDoc, Data: map[string]any{fieldUID: u.uid}},
+		refreshWrite,
+	}
+	if _, err := s.store.Commit(ctx, s.db, writes, collections.CommitOptions{}); err != nil {
+		if errors.Is(err, collections.ErrAlreadyExists) {
+			return Tokens{}, ErrUserExists
+		}
+		return Tokens{}, fmt.Errorf("auth: signup: %w", err)
+	}
+	return s.tokens(u, refresh, now)
+}
+
+// Login checks a username and password. An unknown user and a wrong password
+// both give ErrInvalidCredentials after the same bcrypt work. Failed logins
+// are counted per username and per clientIP (empty: not counted per IP);
+// past the limit Login returns *RateLimitError without looking at the
+// password.
+func (s *Service) Login(ctx context.Context, username, password, clientIP string) (Tokens, error) {
+	var userKey string
+	if validUsername(username) {
+		userKey = usernameKey(username)
+	}
+	attempt, err := s.limiter.begin(userKey, clientIP, s.now())
+	if err != nil {
+		return Tokens{}, err
+	}
+	tokens, err := s.login(ctx, username, password)
+	switch {
+	case err == nil:
+		attempt.succeeded()
+	case errors.Is(err, ErrInvalidCredentials):
+		attempt.failed(s.now())
+	default:
+		attempt.abandoned() // the store failed: not the caller's fault
+	}
+	return tokens, err
+}
+
+func (s *Service) login(ctx context.Context, username, password string) (Tokens, error) {
+	u, err := s.userByName(ctx, username)
+	if err != nil {
+		return Tokens{}, fmt.Errorf("auth: login: %w", err)
+	}
+	hash := s.dummyHash
+	if u != nil {
+		hash = u.hash
+	}
+	// Always compare, so an unknown user costs the same as a wrong password.
+	mismatch := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil
+	// bcrypt ignores bytes past 72; such a password never matches.
+	if u == nil || mismatch || len(password) > MaxPasswordBytes {
+		return Tokens{}, ErrInvalidCredentials
+	}
+	now := s.now()
+	refresh, refreshWrite := s.newRefreshToken(u.uid, now)
+	if _, err := s.store.Commit(ctx, s.db, []collections.Write{refreshWrite}, collections.CommitOptions{}); err != nil {
+		return Tokens{}, fmt.Errorf("auth: login: %w", err)
+	}
+	return s.tokens(u, refresh, now)
+}
+
+// User returns the account with the given uid, or an error wrapping
+// collections.ErrNotFound.
+func (s *Service) User(ctx context.Context, uid string) (*Identity, error) {
+	u, err := s.userByUID(ctx, uid)
+	if err != nil {
+		return nil, err
+	}
+	if u == nil {
+		return nil, fmt.Errorf("auth: user %q: %w", uid, collections.ErrNotFound)
+	}
+	return u.identity(), nil
+}
+
+// userByName loads a user by username; nil, nil when there is none.
+func (s *Service) userByName(ctx context.Context, username string) (*user, error) {
+	if !validUsername(username) {
+		return nil, nil
+	}
+	d, err := s.store.Get(ctx, s.db, docPath(colUsernames, usernameKey(username)))
+	if errors.Is(err, collections.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	uid, _ := d.Data[fieldUID].(string)
+	return s.userByUID(ctx, uid)
+}
+
+// userByUID loads a user; nil, nil when there is none.
+func (s *Service) userByUID(ctx context.Context, uid string) (*user, error) {
+	if collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
+		return nil, nil
+	}
+	d, err := s.store.Get(ctx, s.db, docPath(colUsers, uid))
+	if errors.Is(err, collections.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	u := &user{uid: uid, roles: stringList(d.Data[fieldRoles])}
+	u.username, _ = d.Data[fieldUsername].(string)
+	if h, ok := d.Data[fieldPasswordHash].(string); ok {
+		u.hash = []byte(h)
+	}
+	return u, nil
+}
+
+// stringList returns v as []string when it is a list of strings, else nil.
+func stringList(v any) []string {
+	switch t := v.(type) {
+	case []string:
+		return append([]string(nil), t...)
+	case []any:
+		out := make([]string, 0, len(t))
+		for _, x := range t {
+			s, ok := x.(string)
+			if !ok {
+				return nil
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	return nil
+}
+
+func toAnySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
