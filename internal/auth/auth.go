@@ -238,6 +238,8 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (*Identity, e
 		return nil, ErrInvalidToken
 	}
 	switch {
+	case strings.HasPrefix(tok, serviceKeyPrefix):
+		return s.authenticateServiceKey(ctx, tok)
 	case strings.HasPrefix(tok, refreshTokenPrefix):
 		return nil, fmt.Errorf("%w: a refresh token is not an access token", ErrInvalidToken)
 	}
