@@ -131,6 +131,7 @@ type Service struct {
 	dummyHash []byte
 	access    *jwt.Parser
 	limiter   *loginLimiter
+	oidc      *oidcVerifier // nil unless Config.JWKSURL is set
 
 	ctx       context.Context // owned; cancelled by Close
 	cancel    context.CancelFunc
@@ -205,8 +206,10 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 	// startup timeout) and ends with Close.
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.JWKSURL != "" {
-		s.cancel()
-		return nil, errors.New("auth: OIDC (jwks_url) is not supported yet")
+		if s.oidc, err = newOIDCVerifier(s.ctx, cfg, s.log); err != nil {
+			s.cancel()
+			return nil, err
+		}
 	}
 	s.wg.Add(1)
 	go s.purgeLoop()
@@ -251,7 +254,10 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (*Identity, e
 	case jwt.SigningMethodHS256.Alg():
 		return s.verifyAccess(tok)
 	case jwt.SigningMethodRS256.Alg(), jwt.SigningMethodES256.Alg():
-		return nil, fmt.Errorf("%w: no identity provider is configured for %s tokens", ErrInvalidToken, hdr.Alg)
+		if s.oidc == nil {
+			return nil, fmt.Errorf("%w: no identity provider is configured for %s tokens", ErrInvalidToken, hdr.Alg)
+		}
+		return s.oidc.verify(ctx, tok, hdr.Kid)
 	}
 	return nil, fmt.Errorf("%w: unsupported algorithm", ErrInvalidToken)
 }
