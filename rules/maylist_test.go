@@ -1,0 +1,73 @@
+package rules_test
+
+import (
+	"testing"
+
+	"github.com/loomdb/loom/rules"
+)
+
+func TestSet_MayList(t *testing.T) {
+	def := rules.Default()
+	custom := MustParse(t, `
+[[rule]]
+match = "public/{doc}"
+allow = ["list"]
+if    = "request.auth != null"
+
+[[rule]]
+match = "private/{doc}"
+allow = ["get", "write"]      # no list
+if    = "true"
+
+[[rule]]
+match = "closed/{doc}"
+allow = ["read"]
+if    = "false"
+
+[[rule]]
+match = "orgs/acme/projects/{p}"
+allow = ["read"]
+if    = "request.auth != null"
+
+[[rule]]
+match = "archive/{rest=**}"
+allow = ["read"]
+if    = "true"
+`)
+	tests := []struct {
+		name       string
+		s          *rules.Set
+		auth       *rules.Auth
+		collection string
+		want       bool
+	}{
+		{"default own notes", def, alice, "users/alice/notes", true},
+		{"default other notes", def, bob, "users/alice/notes", true}, // if is not evaluated
+		{"default anonymous", def, nil, "users/alice/notes", true},
+		{"default pattern", def, alice, "users/*/notes", true},
+		{"default deep", def, alice, "users/alice/notes/n1/comments", true},
+		{"default all wildcards", def, alice, "*/*/*", true},
+		{"default users", def, alice, "users", false}, // {rest=**} needs a segment after the uid
+		{"default top wildcard", def, alice, "*", false},
+		{"default posts", def, alice, "posts", false},
+		{"default posts sub", def, alice, "posts/p1/comments", false},
+		{"list granted", custom, nil, "public", true},
+		{"wildcard collection", custom, nil, "*", true},
+		{"no list grant", custom, alice, "private", false},
+		{"if false", custom, alice, "closed", false},
+		{"literal id", custom, alice, "orgs/acme/projects", true},
+		{"other literal id", custom, alice, "orgs/other/projects", false},
+		{"wildcard id", custom, alice, "orgs/*/projects", true},
+		{"rest", custom, alice, "archive", true},
+		{"rest deep", custom, alice, "archive/2020/months", true},
+		{"unknown", custom, alice, "nothing", false},
+		{"empty set", MustParse(t, ""), alice, "users/alice/notes", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.MayList(tt.auth, tt.collection); got != tt.want {
+				t.Fatalf("MayList(%q)=%v, want %v", tt.collection, got, tt.want)
+			}
+		})
+	}
+}

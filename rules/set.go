@@ -1,0 +1,220 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Auth is the authenticated caller; nil means anonymous (request.auth ==
+// null in CEL). In CEL it is the map {uid, username, roles, claims}; a nil
+// Roles is an empty list and a nil Claims an empty map. Claims values may be
+// anything encoding/json decodes (json.Number included, see Request).
+type Auth struct {
+	UID, Username string
+	Roles         []string
+	Claims        map[string]any
+}
+
+// Op is the operation a request performs on a document.
+type Op string
+
+// Operations. In a rule's allow, "read" is get+list and "write" is
+// create+update+delete.
+const (
+	OpGet    Op = "get"
+	OpList   Op = "list"
+	OpCreate Op = "create"
+	OpUpdate Op = "update"
+	OpDelete Op = "delete"
+)
+
+// opMask is a set of operations.
+type opMask uint8
+
+// maskOf returns the bit of op, 0 for an unknown op.
+func maskOf(op Op) opMask {
+	switch op {
+	case OpGet:
+		return 1 << 0
+	case OpList:
+		return 1 << 1
+	case OpCreate:
+		return 1 << 2
+	case OpUpdate:
+		return 1 << 3
+	case OpDelete:
+		return 1 << 4
+	}
+	return 0
+}
+
+// Request is one access decision.
+//
+// Document data (Resource, Existing, and what a Getter returns) holds
+// values as collections.DecodeJSON produces them. In CEL a json.Number is an
+// int when it is integral and fits int64 ("3", "3.0", "3e0"), a double
+// otherwise; maps and lists convert element by element as they are read.
+type Request struct {
+	Auth *Auth
+	Op   Op     // OpGet, OpList, OpCreate, OpUpdate, OpDelete
+	Path string // the document path (for list: each listed document's path)
+	// Time is request.time; the zero Time means time.Now().
+	Time time.Time
+	// Resource is request.resource.data: the document data as it would be
+	// after the write (nil for reads and deletes, and then request.resource
+	// is null).
+	Resource map[string]any
+	// Existing is resource.data: the stored document's data, nil when there
+	// is none (and then resource is null).
+	Existing map[string]any
+}
+
+// Getter reads other documents of the same database for get()/exists();
+// (nil, false, nil) when absent.
+type Getter interface {
+	GetData(ctx context.Context, path string) (map[string]any, bool, error)
+}
+
+// Set is a compiled list of rules. It is immutable and safe for concurrent
+// use.
+type Set struct {
+	rules []*rule
+}
+
+// constant classifies if expressions that are the literal true or false.
+type constant int8
+
+const (
+	constNone constant = iota
+	constTrue
+	constFalse
+)
+
+// rule is one compiled [[rule]].
+type rule struct {
+	pat      *pattern
+	ops      opMask
+	src      string // the if expression
+	prg      cel.Program
+	constant constant
+}
+
+// Len returns the number of rules.
+func (s *Set) Len() int { return len(s.rules) }
+
+// Allow decides req: it is allowed when any rule whose pattern matches
+// req.Path and whose allow covers req.Op evaluates its if expression to
+// true. No such rule → (false, nil).
+//
+// A rule whose evaluation fails (a missing field, a type error, the cost
+// limit, more than MaxDocumentReads get/exists calls, a bad path given to
+// get) simply does not allow; the other rules are still tried. Allow
+// returns an error, and false, only when the decision could not be made: an
+// invalid req.Op or req.Path, a Getter failure (or a get/exists call with a
+// nil g), or ctx ending. g may be nil when no rule calls get or exists.
+func (s *Set) Allow(ctx context.Context, req Request, g Getter) (bool, error) {
+	bit := maskOf(req.Op)
+	if bit == 0 {
+		return false, fmt.Errorf("rules: unknown operation %q", req.Op)
+	}
+	if err := collections.ValidateDocPath(req.Path); err != nil {
+		return false, fmt.Errorf("rules: %w", err)
+	}
+	var (
+		segBuf [16]string
+		capBuf [8]capture
+		act    *activation // built on the first evaluation
+	)
+	segs := splitPath(segBuf[:0], req.Path)
+	for _, r := range s.rules {
+		if r.ops&bit == 0 || r.constant == constFalse {
+			continue
+		}
+		caps, ok := r.pat.match(req.Path, segs, capBuf[:0])
+		if !ok {
+			continue
+		}
+		if r.constant == constTrue {
+			return true, nil
+		}
+		if act == nil {
+			act = newActivation(ctx, &req, g)
+		}
+		act.caps = caps
+		var (
+			out ref.Val
+			err error
+		)
+		if ctx.Done() == nil {
+			// Nothing can interrupt: skip ContextEval's per-call context
+			// plumbing. CostLimit still bounds the evaluation.
+			out, _, err = r.prg.Eval(act)
+		} else {
+			out, _, err = r.prg.ContextEval(ctx, act)
+		}
+		if act.state.fatal != nil {
+			return false, act.state.fatal
+		}
+		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return false, fmt.Errorf("rules: %w", cerr)
+			}
+			continue
+		}
+		if out == types.True {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// MayList reports whether some rule could allow listing a document directly
+// in collection, a collection path whose "*" segments stand for any segment
+// ("users/*/notes"). It is false only when no rule granting list has a
+// pattern that can match collection + "/" + <any id> (a rule whose if is
+// the literal false does not count); if expressions are otherwise ignored,
+// so true does not mean any document will be allowed. Servers use it to
+// refuse at once a query no rule could ever allow. auth is not consulted
+// today; it is in the signature so the check can get sharper without
+// changing callers. collection is not validated.
+func (s *Set) MayList(auth *Auth, collection string) bool {
+	var segBuf [16]string
+	segs := append(splitPath(segBuf[:0], collection), "*")
+	bit := maskOf(OpList)
+	for _, r := range s.rules {
+		if r.ops&bit != 0 && r.constant != constFalse && r.pat.mayMatch(segs) {
+			return true
+		}
+	}
+	return false
+}
+
+// DefaultSource is the TOML of the built-in rules: a signed-in user may read
+// and write every document below users/{their uid}/ (not users/{uid} itself:
+// {rest=**} needs at least one segment). Everything else is denied, which
+// leaves it to the admin key.
+const DefaultSource = `[[rule]]
+match = "users/{userId}/{rest=**}"
+allow = ["read", "write"]
+if    = "request.auth != null && request.auth.uid == userId"
+`
+
+var defaultSet = sync.OnceValue(func() *Set {
+	s, err := Parse([]byte(DefaultSource), "rules.DefaultSource")
+	if err != nil {
+		panic(err) // DefaultSource is a constant; the tests parse it
+	}
+	return s
+})
+
+// Default returns the built-in rules, compiled from DefaultSource on first
+// use. The Set is shared, which is safe: it is immutable.
+func Default() *Set { return defaultSet() }
