@@ -114,6 +114,7 @@ type indexDef struct {
 	decl collections.Index
 	name string
 	ddl  string
+	stat string // its sqlite_stat1 line (see writeStats)
 }
 
 func indexDefs(decls []collections.Index) ([]indexDef, error) {
@@ -127,18 +128,29 @@ func indexDefs(decls []collections.Index) ([]indexDef, error) {
 		if !ok {
 			return nil, fmt.Errorf("index on %q: use * only in place of document ids", ix.Collection)
 		}
+		// stat: the index covers one shape (10000 rows); db and a type
+		// class select nothing, the first field's value selects about 10
+		// rows, further values and the path about 1.
 		cols := []string{"db"}
-		for _, f := range ix.Fields {
+		stat := []string{"10000", "10000"}
+		for i, f := range ix.Fields {
 			k, ok := fieldKey(f)
 			if !ok {
 				return nil, fmt.Errorf("index on %q: field %q cannot be indexed (quotes, backslashes or control characters)", ix.Collection, f)
 			}
 			if k.rank != "" {
 				cols = append(cols, k.rank)
+				stat = append(stat, stat[len(stat)-1])
 			}
 			cols = append(cols, k.val)
+			if i == 0 {
+				stat = append(stat, "10")
+			} else {
+				stat = append(stat, "1")
+			}
 		}
 		cols = append(cols, "path")
+		stat = append(stat, "1")
 		body := "ON docs (" + strings.Join(cols, ", ") + ") WHERE shape = " + shape
 		sum := sha256.Sum256([]byte(body))
 		name := "loomix_" + hex.EncodeToString(sum[:8])
@@ -146,7 +158,7 @@ func indexDefs(decls []collections.Index) ([]indexDef, error) {
 			continue
 		}
 		seen[name] = true
-		out = append(out, indexDef{decl: ix, name: name, ddl: `CREATE INDEX IF NOT EXISTS "` + name + `" ` + body})
+		out = append(out, indexDef{decl: ix, name: name, ddl: `CREATE INDEX IF NOT EXISTS "` + name + `" ` + body, stat: strings.Join(stat, " ")})
 	}
 	return out, nil
 }

@@ -275,7 +275,65 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		s.log.Info("dropped undeclared index", "name", name)
 	}
+	if err := s.writeStats(ctx); err != nil {
+		return fmt.Errorf("sqlite: planner statistics: %w", err)
+	}
 	return nil
+}
+
+// Planner statistics. Without sqlite_stat1 SQLite assumes an equality on the
+// first column of any index matches about 10 rows, so "db = ?" on the
+// primary key (db, path) looks as selective as anything else and nearly every
+// query became a scan of the whole database in path order, ignoring
+// docs_shape, docs_collection and the declared indexes. The statistics below
+// are fixed, not measured: they tell the planner what is true of every Loom
+// database whatever its contents, namely that db is not selective, a shape
+// holds many collections, a collection many documents, and a declared
+// index's field values are selective. They are rewritten at every Open so
+// they always describe the current indexes (and undo a manual ANALYZE).
+const (
+	statDocs       = "1000000 1000000 1"       // docs primary key (db, path)
+	statCollection = "1000000 1000000 100 1"   // docs_collection (db, collection, path)
+	statShape      = "1000000 1000000 10000 1" // docs_shape (db, shape, path)
+	statChanged    = "1000000 1000000 100 1 1" // docs_changed (db, collection, seq, id)
+	statTombstones = "10000 1"                 // docs_tombstones (updated_at)
+)
+
+func (s *Store) writeStats(ctx context.Context) error {
+	// ANALYZE of sqlite_schema creates sqlite_stat1 when missing and, run
+	// again at the end, loads the rows into this connection; the read pool
+	// is opened later and loads them itself.
+	if _, err := s.wdb.ExecContext(ctx, `ANALYZE sqlite_schema`); err != nil {
+		return err
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sqlite_stat1`); err != nil {
+		return err
+	}
+	rows := [][2]string{
+		{"docs", statDocs},
+		{"docs_collection", statCollection},
+		{"docs_shape", statShape},
+		{"docs_changed", statChanged},
+		{"docs_tombstones", statTombstones},
+	}
+	for _, ix := range s.indexes {
+		rows = append(rows, [2]string{ix.name, ix.stat})
+	}
+	for _, r := range rows {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES ('docs', ?, ?)`, r[0], r[1]); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	_, err = s.wdb.ExecContext(ctx, `ANALYZE sqlite_schema`)
+	return err
 }
 
 // Ready reports nil while the engine is open and can read its database.
