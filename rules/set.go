@@ -73,7 +73,8 @@ type Request struct {
 	// is null).
 	Resource map[string]any
 	// Existing is resource.data: the stored document's data, nil when there
-	// is none (and then resource is null).
+	// is none (and then resource is null). For list it is the data of the
+	// listed document being decided.
 	Existing map[string]any
 }
 
