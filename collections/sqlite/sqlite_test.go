@@ -2,11 +2,19 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -16,6 +24,9 @@ import (
 // contract is covered by TestConformance.
 
 const testDB = "default"
+
+// hangGuard bounds waits that must not hang; it is never a timing assertion.
+const hangGuard = 30 * time.Second
 
 func tempPath(t testing.TB) string { return filepath.Join(t.TempDir(), "loom.db") }
 
@@ -316,5 +327,686 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 	s = mustOpen(t, s.cfg)
 	if plan := planOf(t, s, collections.Query{Collection: "users/*/orch-chats/*/tasks", Filters: eqC1}, nil); !strings.Contains(plan, tasksIx) {
 		t.Errorf("after reopen, plan does not use %s:\n%s", tasksIx, plan)
+	}
+}
+
+// TestReopen checks that Open drops indexes no longer declared and builds new
+// ones, and that seqs continue after a reopen, also when retention purged the
+// whole change log and the tombstones.
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	path := tempPath(t)
+	ixA := collections.Index{Collection: "items", Fields: []string{"a"}}
+	ixB := collections.Index{Collection: "items", Fields: []string{"b", "c"}}
+	ixC := collections.Index{Collection: "users/*/things", Fields: []string{"c"}}
+	nameA, nameB, nameC := indexName(t, ixA), indexName(t, ixB), indexName(t, ixC)
+	sorted := func(s ...string) []string { return slices.Sorted(slices.Values(s)) }
+
+	cfg := Config{Path: path, PurgeInterval: -1, Retention: time.Millisecond, Indexes: []collections.Index{ixA, ixB}}
+	s := mustOpen(t, cfg)
+	if got := loomIndexes(t, s); !slices.Equal(got, sorted(nameA, nameB)) {
+		t.Fatalf("first open: indexes %v, want %v", got, sorted(nameA, nameB))
+	}
+	var ws []collections.Write
+	for i := range 20 {
+		ws = append(ws, create(fmt.Sprintf("items/i%02d", i), obj(t, fmt.Sprintf(`{"a":%d,"b":"x","c":%d}`, i, i%3))))
+	}
+	mustCommit(t, s, ws...)
+	mustCommit(t, s, collections.Write{Type: collections.WriteDelete, Path: "items/i00"})
+	head := mustHead(t, s)
+	if head != 21 {
+		t.Fatalf("head %d, want 21", head)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopen with A dropped and C added.
+	cfg.Indexes = []collections.Index{ixB, ixC}
+	s = mustOpen(t, cfg)
+	if got := loomIndexes(t, s); !slices.Equal(got, sorted(nameB, nameC)) {
+		t.Fatalf("reopen: indexes %v, want %v", got, sorted(nameB, nameC))
+	}
+	var stale int
+	if err := s.rdb.QueryRow(`SELECT COUNT(*) FROM sqlite_stat1 WHERE idx = ?`, nameA).Scan(&stale); err != nil || stale != 0 {
+		t.Errorf("statistics of the dropped index: %d rows, err %v", stale, err)
+	}
+	if got := mustHead(t, s); got != head {
+		t.Fatalf("head after reopen %d, want %d", got, head)
+	}
+	res := mustCommit(t, s, create("users/u1/things/t1", obj(t, `{"c":1}`)))
+	if res[0].Doc.Seq != head+1 {
+		t.Fatalf("first seq after reopen %d, want %d", res[0].Doc.Seq, head+1)
+	}
+	head++
+	checkQuery(t, s, "query on the new index", collections.Query{Collection: "users/*/things", Filters: []collections.Filter{{Field: "c", Op: collections.OpEq, Value: int64(1)}}, Limit: 5})
+	checkQuery(t, s, "query on the dropped index", collections.Query{Collection: "items", OrderBy: []collections.Order{{Field: "a", Direction: "desc"}}, Limit: 3})
+
+	// Let retention (1ms) purge the whole change log and the tombstone.
+	deadline := time.Now().Add(hangGuard)
+	for {
+		if err := s.Purge(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var changes, docs int
+		if err := s.rdb.QueryRow(`SELECT (SELECT COUNT(*) FROM changes), (SELECT COUNT(*) FROM docs WHERE deleted = 1)`).Scan(&changes, &docs); err != nil {
+			t.Fatal(err)
+		}
+		if changes == 0 && docs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("purge left %d changes and %d tombstones", changes, docs)
+		}
+		time.Sleep(5 * time.Millisecond) // retention is measured in wall-clock milliseconds
+	}
+	if _, err := s.ReadChanges(ctx, 0, 10); !errors.Is(err, collections.ErrPositionExpired) {
+		t.Fatalf("ReadChanges(0) after purge: %v, want ErrPositionExpired", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = mustOpen(t, cfg)
+	if got := mustHead(t, s); got != head {
+		t.Fatalf("head after purge and reopen %d, want %d", got, head)
+	}
+	// Recreate the purged tombstone's path and write another document: seqs
+	// continue, nothing is reused.
+	res = mustCommit(t, s, create("items/i00", obj(t, `{"a":0}`)), create("items/new", nil))
+	for i, r := range res {
+		if want := head + 1 + int64(i); r.Doc.Seq != want {
+			t.Errorf("write %d: seq %d, want %d", i, r.Doc.Seq, want)
+		}
+	}
+	if got := mustHead(t, s); got != head+2 {
+		t.Errorf("head %d, want %d", got, head+2)
+	}
+	changes, err := s.ReadChanges(ctx, head, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 2 || changes[0].Seq != head+1 || changes[0].Path != "items/i00" || changes[1].Seq != head+2 {
+		t.Errorf("changes after %d: %+v", head, changes)
+	}
+	docs, err := s.ChangedSince(ctx, testDB, "items", collections.Checkpoint{Seq: head}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(docs); !slices.Equal(got, []string{"items/i00", "items/new"}) {
+		t.Errorf("ChangedSince after the old head: %v", got)
+	}
+}
+
+// TestGoFiltersAcrossChunks runs queries whose filters SQL cannot apply over
+// more rows than one chunk, with the few matches near the end, and pages
+// through them to exhaustion.
+func TestGoFiltersAcrossChunks(t *testing.T) {
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1})
+	const n = 3000
+	special := map[int]bool{}
+	for _, i := range []int{7, 2987, 2990, 2991, 2993, 2995, 2996, 2997, 2998, 2999} {
+		special[i] = true
+	}
+	var ws []collections.Write
+	for i := range n {
+		// Paths are not in n order, so path order and field order differ.
+		path := fmt.Sprintf("items/%04d", (i*7919)%n)
+		data := fmt.Sprintf(`{"n":%d,"color":"grey","kind":"common","tags":["a","b"]}`, i)
+		if special[i] {
+			data = fmt.Sprintf(`{"n":%d,"color":"%s","tags":["a","hot"],"group":%d}`, i, []string{"red", "blue"}[i%2], i%3)
+		}
+		ws = append(ws, create(path, obj(t, data)))
+	}
+	// Other collections share the table but never match.
+	ws = append(ws, create("other/x", obj(t, `{"n":2999,"color":"red","tags":["hot"]}`)))
+	commitAll(t, s, ws)
+	if len(bruteForce(t, s, collections.Query{Collection: "items"})) != n {
+		t.Fatal("seed failed")
+	}
+
+	byN := []collections.Order{{Field: "n"}}
+	byNDesc := []collections.Order{{Field: "n", Direction: "desc"}}
+	for _, tc := range []struct {
+		name string
+		q    collections.Query
+		want int
+	}{
+		{"In", collections.Query{Collection: "items", OrderBy: byN,
+			Filters: []collections.Filter{{Field: "color", Op: collections.OpIn, Value: []any{"red", "blue"}}}}, 10},
+		{"InPathOrder", collections.Query{Collection: "items",
+			Filters: []collections.Filter{{Field: "color", Op: collections.OpIn, Value: []any{"blue"}}}}, 7},
+		{"ArrayContainsDesc", collections.Query{Collection: "items", OrderBy: byNDesc,
+			Filters: []collections.Filter{{Field: "tags", Op: collections.OpArrayContains, Value: "hot"}}}, 10},
+		{"NotEqual", collections.Query{Collection: "items", OrderBy: byN,
+			Filters: []collections.Filter{{Field: "kind", Op: collections.OpNe, Value: "common"}}}, 10},
+		{"NotIn", collections.Query{Collection: "items", OrderBy: byNDesc,
+			Filters: []collections.Filter{{Field: "color", Op: collections.OpNotIn, Value: []any{"grey", "red"}}}}, 7},
+		{"ArrayContainsAnyAndRange", collections.Query{Collection: "items", OrderBy: byN,
+			Filters: []collections.Filter{
+				{Field: "tags", Op: collections.OpArrayContainsAny, Value: []any{"hot", "cold"}},
+				{Field: "n", Op: collections.OpGe, Value: int64(2990)},
+			}}, 8},
+		{"NotEqualOnMissingOrderedByIt", collections.Query{Collection: "items", OrderBy: []collections.Order{{Field: "group", Direction: "desc"}, {Field: "n"}},
+			Filters: []collections.Filter{{Field: "kind", Op: collections.OpNe, Value: "common"}}}, 10},
+		{"GroupPattern", collections.Query{Collection: "*", OrderBy: byNDesc,
+			Filters: []collections.Filter{{Field: "color", Op: collections.OpEq, Value: "red"}, {Field: "tags", Op: collections.OpArrayContains, Value: "hot"}}}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := bruteForce(t, s, tc.q)
+			if len(want) != tc.want {
+				t.Fatalf("reference has %d docs, the test expects %d", len(want), tc.want)
+			}
+			for _, limit := range []int{5, 3} {
+				q := tc.q
+				q.Limit = limit
+				samePaths(t, fmt.Sprintf("limit %d", limit), pageAll(t, s, q), want)
+			}
+		})
+	}
+}
+
+// TestGoSortFallback covers orderBy fields that have no SQLite JSON path, so
+// the engine sorts in Go.
+func TestGoSortFallback(t *testing.T) {
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1})
+	for _, f := range []string{`a"b`, `c\d`, `it's`, "o.x\"y"} {
+		if _, ok := fieldKey(f); ok {
+			t.Fatalf("fieldKey(%q) has a SQL form; the test needs one that has not", f)
+		}
+	}
+	vals := []string{``, `null`, `3`, `-1`, `2.5`, `"b"`, `"a"`, `true`, `[1]`, `{}`, `3`, `"a"`, `10`, `9007199254740993`, `9007199254740992`}
+	var ws []collections.Write
+	for i := range 40 {
+		v := vals[(i*11)%len(vals)]
+		w := vals[(i*7)%len(vals)]
+		data := fmt.Sprintf(`{"k":%d`, i%4)
+		if v != "" {
+			data += fmt.Sprintf(`,"a\"b":%s,"o":{"x\"y":%s}`, v, v)
+		}
+		if w != "" {
+			data += fmt.Sprintf(`,"c\\d":%s,"it's":%s`, w, w)
+		}
+		data += "}"
+		ws = append(ws, create(fmt.Sprintf("docs/d%02d", (i*13)%40), obj(t, data)))
+	}
+	mustCommit(t, s, ws...)
+
+	for _, tc := range []struct {
+		name string
+		q    collections.Query
+	}{
+		{"Asc", collections.Query{OrderBy: []collections.Order{{Field: `a"b`}}}},
+		{"Desc", collections.Query{OrderBy: []collections.Order{{Field: `a"b`, Direction: "desc"}}}},
+		{"Nested", collections.Query{OrderBy: []collections.Order{{Field: "o.x\"y", Direction: "desc"}}}},
+		{"TwoFields", collections.Query{OrderBy: []collections.Order{{Field: `c\d`}, {Field: `it's`, Direction: "desc"}, {Field: `a"b`}}}},
+		{"SQLFieldFirst", collections.Query{OrderBy: []collections.Order{{Field: "k", Direction: "desc"}, {Field: `a"b`}}}},
+		{"Filtered", collections.Query{OrderBy: []collections.Order{{Field: `a"b`, Direction: "desc"}},
+			Filters: []collections.Filter{{Field: `a"b`, Op: collections.OpGe, Value: int64(0)}, {Field: "k", Op: collections.OpNe, Value: int64(2)}}}},
+		{"Deleted", collections.Query{OrderBy: []collections.Order{{Field: `a"b`}}, ShowDeleted: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := tc.q
+			q.Collection = "docs"
+			if _, ok := planQuery(testDB, &q); ok {
+				t.Fatal("the query has a SQL order; it must take the Go path")
+			}
+			for _, limit := range []int{2, 3, 1000} {
+				q.Limit = limit
+				checkQuery(t, s, fmt.Sprintf("limit %d", limit), q)
+			}
+		})
+		if tc.name == "Filtered" {
+			// Tombstones for the ShowDeleted case.
+			mustCommit(t, s, collections.Write{Type: collections.WriteDelete, Path: "docs/d00"}, collections.Write{Type: collections.WriteDelete, Path: "docs/d17"})
+		}
+	}
+}
+
+// mixedValues are JSON literals of every type class; "" is a missing field.
+// Duplicates and numerically equal literals check path tie-breaks.
+var mixedValues = []string{
+	``, ``, `null`, `null`, `false`, `true`, `true`,
+	`0`, `-0`, `0.0`, `-5`, `3`, `3.0`, `3`, `2.5`, `-1.5`, `0.1`, `1e-300`, `1E2`, `100`,
+	`1e300`, `-1e300`, `1e400`, `-1e400`,
+	`9007199254740992`, `9007199254740993`, `9007199254740992.0`, `9007199254740993.0`,
+	`9223372036854775807`, `-9223372036854775808`, `9223372036854775808`, `-9223372036854775809`,
+	`12345678901234567890`, `12345678901234567891`, `-99999999999999999999`,
+	`""`, `"a"`, `"a"`, `"B"`, `"é"`, `"e\u0301"`, `"a\u0000b"`, `"a b"`, `"\u00ff"`, `"😀"`, `"\uffff"`, `"10"`,
+	`[]`, `[1]`, `["x"]`, `{}`, `{"k":1}`, `{"k":[1,2]}`,
+}
+
+// TestMixedTypeOrder checks that SQL ordering and cursors over fields of
+// mixed types agree exactly with collections.CompareDocs.
+func TestMixedTypeOrder(t *testing.T) {
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, Indexes: []collections.Index{
+		{Collection: "indexed", Fields: []string{"v"}},
+		{Collection: "indexed", Fields: []string{"w", "v"}},
+	}})
+	var ws []collections.Write
+	m := len(mixedValues)
+	for i, v := range mixedValues {
+		w := mixedValues[(i*17+5)%m]
+		data := `{"i":` + fmt.Sprint(i)
+		if v != "" {
+			data += `,"v":` + v + `,"o":{"v":` + v + `}`
+		}
+		if w != "" {
+			data += `,"w":` + w
+		}
+		data += "}"
+		id := fmt.Sprintf("d%02d", (i*29)%m) // path order unrelated to value order
+		ws = append(ws, create("plain/"+id, obj(t, data)), create("indexed/"+id, obj(t, data)))
+	}
+	mustCommit(t, s, ws...)
+
+	orders := map[string][]collections.Order{
+		"Asc":      {{Field: "v"}},
+		"Desc":     {{Field: "v", Direction: "desc"}},
+		"Nested":   {{Field: "o.v", Direction: "desc"}},
+		"TwoAsc":   {{Field: "w"}, {Field: "v"}},
+		"DescAsc":  {{Field: "w", Direction: "desc"}, {Field: "v"}},
+		"AscDesc":  {{Field: "w"}, {Field: "v", Direction: "desc"}},
+		"Envelope": {{Field: "createdAt", Direction: "desc"}, {Field: "v", Direction: "desc"}},
+	}
+	filters := map[string][]collections.Filter{
+		"All":       nil,
+		"Numbers":   {{Field: "v", Op: collections.OpGt, Value: int64(-1 << 62)}},
+		"Strings":   {{Field: "v", Op: collections.OpGe, Value: ""}},
+		"NotNull":   {{Field: "v", Op: collections.OpNe, Value: nil}},
+		"Null":      {{Field: "v", Op: collections.OpEq, Value: nil}},
+		"BigEq":     {{Field: "v", Op: collections.OpEq, Value: uint64(9007199254740993)}},
+		"BigNumEq":  {{Field: "v", Op: collections.OpGe, Value: json.Number("9007199254740993")}},
+		"HugeNum":   {{Field: "v", Op: collections.OpLe, Value: json.Number("12345678901234567890")}},
+		"FloatEq":   {{Field: "v", Op: collections.OpEq, Value: 3.0}},
+		"BoolLe":    {{Field: "v", Op: collections.OpLe, Value: true}},
+		"Prefix":    {{Field: "v", Op: collections.OpPrefix, Value: "a"}},
+		"WThenV":    {{Field: "w", Op: collections.OpLt, Value: "zzz"}, {Field: "v", Op: collections.OpIn, Value: []any{int64(3), "a", nil, true}}},
+		"HugeRange": {{Field: "v", Op: collections.OpLt, Value: 1e301}},
+	}
+	for _, coll := range []string{"plain", "indexed"} {
+		for oname, order := range orders {
+			for fname, fs := range filters {
+				t.Run(coll+"/"+oname+"/"+fname, func(t *testing.T) {
+					q := collections.Query{Collection: coll, OrderBy: order, Filters: fs}
+					if _, ok := planQuery(testDB, &q); !ok {
+						t.Fatal("expected a SQL plan")
+					}
+					q.Limit = 2
+					checkQuery(t, s, "limit 2", q)
+					q.Limit = 1000
+					checkQuery(t, s, "limit 1000", q)
+				})
+			}
+		}
+	}
+}
+
+// TestClose checks ErrClosed after Close.
+func TestClose(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1})
+	mustCommit(t, s, create("a/1", nil))
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("second Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.Commit(ctx, testDB, []collections.Write{create("a/2", nil)}, collections.CommitOptions{}); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("Commit after Close: %v, want ErrClosed", err)
+	}
+	if err := s.SetCursor(ctx, "c", 1); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("SetCursor after Close: %v", err)
+	}
+	if err := s.Purge(ctx); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("Purge after Close: %v", err)
+	}
+	if _, err := s.Get(ctx, testDB, "a/1"); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("Get after Close: %v", err)
+	}
+	if _, err := s.Query(ctx, testDB, collections.Query{Collection: "a", Limit: 1}); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("Query after Close: %v", err)
+	}
+	if err := s.Ready(ctx); !errors.Is(err, collections.ErrClosed) {
+		t.Errorf("Ready after Close: %v", err)
+	}
+}
+
+// waitOrFail waits for ch; the timeout only guards against a hang.
+func waitOrFail(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(hangGuard):
+		t.Fatalf("%s did not finish within %s", what, hangGuard)
+	}
+}
+
+// TestCloseRacingCommits closes the store while writers commit: each commit
+// either succeeds, and is then durable, or fails with ErrClosed and wrote
+// nothing. Nothing hangs.
+func TestCloseRacingCommits(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Path: tempPath(t), PurgeInterval: -1}
+	s := mustOpen(t, cfg)
+	const writers = 16
+	var (
+		mu        sync.Mutex
+		committed []string
+		refused   []string
+		count     atomic.Int64
+		enough    = make(chan struct{})
+		wg        sync.WaitGroup
+	)
+	for w := range writers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				path := fmt.Sprintf("race/w%02d-%05d", w, i)
+				writes := []collections.Write{create(path, map[string]any{"w": w, "i": i})}
+				_, err := s.Commit(ctx, testDB, writes, collections.CommitOptions{})
+				mu.Lock()
+				switch {
+				case err == nil:
+					committed = append(committed, path)
+				case errors.Is(err, collections.ErrClosed):
+					refused = append(refused, path)
+				default:
+					t.Errorf("commit %s: %v", path, err)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+				if count.Add(1) == 200 {
+					close(enough)
+				}
+			}
+		})
+	}
+	waitOrFail(t, enough, "200 commits")
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	waitOrFail(t, closed, "Close")
+	writersDone := make(chan struct{})
+	go func() { wg.Wait(); close(writersDone) }()
+	waitOrFail(t, writersDone, "writers")
+	if len(refused) != writers {
+		t.Fatalf("%d writers saw ErrClosed, want %d", len(refused), writers)
+	}
+
+	s = mustOpen(t, cfg)
+	if h := mustHead(t, s); h != int64(len(committed)) {
+		t.Errorf("head %d after reopen, %d commits succeeded", h, len(committed))
+	}
+	for _, p := range committed {
+		if _, err := s.Get(ctx, testDB, p); err != nil {
+			t.Errorf("committed %s: %v", p, err)
+		}
+	}
+	for _, p := range refused {
+		if _, err := s.Get(ctx, testDB, p); !errors.Is(err, collections.ErrNotFound) {
+			t.Errorf("refused %s: Get says %v, want ErrNotFound", p, err)
+		}
+	}
+	if n := len(allDocs(t, s, testDB)); n != len(committed) {
+		t.Errorf("%d documents stored, %d commits succeeded", n, len(committed))
+	}
+}
+
+// TestCloseFlushesQueuedCommits: commits already handed to the committer
+// when Close is called are committed, reported as successes and durable.
+// The committer is held in BEGIN (one request taken: MaxBatch 1) while the
+// others wait in its queue; Close is called, then the lock released.
+func TestCloseFlushesQueuedCommits(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Path: tempPath(t), PurgeInterval: -1, MaxBatch: 1}
+	s := mustOpen(t, cfg)
+	release := holdWriteLock(t, cfg.Path)
+	n := 1 + cap(s.queue) // one in the blocked batch, the queue full
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.Commit(ctx, testDB, []collections.Write{create(fmt.Sprintf("q/%d", i), nil)}, collections.CommitOptions{})
+		})
+	}
+	waitFor(t, "requests queued behind the blocked committer", func() bool { return len(s.queue) == n-1 })
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	waitFor(t, "Close to stop the committer", func() bool {
+		select {
+		case <-s.stop:
+			return true
+		default:
+			return false
+		}
+	})
+	release()
+	waitOrFail(t, closed, "Close")
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitOrFail(t, done, "commits")
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("commit %d queued before Close: %v", i, err)
+		}
+	}
+	s = mustOpen(t, cfg)
+	if h := mustHead(t, s); h != int64(n) {
+		t.Errorf("head %d after reopen, want %d", h, n)
+	}
+}
+
+// waitFor polls cond until it holds; the deadline only guards against a
+// hang (and stays inside SQLite's 10s busy timeout).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestConcurrentClose: of two racing Closes exactly one succeeds.
+func TestConcurrentClose(t *testing.T) {
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- s.Close() }()
+	}
+	var ok, closed int
+	for range 2 {
+		select {
+		case err := <-errs:
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, collections.ErrClosed):
+				closed++
+			default:
+				t.Errorf("Close: %v", err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatal("Close hangs")
+		}
+	}
+	if ok != 1 || closed != 1 {
+		t.Errorf("%d Closes succeeded and %d saw ErrClosed, want 1 and 1", ok, closed)
+	}
+}
+
+// holdWriteLock takes SQLite's write lock on path from another connection
+// until the returned function is called; the engine's committer blocks in
+// BEGIN IMMEDIATE meanwhile (busy timeout 10s).
+func holdWriteLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?_txlock=immediate&_busy_timeout=10000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin()
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			tx.Rollback()
+			db.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func batchHistogram(t *testing.T, reg *prometheus.Registry) (count, sum uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "loom_sqlite_commit_batch_requests" {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), uint64(h.GetSampleSum())
+		}
+	}
+	t.Fatal("loom_sqlite_commit_batch_requests not registered")
+	return 0, 0
+}
+
+// TestGroupCommit runs 64 writers of 50 single-document commits each. The
+// committer is held in BEGIN until at least two requests wait in its queue:
+// whenever two requests are queued at once they land in the same batch (the
+// committer drains the queue after taking one request), so at least one
+// batch holds more than one request: a structural property, not a timing one.
+func TestGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	path := tempPath(t)
+	reg := prometheus.NewRegistry()
+	s := mustOpen(t, Config{Path: path, PurgeInterval: -1, Registerer: reg})
+	release := holdWriteLock(t, path)
+
+	const writers, each = 64, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				p := fmt.Sprintf("gc/w%02d-%02d", w, i)
+				if _, err := s.Commit(ctx, testDB, []collections.Write{create(p, nil)}, collections.CommitOptions{}); err != nil {
+					errs <- fmt.Errorf("%s: %w", p, err)
+				}
+			}
+		})
+	}
+	waitFor(t, "writers to queue behind the blocked committer", func() bool { return len(s.queue) >= 2 })
+	release()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitOrFail(t, done, "writers")
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	if h := mustHead(t, s); h != writers*each {
+		t.Errorf("head %d, want %d", h, writers*each)
+	}
+	changes, err := s.ReadChanges(ctx, 0, writers*each+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, c := range changes {
+		if c.Seq != int64(i+1) || c.Op != collections.OpCreate || seen[c.Path] {
+			t.Fatalf("change %d: seq %d op %s path %s (seen %v)", i, c.Seq, c.Op, c.Path, seen[c.Path])
+		}
+		seen[c.Path] = true
+	}
+	if len(changes) != writers*each {
+		t.Errorf("%d changes, want %d", len(changes), writers*each)
+	}
+	count, sum := batchHistogram(t, reg)
+	if sum != writers*each {
+		t.Errorf("batch histogram sum %d, want %d requests", sum, writers*each)
+	}
+	if count >= sum {
+		t.Errorf("%d batches for %d requests: no group commit", count, sum)
+	}
+	t.Logf("%d requests in %d batches (average %.1f)", sum, count, float64(sum)/float64(count))
+}
+
+// TestMaxDocumentBytes checks the size limit on create, replace and on a
+// patch that grows a document: ErrTooLarge as a *WriteError, nothing written.
+func TestMaxDocumentBytes(t *testing.T) {
+	ctx := context.Background()
+	const limit = 100
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, MaxDocumentBytes: limit})
+	// {"s":"…"} encodes to 8 bytes plus the string.
+	str := func(n int) map[string]any { return map[string]any{"s": strings.Repeat("x", n)} }
+	mustCommit(t, s, create("d/exact", str(limit-8)))
+	mustCommit(t, s, create("d/small", obj(t, `{"s":"x"}`)))
+	head := mustHead(t, s)
+	before := allDocs(t, s, testDB)
+
+	for _, tc := range []struct {
+		name   string
+		writes []collections.Write
+		index  int
+	}{
+		{"Create", []collections.Write{create("d/big", str(limit-7))}, 0},
+		{"CreateAfterGood", []collections.Write{create("d/ok", nil), create("d/big", str(10*limit))}, 1},
+		{"Replace", []collections.Write{{Type: collections.WriteReplace, Path: "d/small", Data: str(limit)}}, 0},
+		{"Upsert", []collections.Write{{Type: collections.WriteReplace, Path: "d/new", Data: str(limit)}}, 0},
+		{"PatchGrows", []collections.Write{{Type: collections.WriteUpdate, Path: "d/small", Data: obj(t, `{"t":"`+strings.Repeat("y", limit-10)+`"}`)}}, 0},
+		{"PatchGrowsNested", []collections.Write{
+			{Type: collections.WriteUpdate, Path: "d/small", Data: obj(t, `{"n":1}`)},
+			{Type: collections.WriteUpdate, Path: "d/exact", Data: obj(t, `{"a.b":1}`)},
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Commit(ctx, testDB, tc.writes, collections.CommitOptions{})
+			var we *collections.WriteError
+			if !errors.As(err, &we) || !errors.Is(err, collections.ErrTooLarge) {
+				t.Fatalf("err %v (%T), want a *WriteError wrapping ErrTooLarge", err, err)
+			}
+			if we.Index != tc.index || we.Path != tc.writes[tc.index].Path {
+				t.Errorf("WriteError names write %d (%s), want %d (%s)", we.Index, we.Path, tc.index, tc.writes[tc.index].Path)
+			}
+			if h := mustHead(t, s); h != head {
+				t.Errorf("head %d, want %d", h, head)
+			}
+			after := allDocs(t, s, testDB)
+			if len(after) != len(before) {
+				t.Fatalf("%d documents, want %d", len(after), len(before))
+			}
+			for i := range after {
+				if after[i].Path != before[i].Path || after[i].Version != before[i].Version || !collections.Equal(after[i].Data, before[i].Data) {
+					t.Errorf("document changed: %+v, was %+v", after[i], before[i])
+				}
+			}
+		})
+	}
+	// Shrinking back under the limit works, and the limit is on the whole
+	// document: a patch to exactly the limit is accepted.
+	res := mustCommit(t, s, collections.Write{Type: collections.WriteUpdate, Path: "d/small", Data: obj(t, `{"s":"`+strings.Repeat("z", limit-8)+`"}`)})
+	if res[0].Doc.Version != 2 || mustHead(t, s) != head+1 {
+		t.Errorf("patch to the limit: version %d head %d", res[0].Doc.Version, mustHead(t, s))
 	}
 }
