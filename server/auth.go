@@ -3,31 +3,62 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/rules"
 )
 
-// Caller is who made a request. Today there are two kinds: anonymous and the
-// admin key. Users (JWT), service keys and roles arrive with the auth issue;
-// they extend Caller and authenticate, and the rules engine plugs into
-// authorize, so handlers do not change.
+// Caller is who made a request: anonymous, the admin key, a user (Loom's
+// own access token or an OIDC token) or a service key. Admins — the admin
+// key and callers with the "admin" role — bypass security rules.
 type Caller struct {
-	// Admin is true for the admin API key: it may do everything the
-	// document API allows (system collections stay read-only).
 	Admin bool
-	// Kind names the credential for logs: "anonymous" or "admin-key".
-	Kind string
-	// UID is the authenticated user's id ("" when anonymous or admin key).
-	UID string
+	// Kind names the credential: "anonymous", "admin-key", "user", "oidc"
+	// or "service-key".
+	Kind     string
+	UID      string
+	Username string
+	Roles    []string
+	Claims   map[string]any
 }
 
-var anonymous = &Caller{Kind: "anonymous"}
+const (
+	kindAnonymous = "anonymous"
+	kindAdminKey  = "admin-key"
+)
+
+var anonymous = &Caller{Kind: kindAnonymous}
+
+var adminCaller = &Caller{Admin: true, Kind: kindAdminKey, Username: "admin", Roles: []string{"admin"}}
+
+// callerOfIdentity turns an authenticated identity into a Caller.
+func callerOfIdentity(id *auth.Identity) *Caller {
+	return &Caller{
+		Admin:    slices.Contains(id.Roles, "admin"),
+		Kind:     id.Kind,
+		UID:      id.UID,
+		Username: id.Username,
+		Roles:    id.Roles,
+		Claims:   id.Claims,
+	}
+}
+
+// ruleAuth is request.auth for security rules (nil = anonymous).
+func (c *Caller) ruleAuth() *rules.Auth {
+	if c == nil || c.UID == "" {
+		return nil
+	}
+	return &rules.Auth{UID: c.UID, Username: c.Username, Roles: c.Roles, Claims: c.Claims}
+}
 
 // rateKey identifies the caller for rate limiting: the remote IP when
 // anonymous. Proxy headers are not trusted.
@@ -35,14 +66,16 @@ func (c *Caller) rateKey(r *http.Request) string {
 	if c.UID != "" {
 		return "uid:" + c.UID
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return "ip:" + host
+	return "ip:" + remoteIP(r)
 }
 
-var adminCaller = &Caller{Admin: true, Kind: "admin-key"}
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
 
 // Action is what a request does to a path; it is what security rules will
 // match on ("read" = get+list, "write" = create+update+delete).
@@ -82,19 +115,14 @@ func credential(r *http.Request) (key string, ok bool) {
 }
 
 // authenticate resolves the Caller from the request's credentials. A
-// credential that is presented but wrong is always 401 (never silently
-// anonymous). It then applies the coarse ActionAccess check.
+// credential that is presented but wrong or expired is always 401 (never
+// silently anonymous). It then applies the rate limit and the coarse
+// ActionAccess check.
 func (s *Server) authenticate(c *gin.Context) {
-	caller := anonymous
-	if key, ok := credential(c.Request); ok {
-		// Compare fixed-size hashes so neither content nor length of the
-		// admin key leaks through timing.
-		h := hashKey(key)
-		if subtle.ConstantTimeCompare(h[:], s.adminKeyHash[:]) != 1 {
-			s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "The API key is not valid."))
-			return
-		}
-		caller = adminCaller
+	caller, err := s.resolveCaller(c.Request)
+	if err != nil {
+		s.writeError(c, err)
+		return
 	}
 	c.Set(callerKey, caller)
 	if !s.allowRate(c, caller) {
@@ -107,6 +135,31 @@ func (s *Server) authenticate(c *gin.Context) {
 	c.Next()
 }
 
+// resolveCaller checks the presented credential: the admin key, then (when
+// auth is configured) access tokens, OIDC tokens and service keys.
+func (s *Server) resolveCaller(r *http.Request) (*Caller, error) {
+	key, ok := credential(r)
+	if !ok {
+		return anonymous, nil
+	}
+	// Compare fixed-size hashes so neither content nor length of the admin
+	// key leaks through timing.
+	h := hashKey(key)
+	if subtle.ConstantTimeCompare(h[:], s.adminKeyHash[:]) == 1 {
+		return adminCaller, nil
+	}
+	if s.auth != nil && key != "" {
+		id, err := s.auth.Authenticate(r.Context(), key)
+		if err == nil {
+			return callerOfIdentity(id), nil
+		}
+		if !errors.Is(err, auth.ErrInvalidToken) {
+			return nil, err
+		}
+	}
+	return nil, errorf(http.StatusUnauthorized, codeUnauthenticated, "The credential is not valid or has expired.")
+}
+
 func callerOf(c *gin.Context) *Caller {
 	if v, ok := c.Get(callerKey); ok {
 		return v.(*Caller)
@@ -114,25 +167,19 @@ func callerOf(c *gin.Context) *Caller {
 	return anonymous
 }
 
-// authorize is the single access decision of the API: every handler calls it
-// with the caller, the action and the document or collection path (or
-// collection pattern for queries) before touching the store. It returns nil
-// or an *apiError (401 or 403).
-//
-// Policy today: the document API needs the admin key; system collections
-// (first segment starts with "_") are readable only by admins and writable by
-// nobody through the document API. Security rules (issue 3) slot in here.
+// authorize is the coarse, path-level access decision every handler makes
+// before touching the store: system collections (first segment starts with
+// "_") are readable only by admins and writable by nobody through the
+// document API. Everything else is decided per document by the security
+// rules (access.go).
 func (s *Server) authorize(caller *Caller, action Action, db, path string) error {
-	if caller == nil || !caller.Admin {
-		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Authentication required: send the API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\".")
-	}
 	if action.write() && collections.IsSystemPath(path) {
 		return errorf(http.StatusForbidden, codePermissionDenied, "System collections cannot be written through the document API.")
 	}
 	if collections.IsSystemPath(path) && !caller.Admin {
-		return errorf(http.StatusForbidden, codePermissionDenied, "Only admins may read system collections.")
+		return denied(caller, "read system collections")
 	}
-	_ = db // databases share one policy until rules are per-database
+	_ = db // one rule set serves every database
 	return nil
 }
 
@@ -143,7 +190,7 @@ func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
 		return true
 	}
 	if wait := s.limits.reserve(caller.rateKey(c.Request), time.Now()); wait > 0 {
-		s.writeError(c, s.rateLimited(c.Writer.Header(), wait))
+		s.writeError(c, rateLimited(wait))
 		c.Abort()
 		return false
 	}

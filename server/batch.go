@@ -34,7 +34,7 @@ func (s *Server) batch(c *gin.Context) {
 	}
 	var results []collections.WriteResult
 	if len(writes) > 0 {
-		results, err = s.store.Commit(c.Request.Context(), c.Param("db"), writes, collections.CommitOptions{})
+		results, err = s.commitGuarded(c.Request.Context(), callerOf(c), c.Param("db"), writes)
 		if err != nil {
 			s.writeError(c, err)
 			return

@@ -24,11 +24,20 @@ func (s *Server) getDocuments(c *gin.Context) {
 		return
 	}
 	db := c.Param("db")
-	if err := s.authorize(callerOf(c), ActionGet, db, p); err != nil {
+	caller := callerOf(c)
+	if err := s.authorize(caller, ActionGet, db, p); err != nil {
 		s.writeError(c, err)
 		return
 	}
 	d, err := s.store.Get(c.Request.Context(), db, p)
+	if err != nil && !errors.Is(err, collections.ErrNotFound) {
+		s.writeError(c, err)
+		return
+	}
+	if aerr := s.checkGet(c.Request.Context(), caller, db, p, d); aerr != nil {
+		s.writeError(c, aerr)
+		return
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -44,7 +53,12 @@ func (s *Server) listCollection(c *gin.Context, p string) {
 		return
 	}
 	db := c.Param("db")
-	if err := s.authorize(callerOf(c), ActionList, db, p); err != nil {
+	caller := callerOf(c)
+	if err := s.authorize(caller, ActionList, db, p); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := s.checkList(caller, p); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -53,7 +67,7 @@ func (s *Server) listCollection(c *gin.Context, p string) {
 		s.writeError(c, err)
 		return
 	}
-	res, err := s.store.Query(c.Request.Context(), db, q)
+	res, err := s.queryReadable(c.Request.Context(), caller, db, q)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -299,7 +313,7 @@ func withIfMatchHeader(c *gin.Context, fs []collections.Filter) ([]collections.F
 // commitOne commits a single write. A single-document route has no batch
 // index, so the *WriteError is unwrapped before the error is mapped.
 func (s *Server) commitOne(c *gin.Context, db string, w collections.Write) (*collections.WriteResult, error) {
-	res, err := s.store.Commit(c.Request.Context(), db, []collections.Write{w}, collections.CommitOptions{})
+	res, err := s.commitGuarded(c.Request.Context(), callerOf(c), db, []collections.Write{w})
 	if err != nil {
 		var we *collections.WriteError
 		if errors.As(err, &we) {

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/auth"
 )
 
 // Error codes of the wire format (spec 01 §Errors).
@@ -47,6 +50,8 @@ type apiError struct {
 	Details map[string]any
 	// cause is logged for 500s, never sent.
 	cause error
+	// retryAfter is sent as Retry-After on 429s.
+	retryAfter time.Duration
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -93,6 +98,7 @@ func classify(err error) *apiError {
 	var (
 		pe  *collections.PreconditionError
 		mbe *http.MaxBytesError
+		rle *auth.RateLimitError
 	)
 	switch {
 	case errors.As(err, &pe):
@@ -101,6 +107,24 @@ func classify(err error) *apiError {
 			return e.withDetail("current", pe.Current)
 		}
 		return e.withDetail("current", nil)
+	case errors.Is(err, auth.ErrUserExists):
+		return errorf(http.StatusConflict, codeAlreadyExists, "That username is taken.")
+	case errors.Is(err, auth.ErrInvalidUsername):
+		return errorf(http.StatusBadRequest, codeBadRequest, "The username must be 3 to 64 characters of letters, digits and _ . @ -.")
+	case errors.Is(err, auth.ErrWeakPassword):
+		return errorf(http.StatusBadRequest, codeBadRequest, "The password must be at least 10 characters (and at most 72 bytes).")
+	case errors.Is(err, auth.ErrInvalidCredentials):
+		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Invalid username or password.")
+	case errors.Is(err, auth.ErrServiceKeyExists):
+		return errorf(http.StatusConflict, codeAlreadyExists, "A service key with that name exists.")
+	case errors.Is(err, auth.ErrInvalidServiceKey):
+		return errorf(http.StatusBadRequest, codeBadRequest, "%s.", strings.TrimPrefix(err.Error(), "auth: "))
+	case errors.Is(err, auth.ErrInvalidToken):
+		return errorf(http.StatusUnauthorized, codeUnauthenticated, "The token is not valid or has expired.")
+	case errors.As(err, &rle):
+		e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many attempts; retry later.")
+		e.retryAfter = rle.RetryAfter
+		return e
 	case errors.Is(err, collections.ErrNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "Document not found.")
 	case errors.Is(err, collections.ErrAlreadyExists):
@@ -165,6 +189,10 @@ func (s *Server) writeError(c *gin.Context, err error) {
 		c.Header("WWW-Authenticate", `Bearer realm="loom"`)
 	case http.StatusServiceUnavailable:
 		c.Header("Retry-After", "1")
+	case http.StatusTooManyRequests:
+		if ae.retryAfter > 0 {
+			c.Header("Retry-After", strconv.Itoa(max(1, int(math.Ceil(ae.retryAfter.Seconds())))))
+		}
 	}
 	buf := getBuf()
 	defer putBuf(buf)

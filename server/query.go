@@ -27,11 +27,16 @@ func (s *Server) query(c *gin.Context) {
 		return
 	}
 	db := c.Param("db")
-	if err := s.authorize(callerOf(c), ActionList, db, q.Collection); err != nil {
+	caller := callerOf(c)
+	if err := s.authorize(caller, ActionList, db, q.Collection); err != nil {
 		s.writeError(c, err)
 		return
 	}
-	res, err := s.store.Query(c.Request.Context(), db, q)
+	if err := s.checkList(caller, q.Collection); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	res, err := s.queryReadable(c.Request.Context(), caller, db, q)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -3,7 +3,6 @@ package server
 import (
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -74,10 +73,9 @@ func (l *limiters) reserve(client string, now time.Time) time.Duration {
 	return 0
 }
 
-// rateLimited writes 429 RATE_LIMITED with Retry-After (whole seconds,
-// rounded up).
-func (s *Server) rateLimited(w http.Header, wait time.Duration) *apiError {
-	secs := int(math.Ceil(wait.Seconds()))
-	w.Set("Retry-After", strconv.Itoa(max(secs, 1)))
-	return errorf(http.StatusTooManyRequests, codeRateLimited, "Too many requests; retry after %d s.", max(secs, 1))
+// rateLimited is the 429 RATE_LIMITED error; writeError adds Retry-After.
+func rateLimited(wait time.Duration) *apiError {
+	e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many requests; retry after %d s.", max(1, int(math.Ceil(wait.Seconds()))))
+	e.retryAfter = wait
+	return e
 }

@@ -48,6 +48,8 @@ func (s *Server) routes() *gin.Engine {
 	r.HEAD("/ready", s.ready)
 	r.GET("/metrics", s.metricsHandler())
 
+	s.authRoutes(r)
+
 	db := r.Group(routeDatabase, s.authenticate, s.database)
 	db.GET(routeDocuments, s.getDocuments)
 	db.POST(routeDocuments, s.createDocument)

@@ -15,12 +15,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/rules"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -72,6 +75,14 @@ type Config struct {
 	// RateBurst is the bucket size; zero means DefaultRateBurst (or
 	// RateLimit when that is set).
 	RateBurst int
+	// Auth authenticates users, OIDC tokens and service keys, and serves
+	// /auth/v1. Nil: only the admin key authenticates and /auth/v1 is 404.
+	Auth *auth.Service
+	// Rules are the security rules; nil means rules.Default().
+	Rules *rules.Set
+	// RulesFile is re-read by POST /admin/v1/rules/reload ("" = reload
+	// unavailable).
+	RulesFile string
 }
 
 // Server is the HTTP surface over one Store.
@@ -85,6 +96,9 @@ type Server struct {
 	registry        *prometheus.Registry
 	corsOrigins     []string
 	limits          *limiters // nil: no rate limit
+	auth            *auth.Service
+	rules           atomic.Pointer[rules.Set]
+	rulesFile       string
 	metrics         *httpMetrics
 	engine          *gin.Engine
 }
@@ -123,7 +137,13 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		version:         cfg.Version,
 		registry:        cfg.Registry,
 		corsOrigins:     cfg.CORSOrigins,
+		auth:            cfg.Auth,
+		rulesFile:       cfg.RulesFile,
 	}
+	if cfg.Rules == nil {
+		cfg.Rules = rules.Default()
+	}
+	s.rules.Store(cfg.Rules)
 	switch {
 	case cfg.RateLimit == 0:
 		s.limits = newLimiters(DefaultRateLimit, DefaultRateBurst)

@@ -1,0 +1,293 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/rules"
+)
+
+// Access control beyond the coarse authorize check: security rules decide
+// per document. Every surface goes through these functions:
+//
+//	readable    — may the caller read this document (get, and every document
+//	              of a list, query, subscription event or replication pull)
+//	checkList   — could the caller read anything in this collection at all
+//	guardWrites — may the caller apply these writes; pins what the rules saw
+//
+// Admin callers (the admin key or the "admin" role) bypass rules.
+
+// maxGuardRetries bounds how often a guarded commit is retried when a
+// concurrent write changed a document between the rules check and the
+// commit.
+const maxGuardRetries = 3
+
+// denied is the error for a rules denial: 401 for anonymous callers (they
+// may gain access by authenticating), 403 otherwise.
+func denied(caller *Caller, what string) error {
+	if caller == nil || caller.Kind == kindAnonymous {
+		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Authentication required to %s.", what)
+	}
+	return errorf(http.StatusForbidden, codePermissionDenied, "Security rules do not allow you to %s.", what)
+}
+
+// storeGetter lets rule conditions read documents of the same database
+// (get() and exists()).
+type storeGetter struct {
+	store collections.Store
+	db    string
+}
+
+func (g storeGetter) GetData(ctx context.Context, path string) (map[string]any, bool, error) {
+	if err := collections.ValidateDocPath(path); err != nil {
+		return nil, false, err
+	}
+	d, err := g.store.Get(ctx, g.db, path)
+	if errors.Is(err, collections.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return d.Data, true, nil
+}
+
+// allow evaluates the rules for one operation.
+func (s *Server) allow(ctx context.Context, caller *Caller, db string, req rules.Request) (bool, error) {
+	req.Auth = caller.ruleAuth()
+	req.Time = time.Now()
+	return s.rules.Load().Allow(ctx, req, storeGetter{s.store, db})
+}
+
+// readable reports whether caller may read d (op get or list).
+func (s *Server) readable(ctx context.Context, caller *Caller, db string, op rules.Op, d *collections.Document) (bool, error) {
+	if caller.Admin {
+		return true, nil
+	}
+	return s.allow(ctx, caller, db, rules.Request{Op: op, Path: d.Path, Existing: d.Data})
+}
+
+// checkGet decides a get of path, whose stored document is d (nil when
+// there is none): without read access the caller cannot tell a missing
+// document from a forbidden one.
+func (s *Server) checkGet(ctx context.Context, caller *Caller, db, path string, d *collections.Document) error {
+	if caller.Admin {
+		return nil
+	}
+	req := rules.Request{Op: rules.OpGet, Path: path}
+	if d != nil {
+		req.Existing = d.Data
+	}
+	ok, err := s.allow(ctx, caller, db, req)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return denied(caller, "read "+path)
+	}
+	return nil
+}
+
+// checkList refuses at once a list or query on a collection (or pattern) in
+// which no rule could ever let the caller read a document.
+func (s *Server) checkList(caller *Caller, collection string) error {
+	if caller.Admin || s.rules.Load().MayList(caller.ruleAuth(), collection) {
+		return nil
+	}
+	return denied(caller, "list "+collection)
+}
+
+// filterReadable keeps the documents of a page the caller may read.
+func (s *Server) filterReadable(ctx context.Context, caller *Caller, db string, docs []*collections.Document) ([]*collections.Document, error) {
+	if caller.Admin {
+		return docs, nil
+	}
+	out := docs[:0]
+	for _, d := range docs {
+		ok, err := s.readable(ctx, caller, db, rules.OpList, d)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// queryReadable runs q and returns a page of documents the caller may read.
+// Pages are refilled from the following engine pages (a bounded number of
+// rounds) so that rules filtering rarely shortens a page; the cursor always
+// continues after the last document examined, so nothing is skipped.
+func (s *Server) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
+	const maxRounds = 8
+	res, err := s.store.Query(ctx, db, q)
+	if err != nil || caller.Admin {
+		return res, err
+	}
+	var out []*collections.Document
+	for round := 0; ; round++ {
+		page, err := s.filterReadable(ctx, caller, db, res.Docs)
+		if err != nil {
+			return collections.QueryResult{}, err
+		}
+		out = append(out, page...)
+		if len(out) >= q.Limit || res.NextCursor == "" || round == maxRounds-1 {
+			break
+		}
+		next := q
+		next.StartAfter = res.NextCursor
+		next.Limit = q.Limit - len(out)
+		if res, err = s.store.Query(ctx, db, next); err != nil {
+			return collections.QueryResult{}, err
+		}
+	}
+	return collections.QueryResult{Docs: out, NextCursor: res.NextCursor}, nil
+}
+
+// guardWrites evaluates the rules for every write of one commit, in order,
+// each seeing the documents as the earlier writes of the commit leave them.
+// It returns the writes to commit, pinned to the state the rules saw: a
+// version precondition on each existing document, and an upsert of a
+// missing document turned into a create. A concurrent change then fails
+// the commit with a precondition error instead of slipping past the rules,
+// and commitGuarded re-evaluates.
+func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, writes []collections.Write) (out []collections.Write, pins []pin, err error) {
+	if caller.Admin {
+		return writes, make([]pin, len(writes)), nil
+	}
+	out = make([]collections.Write, len(writes))
+	pins = make([]pin, len(writes))
+	// pending holds the documents as earlier writes of this commit leave
+	// them (nil = absent or deleted).
+	type state struct {
+		data    map[string]any
+		version int64
+	}
+	pending := map[string]*state{}
+	current := func(path string) (*state, bool, error) {
+		if st, ok := pending[path]; ok {
+			return st, true, nil
+		}
+		d, err := s.store.Get(ctx, db, path)
+		if errors.Is(err, collections.ErrNotFound) {
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		return &state{data: d.Data, version: d.Version}, false, nil
+	}
+	for i, w := range writes {
+		cur, inBatch, err := current(w.Path)
+		if err != nil {
+			return nil, nil, err
+		}
+		req := rules.Request{Path: w.Path}
+		if cur != nil {
+			req.Existing = cur.data
+		}
+		var after map[string]any
+		switch w.Type {
+		case collections.WriteDelete:
+			req.Op = rules.OpDelete
+		case collections.WriteCreate:
+			req.Op, after = rules.OpCreate, w.Data
+		case collections.WriteReplace:
+			req.Op, after = rules.OpUpdate, w.Data
+			if cur == nil {
+				req.Op = rules.OpCreate
+			}
+		default: // update: the rules see the merged result
+			req.Op = rules.OpUpdate
+			base := map[string]any{}
+			if cur != nil {
+				base = collections.CloneValue(cur.data).(map[string]any)
+			}
+			merged, err := collections.ApplyPatch(base, w.Data)
+			if err != nil {
+				return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
+			}
+			after = merged
+		}
+		req.Resource = after
+		ok, err := s.allow(ctx, caller, db, req)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: denied(caller, string(req.Op)+" "+w.Path)}
+		}
+		g := w
+		if !inBatch {
+			switch {
+			case cur != nil:
+				g.IfMatch = append(slices.Clip(w.IfMatch), collections.Filter{
+					Field: collections.FieldVersion, Op: collections.OpEq, Value: json.Number(strconv.FormatInt(cur.version, 10)),
+				})
+				pins[i] = pin{set: true, version: cur.version}
+			case w.Type == collections.WriteReplace && len(w.IfMatch) == 0:
+				g.Type = collections.WriteCreate
+				pins[i] = pin{set: true}
+			}
+		}
+		out[i] = g
+		if req.Op == rules.OpDelete {
+			pending[w.Path] = nil
+		} else {
+			v := int64(1)
+			if cur != nil {
+				v = cur.version + 1
+			}
+			pending[w.Path] = &state{data: after, version: v}
+		}
+	}
+	return out, pins, nil
+}
+
+// pin is the state a guarded write was pinned to: the version the rules saw,
+// or 0 for a document that did not exist.
+type pin struct {
+	set     bool
+	version int64
+}
+
+// commitGuarded checks writes against the rules and commits them, retrying
+// when a document the rules looked at changed before the commit.
+func (s *Server) commitGuarded(ctx context.Context, caller *Caller, db string, writes []collections.Write) ([]collections.WriteResult, error) {
+	for attempt := 0; ; attempt++ {
+		guarded, pins, err := s.guardWrites(ctx, caller, db, writes)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.store.Commit(ctx, db, guarded, collections.CommitOptions{})
+		if err == nil || attempt == maxGuardRetries || !pinMoved(err, pins) {
+			return res, err
+		}
+	}
+}
+
+// pinMoved reports whether a commit failed because a document moved away
+// from the state its pin recorded (then the rules must be evaluated again),
+// rather than because of the client's own precondition.
+func pinMoved(err error, pins []pin) bool {
+	var we *collections.WriteError
+	if !errors.As(err, &we) || we.Index < 0 || we.Index >= len(pins) || !pins[we.Index].set {
+		return false
+	}
+	p := pins[we.Index]
+	if errors.Is(err, collections.ErrAlreadyExists) {
+		return p.version == 0 // an upsert turned create lost a race
+	}
+	var pe *collections.PreconditionError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Current == nil || pe.Current.Version != p.version
+}

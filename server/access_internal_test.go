@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/sqlite"
+	"github.com/loomdb/loom/rules"
+)
+
+// interleavingStore is the real engine with a hook that runs once, right
+// before the first Commit: it lets a test put a concurrent write exactly
+// between the rules check and the commit.
+type interleavingStore struct {
+	collections.Store
+	once   sync.Once
+	before func()
+}
+
+func (s *interleavingStore) Commit(ctx context.Context, db string, ws []collections.Write, o collections.CommitOptions) ([]collections.WriteResult, error) {
+	s.once.Do(s.before)
+	return s.Store.Commit(ctx, db, ws, o)
+}
+
+func newGuardServer(t *testing.T, src string) (*Server, *interleavingStore) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	set, err := rules.Parse([]byte(src), "test.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := &interleavingStore{Store: st, before: func() {}}
+	s, err := New(is, Config{AdminKey: "k", Rules: set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, is
+}
+
+func mustCommit(t *testing.T, st collections.Store, w collections.Write) {
+	t.Helper()
+	if _, err := st.Commit(context.Background(), "default", []collections.Write{w}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A document locked between the rules check and the commit must not be
+// updated: the guarded write is pinned to the version the rules saw, fails,
+// and is re-evaluated against the locked document.
+func TestCommitGuarded_ConcurrentChangeIsReevaluated(t *testing.T) {
+	s, is := newGuardServer(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["update"]
+if    = "request.auth != null && resource.data.locked != true"
+`)
+	mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "posts/p1", Data: map[string]any{"locked": false}})
+	is.before = func() {
+		mustCommit(t, is.Store, collections.Write{Type: collections.WriteUpdate, Path: "posts/p1", Data: map[string]any{"locked": true}})
+	}
+	caller := &Caller{Kind: "user", UID: "u1"}
+	_, err := s.commitGuarded(context.Background(), caller, "default", []collections.Write{
+		{Type: collections.WriteUpdate, Path: "posts/p1", Data: map[string]any{"text": "sneaky"}},
+	})
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
+		t.Fatalf("update racing a lock: err=%v, want 403 after re-evaluation", err)
+	}
+	d, err := is.Store.Get(context.Background(), "default", "posts/p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.Data["text"]; ok || d.Version != 2 {
+		t.Fatalf("document after the denied update: v%d %v", d.Version, d.Data)
+	}
+}
+
+// An upsert of a missing document is checked as a create; if someone else
+// creates the document first, it is re-checked as an update.
+func TestCommitGuarded_UpsertRaceBecomesUpdate(t *testing.T) {
+	s, is := newGuardServer(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["create"]
+if    = "request.auth != null"
+`)
+	is.before = func() {
+		mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "posts/p1", Data: map[string]any{"by": "other"}})
+	}
+	caller := &Caller{Kind: "user", UID: "u1"}
+	_, err := s.commitGuarded(context.Background(), caller, "default", []collections.Write{
+		{Type: collections.WriteReplace, Path: "posts/p1", Data: map[string]any{"by": "u1"}},
+	})
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
+		t.Fatalf("upsert racing a create: err=%v, want 403 (now an update, which no rule allows)", err)
+	}
+	d, err := is.Store.Get(context.Background(), "default", "posts/p1")
+	if err != nil || d.Data["by"] != "other" {
+		t.Fatalf("document after the race: %v %v", d, err)
+	}
+}
+
+// The client's own failing precondition is reported at once, not retried
+// into something else.
+func TestCommitGuarded_ClientPreconditionReported(t *testing.T) {
+	s, is := newGuardServer(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["update"]
+if    = "request.auth != null"
+`)
+	mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "posts/p1", Data: map[string]any{}})
+	_, err := s.commitGuarded(context.Background(), &Caller{Kind: "user", UID: "u1"}, "default", []collections.Write{{
+		Type: collections.WriteUpdate, Path: "posts/p1", Data: map[string]any{"x": true},
+		IfMatch: []collections.Filter{{Field: "version", Op: collections.OpEq, Value: json.Number("7")}},
+	}})
+	if !errors.Is(err, collections.ErrPreconditionFailed) {
+		t.Fatalf("err=%v, want the client's precondition failure", err)
+	}
+}

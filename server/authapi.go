@@ -1,0 +1,265 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/loomdb/loom/rules"
+)
+
+// Routes of the auth API (Syntrix-compatible) and of the admin API.
+const (
+	routeAuth        = "/auth/v1"
+	routeRulesReload = "/admin/v1/rules/reload"
+	routeKeys        = "/admin/v1/keys"
+)
+
+// maxAuthBody bounds auth request bodies: they hold a username and a
+// password or a token.
+const maxAuthBody = 16 << 10
+
+func (s *Server) authRoutes(r *gin.Engine) {
+	g := r.Group(routeAuth, s.authEnabled)
+	g.POST("/signup", s.signup)
+	g.POST("/login", s.login)
+	g.POST("/refresh", s.refresh)
+	g.POST("/logout", s.logout)
+	g.GET("/me", s.authenticateAny, s.me)
+
+	r.POST(routeRulesReload, s.authenticateAny, s.requireAdmin, s.reloadRules)
+	keys := r.Group(routeKeys, s.authEnabled, s.authenticateAny, s.requireAdmin)
+	keys.POST("", s.createKey)
+	keys.DELETE("/:name", s.revokeKey)
+}
+
+// authEnabled answers 404 when the server runs without an auth service.
+func (s *Server) authEnabled(c *gin.Context) {
+	if s.auth == nil {
+		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "User authentication is not enabled on this server."))
+		return
+	}
+	c.Next()
+}
+
+// authenticateAny resolves the caller outside the database API (no
+// database-level checks).
+func (s *Server) authenticateAny(c *gin.Context) {
+	caller, err := s.resolveCaller(c.Request)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Set(callerKey, caller)
+	if !s.allowRate(c, caller) {
+		return
+	}
+	c.Next()
+}
+
+func (s *Server) requireAdmin(c *gin.Context) {
+	caller := callerOf(c)
+	if !caller.Admin {
+		s.writeError(c, denied(caller, "use the admin API"))
+		return
+	}
+	c.Next()
+}
+
+// authBody reads a small JSON object whose fields are all strings, and
+// checks that exactly the wanted fields are present.
+func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, error) {
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxAuthBody)
+	body, err := s.readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeObject(body.Bytes())
+	putBuf(body)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(fields))
+	for k, v := range m {
+		known := false
+		for _, f := range fields {
+			known = known || f == k
+		}
+		if !known {
+			return nil, errorf(http.StatusBadRequest, codeBadRequest, "Unknown field %q.", truncate(k, 64))
+		}
+		str, ok := v.(string)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, codeBadRequest, "Field %q must be a string.", k)
+		}
+		out[k] = str
+	}
+	for _, f := range fields {
+		if _, ok := out[f]; !ok {
+			return nil, errorf(http.StatusBadRequest, codeBadRequest, "Field %q is required.", f)
+		}
+	}
+	return out, nil
+}
+
+// limitIP applies the per-IP rate limit to unauthenticated auth endpoints.
+func (s *Server) limitIP(c *gin.Context) bool {
+	return s.allowRate(c, anonymous)
+}
+
+func (s *Server) signup(c *gin.Context) {
+	if !s.limitIP(c) {
+		return
+	}
+	b, err := s.authBody(c, "username", "password")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	tok, err := s.auth.Signup(c.Request.Context(), b["username"], b["password"])
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, tok)
+}
+
+func (s *Server) login(c *gin.Context) {
+	if !s.limitIP(c) {
+		return
+	}
+	b, err := s.authBody(c, "username", "password")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	tok, err := s.auth.Login(c.Request.Context(), b["username"], b["password"], remoteIP(c.Request))
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, tok)
+}
+
+func (s *Server) refresh(c *gin.Context) {
+	if !s.limitIP(c) {
+		return
+	}
+	b, err := s.authBody(c, "refresh_token")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	tok, err := s.auth.Refresh(c.Request.Context(), b["refresh_token"])
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, tok)
+}
+
+func (s *Server) logout(c *gin.Context) {
+	if !s.limitIP(c) {
+		return
+	}
+	b, err := s.authBody(c, "refresh_token")
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if err := s.auth.Logout(c.Request.Context(), b["refresh_token"]); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{})
+}
+
+// me serves GET /auth/v1/me: who the presented credential is.
+func (s *Server) me(c *gin.Context) {
+	caller := callerOf(c)
+	if caller.Kind == kindAnonymous {
+		s.writeError(c, denied(caller, "read your identity"))
+		return
+	}
+	roles := caller.Roles
+	if roles == nil {
+		roles = []string{}
+	}
+	c.JSON(http.StatusOK, gin.H{"uid": caller.UID, "username": caller.Username, "roles": roles})
+}
+
+// reloadRules serves POST /admin/v1/rules/reload: re-read the rules file;
+// a bad file keeps the current rules and reports why.
+func (s *Server) reloadRules(c *gin.Context) {
+	if s.rulesFile == "" {
+		s.writeError(c, errorf(http.StatusConflict, codeConflict, "This server has no rules file to reload."))
+		return
+	}
+	set, err := rules.Load(s.rulesFile)
+	if err != nil {
+		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "The rules file was not loaded; the previous rules stay in force: %s", err.Error()))
+		return
+	}
+	s.rules.Store(set)
+	s.log.Info("security rules reloaded", "file", s.rulesFile, "rules", set.Len())
+	c.JSON(http.StatusOK, gin.H{"rules": set.Len(), "file": s.rulesFile})
+}
+
+// createKey serves POST /admin/v1/keys {"name", "roles"?}: a service key,
+// shown once in the response and stored hashed.
+func (s *Server) createKey(c *gin.Context) {
+	body, err := s.readBody(c)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	m, err := decodeObject(body.Bytes())
+	putBuf(body)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	var name string
+	var roles []string
+	for k, v := range m {
+		switch k {
+		case "name":
+			name, _ = v.(string)
+		case "roles":
+			list, ok := v.([]any)
+			if !ok {
+				s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "\"roles\" must be a list of strings."))
+				return
+			}
+			for _, r := range list {
+				str, ok := r.(string)
+				if !ok {
+					s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "\"roles\" must be a list of strings."))
+					return
+				}
+				roles = append(roles, str)
+			}
+		default:
+			s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Unknown field %q: the body is {\"name\", \"roles\"}.", truncate(k, 64)))
+			return
+		}
+	}
+	key, err := s.auth.CreateServiceKey(c.Request.Context(), name, roles)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if roles == nil {
+		roles = []string{"service"}
+	}
+	c.JSON(http.StatusCreated, gin.H{"name": name, "roles": roles, "key": key})
+}
+
+// revokeKey serves DELETE /admin/v1/keys/{name}.
+func (s *Server) revokeKey(c *gin.Context) {
+	if err := s.auth.RevokeServiceKey(c.Request.Context(), c.Param("name")); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
+}

@@ -1,0 +1,414 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/server"
+)
+
+// newAuthEnv is a real server with user authentication on a real store and
+// the given server config (default rules unless cfg.Rules is set).
+func newAuthEnv(t *testing.T, cfg server.Config) *testEnv {
+	t.Helper()
+	store := MustOpenStore(t)
+	svc, err := auth.New(context.Background(), store, auth.Config{
+		DB:         "default",
+		Secret:     []byte("0123456789abcdef0123456789abcdef-test"),
+		BcryptCost: bcrypt.MinCost,
+	})
+	if err != nil {
+		t.Fatalf("auth.New: %v", err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	cfg.Auth = svc
+	return MustStartServer(t, store, cfg)
+}
+
+// user is one signed-up account.
+type user struct {
+	UID, Name       string
+	Access, Refresh string
+}
+
+func (u user) h() map[string]string { return map[string]string{"Authorization": "Bearer " + u.Access} }
+
+var anon = map[string]string{"Authorization": ""}
+
+func (e *testEnv) signup(t *testing.T, name string) user {
+	t.Helper()
+	r := e.Do(t, "POST", "/auth/v1/signup", fmt.Sprintf(`{"username":%q,"password":"correct horse battery"}`, name), anon)
+	if r.Status != http.StatusOK {
+		t.Fatalf("signup %s: status=%d %s", name, r.Status, r.Body)
+	}
+	var tok struct {
+		Access  string `json:"access_token"`
+		Refresh string `json:"refresh_token"`
+		Expires int    `json:"expires_in"`
+	}
+	if err := json.Unmarshal(r.Body, &tok); err != nil || tok.Access == "" || tok.Refresh == "" || tok.Expires <= 0 {
+		t.Fatalf("signup %s: token pair %s (%v)", name, r.Body, err)
+	}
+	u := user{Name: name, Access: tok.Access, Refresh: tok.Refresh}
+	me := e.Do(t, "GET", "/auth/v1/me", "", u.h())
+	if me.Status != http.StatusOK {
+		t.Fatalf("me: status=%d %s", me.Status, me.Body)
+	}
+	m := me.JSON(t)
+	u.UID, _ = m["uid"].(string)
+	if u.UID == "" || m["username"] != name {
+		t.Fatalf("me=%s, want uid and username %q", me.Body, name)
+	}
+	return u
+}
+
+func wantStatus(t *testing.T, what string, r *response, want int) {
+	t.Helper()
+	if r.Status != want {
+		t.Fatalf("%s: status=%d, want %d; body %s", what, r.Status, want, r.Body)
+	}
+	if want >= 400 {
+		checkErrorShape(t, r)
+	}
+}
+
+func TestSecurity_DefaultRules(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	own := api + "/documents/users/" + alice.UID + "/notes/n1"
+
+	wantStatus(t, "owner create", env.Do(t, "PUT", own, `{"doc":{"text":"mine"}}`, alice.h()), http.StatusCreated)
+	wantStatus(t, "owner get", env.Do(t, "GET", own, "", alice.h()), http.StatusOK)
+	wantStatus(t, "owner patch", env.Do(t, "PATCH", own, `{"doc":{"n":1}}`, alice.h()), http.StatusOK)
+	wantStatus(t, "owner get missing", env.Do(t, "GET", own+"x", "", alice.h()), http.StatusNotFound)
+
+	head := env.Head(t)
+	wantStatus(t, "other get", env.Do(t, "GET", own, "", bob.h()), http.StatusForbidden)
+	wantStatus(t, "other get missing", env.Do(t, "GET", own+"x", "", bob.h()), http.StatusForbidden)
+	wantStatus(t, "other replace", env.Do(t, "PUT", own, `{"doc":{"text":"theirs"}}`, bob.h()), http.StatusForbidden)
+	wantStatus(t, "other patch", env.Do(t, "PATCH", own, `{"doc":{"text":"theirs"}}`, bob.h()), http.StatusForbidden)
+	wantStatus(t, "other delete", env.Do(t, "DELETE", own, "", bob.h()), http.StatusForbidden)
+	wantStatus(t, "other create", env.Do(t, "POST", api+"/documents/users/"+alice.UID+"/notes", `{"x":1}`, bob.h()), http.StatusForbidden)
+	wantStatus(t, "anonymous get", env.Do(t, "GET", own, "", anon), http.StatusUnauthorized)
+	wantStatus(t, "anonymous write", env.Do(t, "PUT", own, `{"doc":{}}`, anon), http.StatusUnauthorized)
+	wantStatus(t, "outside users/", env.Do(t, "PUT", api+"/documents/rooms/r1", `{"doc":{}}`, alice.h()), http.StatusForbidden)
+	wantStatus(t, "system collection", env.Do(t, "GET", api+"/documents/_users/"+alice.UID, "", alice.h()), http.StatusForbidden)
+	if got := env.Head(t); got != head {
+		t.Fatalf("denied writes changed the change log: head %d → %d", head, got)
+	}
+	if body := env.Do(t, "GET", own, "", alice.h()).JSON(t); body["text"] != "mine" || body["version"] != json.Number("2") {
+		t.Fatalf("after denied writes: %v", body)
+	}
+	wantStatus(t, "admin bypass", env.Do(t, "GET", own, "", nil), http.StatusOK)
+
+	wantStatus(t, "owner delete", env.Do(t, "DELETE", own, "", alice.h()), http.StatusNoContent)
+	wantStatus(t, "bad token", env.Do(t, "GET", own, "", map[string]string{"Authorization": "Bearer " + alice.Access + "x"}), http.StatusUnauthorized)
+	wantStatus(t, "refresh token as access token", env.Do(t, "GET", own, "", map[string]string{"Authorization": "Bearer " + alice.Refresh}), http.StatusUnauthorized)
+}
+
+func TestSecurity_QueriesAndLists(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	for i := 0; i < 5; i++ {
+		for _, u := range []user{alice, bob} {
+			wantStatus(t, "seed", env.Do(t, "PUT", fmt.Sprintf("%s/documents/users/%s/notes/n%d", api, u.UID, i), fmt.Sprintf(`{"doc":{"i":%d,"owner":%q}}`, i, u.Name), u.h()), http.StatusCreated)
+		}
+	}
+	owners := func(r *response) []string {
+		t.Helper()
+		var out []string
+		docs, _ := r.JSON(t)["docs"].([]any)
+		for _, d := range docs {
+			out = append(out, d.(map[string]any)["owner"].(string))
+		}
+		return out
+	}
+
+	r := env.Do(t, "POST", api+"/query", `{"collection":"users/*/notes","limit":3}`, alice.h())
+	wantStatus(t, "collection-group query", r, http.StatusOK)
+	if got := owners(r); len(got) != 3 || strings.Count(strings.Join(got, ","), "alice") != 3 {
+		t.Fatalf("alice's group query returned owners %v, want 3 × alice (pages refilled past bob's documents)", got)
+	}
+	seen := 0
+	cursor := ""
+	for page := 0; page < 10; page++ {
+		body := `{"collection":"users/*/notes","limit":2}`
+		if cursor != "" {
+			body = fmt.Sprintf(`{"collection":"users/*/notes","limit":2,"startAfter":%q}`, cursor)
+		}
+		r := env.Do(t, "POST", api+"/query", body, alice.h())
+		wantStatus(t, "paged group query", r, http.StatusOK)
+		for _, o := range owners(r) {
+			if o != "alice" {
+				t.Fatalf("alice saw a document of %s", o)
+			}
+			seen++
+		}
+		next, _ := r.JSON(t)["nextCursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if seen != 5 {
+		t.Fatalf("paging alice's group query saw %d documents, want 5", seen)
+	}
+
+	r = env.Do(t, "GET", api+"/documents/users/"+alice.UID+"/notes", "", bob.h())
+	wantStatus(t, "list someone else's collection", r, http.StatusOK)
+	if got := owners(r); len(got) != 0 {
+		t.Fatalf("bob listed alice's notes: %v", got)
+	}
+	wantStatus(t, "query where no rule could allow", env.Do(t, "POST", api+"/query", `{"collection":"rooms"}`, alice.h()), http.StatusForbidden)
+	// An anonymous caller may query a collection some rule could open to
+	// it, but sees only what the rules allow: nothing here.
+	r = env.Do(t, "POST", api+"/query", `{"collection":"users/*/notes"}`, anon)
+	wantStatus(t, "anonymous query", r, http.StatusOK)
+	if got := owners(r); len(got) != 0 {
+		t.Fatalf("anonymous query returned %v", got)
+	}
+	wantStatus(t, "anonymous query where no rule could allow", env.Do(t, "POST", api+"/query", `{"collection":"rooms"}`, anon), http.StatusUnauthorized)
+	r = env.Do(t, "POST", api+"/query", `{"collection":"users/*/notes"}`, nil)
+	wantStatus(t, "admin query", r, http.StatusOK)
+	if got := owners(r); len(got) != 10 {
+		t.Fatalf("admin saw %d documents, want 10", len(got))
+	}
+}
+
+func TestSecurity_BatchChecksEveryWriteFirst(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	head := env.Head(t)
+	body := fmt.Sprintf(`{"writes":[
+		{"type":"create","path":"users/%s/a/1","data":{"x":1}},
+		{"type":"create","path":"users/%s/a/1","data":{"x":1}}]}`, alice.UID, bob.UID)
+	r := env.Do(t, "POST", api+"/batch", body, alice.h())
+	wantStatus(t, "batch with one forbidden write", r, http.StatusForbidden)
+	if d, _ := r.JSON(t)["details"].(map[string]any); d["index"] != json.Number("1") {
+		t.Fatalf("details=%v, want index 1", d)
+	}
+	if got := env.Head(t); got != head {
+		t.Fatalf("a denied batch changed the change log: head %d → %d", head, got)
+	}
+	wantStatus(t, "first write not applied", env.Do(t, "GET", api+"/documents/users/"+alice.UID+"/a/1", "", nil), http.StatusNotFound)
+
+	body = fmt.Sprintf(`{"writes":[
+		{"type":"create","path":"users/%s/a/1","data":{"x":1}},
+		{"type":"update","path":"users/%s/a/1","data":{"y":2}}]}`, alice.UID, alice.UID)
+	wantStatus(t, "allowed batch", env.Do(t, "POST", api+"/batch", body, alice.h()), http.StatusOK)
+}
+
+// TestSecurity_RulesSeeDocuments: conditions on resource.data and
+// request.resource.data, and reload without restart.
+func TestSecurity_RulesFileAndReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "security.toml")
+	write := func(src string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`
+[[rule]]
+match = "boards/{board}/posts/{post}"
+allow = ["read", "create"]
+if    = "request.auth != null && (request.op != 'create' || request.resource.data.author == request.auth.uid)"
+
+[[rule]]
+match = "boards/{board}/posts/{post}"
+allow = ["update"]
+if    = "request.auth != null && resource.data.author == request.auth.uid && request.resource.data.author == resource.data.author && !('locked' in resource.data && resource.data.locked)"
+`)
+	env := newAuthEnv(t, server.Config{RulesFile: file})
+	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	post := api + "/documents/boards/b1/posts/p1"
+
+	wantStatus(t, "create as someone else", env.Do(t, "PUT", post, fmt.Sprintf(`{"doc":{"author":%q}}`, bob.UID), alice.h()), http.StatusForbidden)
+	wantStatus(t, "create as self", env.Do(t, "PUT", post, fmt.Sprintf(`{"doc":{"author":%q,"text":"hi"}}`, alice.UID), alice.h()), http.StatusCreated)
+	wantStatus(t, "read by another user", env.Do(t, "GET", post, "", bob.h()), http.StatusOK)
+	wantStatus(t, "update by another user", env.Do(t, "PATCH", post, `{"doc":{"text":"x"}}`, bob.h()), http.StatusForbidden)
+	wantStatus(t, "update that changes the author", env.Do(t, "PATCH", post, fmt.Sprintf(`{"doc":{"author":%q}}`, bob.UID), alice.h()), http.StatusForbidden)
+	wantStatus(t, "owner update", env.Do(t, "PATCH", post, `{"doc":{"text":"edited"}}`, alice.h()), http.StatusOK)
+	wantStatus(t, "delete (not allowed by any rule)", env.Do(t, "DELETE", post, "", alice.h()), http.StatusForbidden)
+	env.MustDo(t, http.StatusOK, "PATCH", post, `{"doc":{"locked":true}}`)
+	wantStatus(t, "update of a locked post", env.Do(t, "PATCH", post, `{"doc":{"text":"again"}}`, alice.h()), http.StatusForbidden)
+
+	write(`[[rule]]
+match = "boards/{board}/posts/{post}"
+allow = ["read"]
+if    = "request.auth.uid ==="
+`)
+	r := env.Do(t, "POST", "/admin/v1/rules/reload", "", nil)
+	wantStatus(t, "reload of a bad file", r, http.StatusBadRequest)
+	if msg, _ := r.JSON(t)["message"].(string); !strings.Contains(msg, "rule 1") {
+		t.Errorf("bad-file message %q does not name the rule", msg)
+	}
+	wantStatus(t, "old rules stay after a bad reload", env.Do(t, "GET", post, "", bob.h()), http.StatusOK)
+	wantStatus(t, "reload by a non-admin", env.Do(t, "POST", "/admin/v1/rules/reload", "", alice.h()), http.StatusForbidden)
+
+	write(`[[rule]]
+match = "boards/{board}/posts/{post}"
+allow = ["read"]
+if    = "false"
+`)
+	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
+	wantStatus(t, "read after reload", env.Do(t, "GET", post, "", bob.h()), http.StatusForbidden)
+}
+
+// TestSecurity_ConcurrentWritesCannotSlipPastRules: a rule that depends on
+// the stored document holds even when the document changes between the
+// rules check and the commit.
+func TestSecurity_ConcurrentWritesCannotSlipPastRules(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "security.toml")
+	if err := os.WriteFile(file, []byte(`
+[[rule]]
+match = "counters/{c}"
+allow = ["read"]
+if    = "request.auth != null"
+
+[[rule]]
+match = "counters/{c}"
+allow = ["update"]
+if    = "request.auth != null && resource.data.n < 20 && request.resource.data.n == resource.data.n + 1"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RulesFile: file})
+	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
+	u := env.signup(t, "carol")
+	env.MustDo(t, http.StatusCreated, "PUT", api+"/documents/counters/c1", `{"doc":{"n":0}}`)
+
+	// Each client reads n and writes n+1 with If-Match; the rule allows
+	// only +1 steps below 20, so the counter must end at exactly 20 no
+	// matter how the writes interleave.
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				r := env.Do(t, "GET", api+"/documents/counters/c1", "", u.h())
+				if r.Status != http.StatusOK {
+					return
+				}
+				n, _ := r.JSON(t)["n"].(json.Number).Int64()
+				env.Do(t, "PATCH", api+"/documents/counters/c1", fmt.Sprintf(`{"doc":{"n":%d}}`, n+1), u.h())
+			}
+		}()
+	}
+	wg.Wait()
+	if n := env.Do(t, "GET", api+"/documents/counters/c1", "", nil).JSON(t)["n"]; n != json.Number("20") {
+		t.Fatalf("counter=%v, want exactly 20", n)
+	}
+}
+
+func TestAuthAPI(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	alice := env.signup(t, "alice")
+
+	wantStatus(t, "duplicate signup", env.Do(t, "POST", "/auth/v1/signup", `{"username":"ALICE","password":"another long one"}`, anon), http.StatusConflict)
+	wantStatus(t, "weak password", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"short"}`, anon), http.StatusBadRequest)
+	wantStatus(t, "bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"a b","password":"long enough pw"}`, anon), http.StatusBadRequest)
+	wantStatus(t, "unknown field", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"long enough pw","admin":true}`, anon), http.StatusBadRequest)
+	wantStatus(t, "not JSON", env.Do(t, "POST", "/auth/v1/login", `{"username":`, anon), http.StatusBadRequest)
+	wrong := env.Do(t, "POST", "/auth/v1/login", `{"username":"alice","password":"wrong password!"}`, anon)
+	unknown := env.Do(t, "POST", "/auth/v1/login", `{"username":"nobody","password":"wrong password!"}`, anon)
+	wantStatus(t, "wrong password", wrong, http.StatusUnauthorized)
+	wantStatus(t, "unknown user", unknown, http.StatusUnauthorized)
+	if wrong.JSON(t)["message"] != unknown.JSON(t)["message"] {
+		t.Errorf("login errors differ for unknown user and wrong password: %s vs %s", wrong.Body, unknown.Body)
+	}
+	wantStatus(t, "login", env.Do(t, "POST", "/auth/v1/login", `{"username":"alice","password":"correct horse battery"}`, anon), http.StatusOK)
+
+	r := env.Do(t, "POST", "/auth/v1/refresh", fmt.Sprintf(`{"refresh_token":%q}`, alice.Refresh), anon)
+	wantStatus(t, "refresh", r, http.StatusOK)
+	next, _ := r.JSON(t)["refresh_token"].(string)
+	wantStatus(t, "second use of a refresh token", env.Do(t, "POST", "/auth/v1/refresh", fmt.Sprintf(`{"refresh_token":%q}`, alice.Refresh), anon), http.StatusUnauthorized)
+	wantStatus(t, "access token as refresh token", env.Do(t, "POST", "/auth/v1/refresh", fmt.Sprintf(`{"refresh_token":%q}`, alice.Access), anon), http.StatusUnauthorized)
+	wantStatus(t, "logout", env.Do(t, "POST", "/auth/v1/logout", fmt.Sprintf(`{"refresh_token":%q}`, next), anon), http.StatusOK)
+	wantStatus(t, "refresh after logout", env.Do(t, "POST", "/auth/v1/refresh", fmt.Sprintf(`{"refresh_token":%q}`, next), anon), http.StatusUnauthorized)
+
+	wantStatus(t, "me anonymous", env.Do(t, "GET", "/auth/v1/me", "", anon), http.StatusUnauthorized)
+	if me := env.Do(t, "GET", "/auth/v1/me", "", nil).JSON(t); me["username"] != "admin" {
+		t.Errorf("me with the admin key=%v", me)
+	}
+}
+
+func TestAuthAPI_ConcurrentRefreshOneWinner(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	u := env.signup(t, "erin")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := env.Do(t, "POST", "/auth/v1/refresh", fmt.Sprintf(`{"refresh_token":%q}`, u.Refresh), anon)
+			if r.Status == http.StatusOK {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d concurrent refreshes of one token succeeded, want exactly 1", wins)
+	}
+}
+
+func TestAuthAPI_Disabled(t *testing.T) {
+	env := MustStartServer(t, MustOpenStore(t), server.Config{})
+	wantStatus(t, "signup without auth", env.Do(t, "POST", "/auth/v1/signup", `{"username":"alice","password":"correct horse battery"}`, anon), http.StatusNotFound)
+}
+
+func TestServiceKeys(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "security.toml")
+	if err := os.WriteFile(file, []byte(`
+[[rule]]
+match = "{path=**}"
+allow = ["read", "write"]
+if    = "request.auth != null && 'service' in request.auth.roles"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RulesFile: file})
+	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
+	alice := env.signup(t, "alice")
+
+	wantStatus(t, "create key as a user", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, alice.h()), http.StatusForbidden)
+	wantStatus(t, "create key with a bad field", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks","admin":true}`, nil), http.StatusBadRequest)
+	r := env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil)
+	wantStatus(t, "create key", r, http.StatusCreated)
+	key, _ := r.JSON(t)["key"].(string)
+	if key == "" {
+		t.Fatalf("no key in %s", r.Body)
+	}
+	wantStatus(t, "duplicate key name", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil), http.StatusConflict)
+
+	svc := map[string]string{"X-API-Key": key}
+	wantStatus(t, "service write", env.Do(t, "PUT", api+"/documents/jobs/j1", `{"doc":{"n":1}}`, svc), http.StatusCreated)
+	me := env.Do(t, "GET", "/auth/v1/me", "", svc).JSON(t)
+	if roles, _ := me["roles"].([]any); len(roles) != 1 || roles[0] != "service" {
+		t.Errorf("me for a service key=%v, want roles [service]", me)
+	}
+	wantStatus(t, "user write under the service-only rules", env.Do(t, "PUT", api+"/documents/jobs/j2", `{"doc":{}}`, alice.h()), http.StatusForbidden)
+
+	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/hooks", "", nil), http.StatusNoContent)
+	wantStatus(t, "revoked key", env.Do(t, "GET", api+"/documents/jobs/j1", "", svc), http.StatusUnauthorized)
+	wantStatus(t, "revoke unknown", env.Do(t, "DELETE", "/admin/v1/keys/hooks", "", nil), http.StatusNotFound)
+}
