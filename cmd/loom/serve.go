@@ -21,7 +21,9 @@ import (
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
+	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 )
 
@@ -54,6 +56,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	ruleSet, rulesFile, err := loadRules(cfg, logger)
+	if err != nil {
+		return err
+	}
+
 	reg := prometheus.NewRegistry()
 	store, err := openStore(ctx, cfg, logger, reg)
 	if err != nil {
@@ -65,12 +72,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 
+	authSvc, err := openAuth(ctx, cfg, store, logger)
+	if err != nil {
+		return err
+	}
+	defer authSvc.Close()
+
 	srv, err := server.New(store, server.Config{
 		AdminKeySHA256:  admin.hash,
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
 		CORSOrigins:     cfg.Security.CORSOrigins,
 		RateLimit:       cfg.Limits.RateLimit,
 		RateBurst:       cfg.Limits.RateBurst,
+		Auth:            authSvc,
+		Rules:           ruleSet,
+		RulesFile:       rulesFile,
 		Logger:          logger,
 		Registry:        reg,
 		Version:         version,
@@ -109,6 +125,50 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 	}
 	return nil, fmt.Errorf("unknown engine %q", cfg.Engine)
 }
+
+// loadRules compiles the security rules file. The default file may be
+// absent (the built-in rules apply, the same as rules/security.toml in the
+// repository); a file named in the configuration must exist. A bad file
+// refuses to start, naming the rule and the error.
+func loadRules(cfg config.Config, logger *slog.Logger) (*rules.Set, string, error) {
+	set, err := rules.Load(cfg.Security.RulesFile)
+	if err == nil {
+		logger.Info("security rules loaded", "file", cfg.Security.RulesFile, "rules", set.Len())
+		return set, cfg.Security.RulesFile, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) && cfg.Security.RulesFile == config.DefaultRulesFile {
+		logger.Info("no rules file; using the built-in rules (users own users/{uid}/**)", "file", cfg.Security.RulesFile)
+		return rules.Default(), cfg.Security.RulesFile, nil
+	}
+	return nil, "", fmt.Errorf("security rules: %w", err)
+}
+
+// openAuth starts user authentication. The token signing secret comes from
+// [auth] jwt_secret / LOOM_JWT_SECRET, else it is generated once into the
+// data directory.
+func openAuth(ctx context.Context, cfg config.Config, store collections.Store, logger *slog.Logger) (*auth.Service, error) {
+	secret := []byte(cfg.Auth.JWTSecret)
+	if len(secret) == 0 {
+		var err error
+		if secret, err = auth.LoadOrCreateSecret(filepath.Join(cfg.Data, jwtSecretFile)); err != nil {
+			return nil, fmt.Errorf("auth: %w", err)
+		}
+	}
+	svc, err := auth.New(ctx, store, auth.Config{
+		DB:       "default",
+		Secret:   secret,
+		JWKSURL:  cfg.Auth.JWKSURL,
+		Issuer:   cfg.Auth.Issuer,
+		Audience: cfg.Auth.Audience,
+		Logger:   logger.With("component", "auth"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	return svc, nil
+}
+
+const jwtSecretFile = "jwt.secret"
 
 // adminKey is the admin credential as the server needs it.
 type adminKey struct {

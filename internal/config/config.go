@@ -22,6 +22,7 @@ const (
 	DefaultConfigFile       = "./loom.toml"
 	DefaultTriggersFile     = "./triggers.json"
 	DefaultEngine           = "sqlite"
+	DefaultRulesFile        = "rules/security.toml"
 	DefaultMaxDocumentBytes = 1 << 20
 	DefaultMaxRequestBytes  = 10 << 20
 	DefaultRetention        = 7 * 24 * time.Hour
@@ -132,7 +133,7 @@ func Default() Config {
 		Addr:     DefaultAddr,
 		Data:     DefaultData,
 		Engine:   DefaultEngine,
-		Security: Security{RulesFile: "rules/security.toml"},
+		Security: Security{RulesFile: DefaultRulesFile},
 		Webhooks: Webhooks{AllowHosts: []string{"127.0.0.1", "localhost"}, AllowCIDRs: []string{"127.0.0.0/8"}},
 		LLM:      LLM{Model: "gpt-4o-mini"},
 		Limits:   Limits{MaxDocumentBytes: DefaultMaxDocumentBytes, MaxRequestBytes: DefaultMaxRequestBytes},
