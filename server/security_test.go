@@ -412,3 +412,22 @@ if    = "request.auth != null && 'service' in request.auth.roles"
 	wantStatus(t, "revoked key", env.Do(t, "GET", api+"/documents/jobs/j1", "", svc), http.StatusUnauthorized)
 	wantStatus(t, "revoke unknown", env.Do(t, "DELETE", "/admin/v1/keys/hooks", "", nil), http.StatusNotFound)
 }
+
+func TestAuthAPI_LoginBruteForceLimited(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	env.signup(t, "frank")
+	var last *response
+	for i := 0; i < 30; i++ {
+		last = env.Do(t, "POST", "/auth/v1/login", `{"username":"frank","password":"not the password"}`, anon)
+		if last.Status == http.StatusTooManyRequests {
+			break
+		}
+		wantStatus(t, "failed login", last, http.StatusUnauthorized)
+	}
+	wantStatus(t, "login after many failures", last, http.StatusTooManyRequests)
+	if last.JSON(t)["code"] != "RATE_LIMITED" || last.Header.Get("Retry-After") == "" {
+		t.Fatalf("429 without RATE_LIMITED code or Retry-After: %v %s", last.Header, last.Body)
+	}
+	// Even the right password is refused while limited: guessing gains nothing.
+	wantStatus(t, "right password while limited", env.Do(t, "POST", "/auth/v1/login", `{"username":"frank","password":"correct horse battery"}`, anon), http.StatusTooManyRequests)
+}
