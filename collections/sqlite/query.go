@@ -128,11 +128,17 @@ func indexDefs(decls []collections.Index) ([]indexDef, error) {
 		if !ok {
 			return nil, fmt.Errorf("index on %q: use * only in place of document ids", ix.Collection)
 		}
-		// stat: the index covers one shape (10000 rows); db and a type
+		// stat: the index covers one shape, which is one collection for a
+		// top-level collection (as many rows as docs_collection's estimate)
+		// and many for nested ones (as many as docs_shape's); db and a type
 		// class select nothing, the first field's value selects about 10
 		// rows, further values and the path about 1.
+		rows := "10000"
+		if !strings.Contains(ix.Collection, "/") {
+			rows = "100"
+		}
 		cols := []string{"db"}
-		stat := []string{"10000", "10000"}
+		stat := []string{rows, rows}
 		for i, f := range ix.Fields {
 			k, ok := fieldKey(f)
 			if !ok {
@@ -175,6 +181,13 @@ type plan struct {
 	args  []any
 	terms []term
 	keys  []sortKey // per orderBy field
+	// fixed maps the rank expressions a filter pins to one type class to
+	// that class. They are constant over the result, so ORDER BY leaves them
+	// out (SQLite drops a WHERE-pinned ORDER BY term only when it is a plain
+	// column; an expression term it keeps stops a declared index from
+	// yielding the order: "score > 3" orderBy score sorted every match), and
+	// a continuation seeks on the term after them.
+	fixed map[string]int
 }
 
 func (p *plan) arg(v any) string {
@@ -234,6 +247,10 @@ func (p *plan) pushdown(f collections.Filter) string {
 			}
 			return ""
 		}
+		if p.fixed == nil {
+			p.fixed = map[string]int{}
+		}
+		p.fixed[k.rank] = class
 		return k.rank + " = " + strconv.Itoa(class)
 	}
 	and := func(a, b string) string {
@@ -289,12 +306,22 @@ func (p *plan) after(c *collections.Cursor) string {
 		eqs = append(eqs, t.expr+" IS "+ph)
 	}
 	cond := "(" + strings.Join(ors, " OR ") + ")"
-	if len(p.terms) > 1 && vals[0] != nil {
+	// The range goes on the first term not pinned by a filter to the
+	// cursor's own class: pinned terms are equal on every candidate.
+	lead := 0
+	for lead < len(p.terms)-1 {
+		class, ok := p.fixed[p.terms[lead].expr]
+		if !ok || vals[lead] != any(class) {
+			break
+		}
+		lead++
+	}
+	if lead < len(p.terms)-1 && vals[lead] != nil {
 		op := " >= "
-		if p.terms[0].desc {
+		if p.terms[lead].desc {
 			op = " <= "
 		}
-		cond = p.terms[0].expr + op + "?" + strconv.Itoa(len(p.args)-len(p.terms)+1) + " AND " + cond
+		cond = p.terms[lead].expr + op + "?" + strconv.Itoa(len(p.args)-len(p.terms)+1+lead) + " AND " + cond
 	}
 	return cond
 }
@@ -302,16 +329,21 @@ func (p *plan) after(c *collections.Cursor) string {
 func (p *plan) sql(afterCond string, limit int) string {
 	var b strings.Builder
 	b.WriteString("SELECT " + docColumns + " FROM docs WHERE ")
-	b.WriteString(strings.Join(p.where, " AND "))
 	if afterCond != "" {
-		b.WriteString(" AND ")
 		b.WriteString(afterCond)
+		b.WriteString(" AND ")
 	}
+	b.WriteString(strings.Join(p.where, " AND "))
 	b.WriteString(" ORDER BY ")
-	for i, t := range p.terms {
-		if i > 0 {
+	first := true
+	for _, t := range p.terms {
+		if _, ok := p.fixed[t.expr]; ok {
+			continue
+		}
+		if !first {
 			b.WriteString(", ")
 		}
+		first = false
 		b.WriteString(t.expr)
 		if t.desc {
 			b.WriteString(" DESC")

@@ -191,9 +191,9 @@ func explain(t testing.TB, s *Store, sqlText string, args []any) string {
 	return strings.Join(lines, "\n")
 }
 
-// planOf explains the SQL the engine runs for q, optionally continuing
-// after cur.
-func planOf(t testing.TB, s *Store, q collections.Query, cur *collections.Cursor) string {
+// planSQL is the SQL and arguments the engine runs for q, optionally
+// continuing after cur.
+func planSQL(t testing.TB, q collections.Query, cur *collections.Cursor) (string, []any) {
 	t.Helper()
 	if err := q.Normalize(); err != nil {
 		t.Fatal(err)
@@ -206,7 +206,43 @@ func planOf(t testing.TB, s *Store, q collections.Query, cur *collections.Cursor
 	if cur != nil {
 		cond = p.after(cur)
 	}
-	return explain(t, s, p.sql(cond, q.Limit+1), p.args)
+	return p.sql(cond, q.Limit+1), p.args
+}
+
+// planOf explains the SQL the engine runs for q.
+func planOf(t testing.TB, s *Store, q collections.Query, cur *collections.Cursor) string {
+	t.Helper()
+	sqlText, args := planSQL(t, q, cur)
+	return explain(t, s, sqlText, args)
+}
+
+// seekOps returns the index seek opcodes (SeekGE, SeekGT, ...) of the
+// compiled query: they show which bound a range scan starts from, which
+// EXPLAIN QUERY PLAN does not.
+func seekOps(t testing.TB, s *Store, q collections.Query, cur *collections.Cursor) []string {
+	t.Helper()
+	sqlText, args := planSQL(t, q, cur)
+	rows, err := s.rdb.Query("EXPLAIN "+sqlText, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ops []string
+	for rows.Next() {
+		var addr int
+		var op string
+		var p1, p2, p3, p4, p5, comment any
+		if err := rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(op, "Seek") && op != "SeekEnd" && op != "SeekHit" && op != "SeekScan" && op != "SeekRowid" {
+			ops = append(ops, op)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return ops
 }
 
 func indexName(t testing.TB, ix collections.Index) string {
@@ -239,6 +275,7 @@ func loomIndexes(t testing.TB, s *Store) []string {
 var (
 	tasksIndex    = collections.Index{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"chatId"}}
 	messagesIndex = collections.Index{Collection: "users/*/orch-chats/*/messages", Fields: []string{"createdAt"}}
+	peopleIndex   = collections.Index{Collection: "people", Fields: []string{"age"}}
 )
 
 // seedChats writes tasks and messages spread over users and chats.
@@ -259,21 +296,30 @@ func seedChats(t testing.TB, s *Store, n int) {
 // and continuations alike, and that the built-in indexes serve plain listings
 // instead of a scan of the whole database.
 func TestDeclaredIndexesAreUsed(t *testing.T) {
-	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, Indexes: []collections.Index{tasksIndex, messagesIndex}})
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, Indexes: []collections.Index{tasksIndex, messagesIndex, peopleIndex}})
 	seedChats(t, s, 300)
-	tasksIx, msgsIx := indexName(t, tasksIndex), indexName(t, messagesIndex)
-	if got := loomIndexes(t, s); !slices.Equal(got, slices.Sorted(slices.Values([]string{tasksIx, msgsIx}))) {
-		t.Fatalf("indexes %v, want %s and %s", got, tasksIx, msgsIx)
+	var people []collections.Write
+	for i := range 300 {
+		people = append(people, create(fmt.Sprintf("people/p%03d", (i*7)%300), obj(t, fmt.Sprintf(`{"age":%d}`, i%90))))
+	}
+	commitAll(t, s, people)
+	tasksIx, msgsIx, peopleIx := indexName(t, tasksIndex), indexName(t, messagesIndex), indexName(t, peopleIndex)
+	if got := loomIndexes(t, s); !slices.Equal(got, slices.Sorted(slices.Values([]string{tasksIx, msgsIx, peopleIx}))) {
+		t.Fatalf("indexes %v, want %s, %s and %s", got, tasksIx, msgsIx, peopleIx)
 	}
 
 	eqC1 := []collections.Filter{{Field: "chatId", Op: collections.OpEq, Value: "c1"}}
 	byCreatedDesc := []collections.Order{{Field: "createdAt", Direction: "desc"}}
+	byAge := []collections.Order{{Field: "age"}}
+	ageOver := []collections.Filter{{Field: "age", Op: collections.OpGt, Value: int64(10)}}
+	age50 := &collections.Cursor{Path: "people/p100", Values: []collections.CursorValue{{Value: json.Number("50")}}}
 	for _, tc := range []struct {
 		name   string
 		q      collections.Query
 		cur    *collections.Cursor
 		index  string
-		sorted bool // the index yields the whole ORDER BY (no temp b-tree)
+		sorted bool   // the index yields the whole ORDER BY (no temp b-tree)
+		seek   string // the opcode the range scan starts with, when it matters
 	}{
 		{name: "GroupEquality", q: collections.Query{Collection: "users/*/orch-chats/*/tasks", Filters: eqC1, Limit: 10},
 			index: tasksIx, sorted: true},
@@ -287,6 +333,20 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 			cur: &collections.Cursor{Path: "users/u1/orch-chats/c1/messages/m0001", Values: []collections.CursorValue{{Value: int64(1)}}}, index: msgsIx},
 		{name: "GroupOrderByCreatedAtAsc", q: collections.Query{Collection: "users/*/orch-chats/*/messages", OrderBy: []collections.Order{{Field: "createdAt"}}, Limit: 10},
 			index: msgsIx, sorted: true},
+		// An index on a top-level collection holds exactly that collection.
+		{name: "TopLevelOrderBy", q: collections.Query{Collection: "people", OrderBy: byAge, Limit: 10},
+			index: peopleIx, sorted: true},
+		// A range on the orderBy field pins its type class; that must not
+		// cost a sort of every match.
+		{name: "RangeOrderedBySameField", q: collections.Query{Collection: "people", Filters: ageOver, OrderBy: byAge, Limit: 10},
+			index: peopleIx, sorted: true, seek: "SeekGT"},
+		// ... and a continuation seeks to the cursor (>=), not to the
+		// filter's bound (>) with every earlier page re-read.
+		{name: "RangeOrderedBySameFieldContinued", q: collections.Query{Collection: "people", Filters: ageOver, OrderBy: byAge, Limit: 10},
+			cur: age50, index: peopleIx, sorted: true, seek: "SeekGE"},
+		{name: "GroupRangeOrderedBySameField", q: collections.Query{Collection: "users/*/orch-chats/*/tasks", Limit: 10,
+			Filters: []collections.Filter{{Field: "chatId", Op: collections.OpGe, Value: "c3"}}, OrderBy: []collections.Order{{Field: "chatId"}}},
+			index: tasksIx, sorted: true},
 		// Without a declared index, listings use the built-in indexes.
 		{name: "GroupListing", q: collections.Query{Collection: "users/*/orch-chats/*/tasks", Limit: 10},
 			index: "docs_shape", sorted: true},
@@ -305,6 +365,11 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 			}
 			if strings.Contains(plan, "SCAN ") {
 				t.Errorf("plan scans:\n%s", plan)
+			}
+			if tc.seek != "" {
+				if ops := seekOps(t, s, tc.q, tc.cur); !slices.Equal(ops, []string{tc.seek}) {
+					t.Errorf("seeks %v, want [%s]", ops, tc.seek)
+				}
 			}
 			if tc.cur == nil {
 				q := tc.q
