@@ -1,0 +1,125 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Benchmarks of the engine on a real file in b.TempDir(). Every commit is
+// fsynced (synchronous=FULL), so commit numbers depend on the disk.
+
+func benchStore(b *testing.B, cfg Config) *Store {
+	b.Helper()
+	cfg.Path = tempPath(b)
+	cfg.PurgeInterval = -1
+	return mustOpen(b, cfg)
+}
+
+// BenchmarkCommitParallel: concurrent single-document creates, batched by
+// the group committer. pN runs N goroutines per GOMAXPROCS.
+func BenchmarkCommitParallel(b *testing.B) {
+	for _, par := range []int{1, 16} {
+		b.Run(fmt.Sprintf("p%d", par), func(b *testing.B) {
+			s := benchStore(b, Config{})
+			ctx := context.Background()
+			var n atomic.Int64
+			b.SetParallelism(par)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := n.Add(1)
+					w := create(fmt.Sprintf("bench/d%09d", i), map[string]any{"n": i, "s": "hello world"})
+					if _, err := s.Commit(ctx, testDB, []collections.Write{w}, collections.CommitOptions{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+		})
+	}
+}
+
+// BenchmarkGetParallel: concurrent point reads of 1000 documents.
+func BenchmarkGetParallel(b *testing.B) {
+	const docs = 1000
+	s := benchStore(b, Config{})
+	ctx := context.Background()
+	var ws []collections.Write
+	for i := range docs {
+		ws = append(ws, create(fmt.Sprintf("bench/d%04d", i), map[string]any{"n": i, "s": "hello world", "tags": []any{"a", "b"}}))
+	}
+	commitAll(b, s, ws)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1) % docs
+			if _, err := s.Get(ctx, testDB, fmt.Sprintf("bench/d%04d", i)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "gets/s")
+}
+
+// BenchmarkQueryIndexed: equality on a declared index over a collection
+// group of 10k documents (100 per value), first page of 20.
+func BenchmarkQueryIndexed(b *testing.B) {
+	const docs, values = 10000, 100
+	s := benchStore(b, Config{Indexes: []collections.Index{tasksIndex}})
+	ctx := context.Background()
+	var ws []collections.Write
+	for i := range docs {
+		ws = append(ws, create(fmt.Sprintf("users/u%d/orch-chats/c%d/tasks/t%05d", i%10, i%values, i),
+			map[string]any{"chatId": fmt.Sprintf("c%d", i%values), "n": i, "title": "some task"}))
+	}
+	commitAll(b, s, ws)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		q := collections.Query{Collection: tasksIndex.Collection, Limit: 20,
+			Filters: []collections.Filter{{Field: "chatId", Op: collections.OpEq, Value: fmt.Sprintf("c%d", i%values)}}}
+		i++
+		res, err := s.Query(ctx, testDB, q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(res.Docs) != 20 || res.NextCursor == "" {
+			b.Fatalf("%d docs, cursor %q", len(res.Docs), res.NextCursor)
+		}
+	}
+}
+
+// BenchmarkChangedSince: RxDB pulls of 100 documents from checkpoints
+// spread over a collection of 10k documents.
+func BenchmarkChangedSince(b *testing.B) {
+	const docs, limit = 10000, 100
+	s := benchStore(b, Config{})
+	ctx := context.Background()
+	var ws []collections.Write
+	for i := range docs {
+		ws = append(ws, create(fmt.Sprintf("feed/d%05d", i), map[string]any{"n": i, "s": "hello world"}))
+	}
+	commitAll(b, s, ws)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		cp := collections.Checkpoint{Seq: int64((i * 997) % (docs - limit))}
+		i++
+		got, err := s.ChangedSince(ctx, testDB, "feed", cp, limit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != limit {
+			b.Fatalf("%d docs", len(got))
+		}
+	}
+}
