@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/rules"
 )
 
@@ -70,12 +72,7 @@ func (s *Server) requireAdmin(c *gin.Context) {
 // checks that exactly the wanted fields are present.
 func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, error) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxAuthBody)
-	body, err := s.readBody(c)
-	if err != nil {
-		return nil, err
-	}
-	m, err := decodeObject(body.Bytes())
-	putBuf(body)
+	m, err := s.readObject(c)
 	if err != nil {
 		return nil, err
 	}
@@ -108,54 +105,21 @@ func (s *Server) limitIP(c *gin.Context) bool {
 }
 
 func (s *Server) signup(c *gin.Context) {
-	if !s.limitIP(c) {
-		return
-	}
-	b, err := s.authBody(c, "username", "password")
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	tok, err := s.auth.Signup(c.Request.Context(), b["username"], b["password"])
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, tok)
+	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
+		return s.auth.Signup(ctx, b["username"], b["password"])
+	})
 }
 
 func (s *Server) login(c *gin.Context) {
-	if !s.limitIP(c) {
-		return
-	}
-	b, err := s.authBody(c, "username", "password")
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	tok, err := s.auth.Login(c.Request.Context(), b["username"], b["password"], remoteIP(c.Request))
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, tok)
+	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
+		return s.auth.Login(ctx, b["username"], b["password"], remoteIP(c.Request))
+	})
 }
 
 func (s *Server) refresh(c *gin.Context) {
-	if !s.limitIP(c) {
-		return
-	}
-	b, err := s.authBody(c, "refresh_token")
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	tok, err := s.auth.Refresh(c.Request.Context(), b["refresh_token"])
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.JSON(http.StatusOK, tok)
+	s.tokenEndpoint(c, []string{"refresh_token"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
+		return s.auth.Refresh(ctx, b["refresh_token"])
+	})
 }
 
 func (s *Server) logout(c *gin.Context) {
@@ -163,15 +127,33 @@ func (s *Server) logout(c *gin.Context) {
 		return
 	}
 	b, err := s.authBody(c, "refresh_token")
+	if err == nil {
+		err = s.auth.Logout(c.Request.Context(), b["refresh_token"])
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	if err := s.auth.Logout(c.Request.Context(), b["refresh_token"]); err != nil {
+	c.JSON(http.StatusOK, gin.H{})
+}
+
+// tokenEndpoint is the shape of signup, login and refresh: a per-IP rate
+// limit, a small all-string body, a token pair back.
+func (s *Server) tokenEndpoint(c *gin.Context, fields []string, issue func(context.Context, map[string]string) (auth.Tokens, error)) {
+	if !s.limitIP(c) {
+		return
+	}
+	b, err := s.authBody(c, fields...)
+	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{})
+	tok, err := issue(c.Request.Context(), b)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, tok)
 }
 
 // me serves GET /auth/v1/me: who the presented credential is.
@@ -208,13 +190,7 @@ func (s *Server) reloadRules(c *gin.Context) {
 // createKey serves POST /admin/v1/keys {"name", "roles"?}: a service key,
 // shown once in the response and stored hashed.
 func (s *Server) createKey(c *gin.Context) {
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	m, err := decodeObject(body.Bytes())
-	putBuf(body)
+	m, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)
 		return

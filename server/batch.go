@@ -16,13 +16,7 @@ const MaxBatchWrites = 500
 // a forbidden path or a store error — fails the whole batch with
 // details.index naming the write.
 func (s *Server) batch(c *gin.Context) {
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	m, err := decodeObject(body.Bytes())
-	putBuf(body)
+	m, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -83,6 +83,16 @@ func (s *Server) readBody(c *gin.Context) (*bytes.Buffer, error) {
 
 // decodeObject decodes a body that must be one JSON object (numbers kept
 // exact). Invalid JSON, a non-object and trailing data are 400 INVALID_JSON.
+// readObject reads the request body as one JSON object.
+func (s *Server) readObject(c *gin.Context) (map[string]any, error) {
+	body, err := s.readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	defer putBuf(body)
+	return decodeObject(body.Bytes())
+}
+
 func decodeObject(b []byte) (map[string]any, error) {
 	m, err := collections.DecodeObject(b)
 	if err != nil {

@@ -144,13 +144,7 @@ func (s *Server) createDocument(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	data, err := decodeObject(body.Bytes())
-	putBuf(body)
+	data, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -208,13 +202,7 @@ func (s *Server) writeWrapped(c *gin.Context, typ collections.WriteType) {
 		s.writeError(c, err)
 		return
 	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	m, err := decodeObject(body.Bytes())
-	putBuf(body)
+	m, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)
 		return
