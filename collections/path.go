@@ -8,9 +8,9 @@ const (
 	MaxIDBytes   = 128
 )
 
-// validSegment reports whether s is a legal path segment: [A-Za-z0-9_.-]+,
+// ValidSegment reports whether s is a legal path segment: [A-Za-z0-9_.-]+,
 // and not "." or "..".
-func validSegment(s string) bool {
+func ValidSegment(s string) bool {
 	if s == "" || s == "." || s == ".." {
 		return false
 	}
@@ -38,7 +38,7 @@ func splitPath(p string, allowWildcard bool) ([]string, error) {
 		if allowWildcard && s == "*" {
 			continue
 		}
-		if !validSegment(s) {
+		if !ValidSegment(s) {
 			if s == "" {
 				return nil, invalidPath("empty segment in %q", p)
 			}

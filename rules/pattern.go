@@ -3,6 +3,8 @@ package rules
 import (
 	"fmt"
 	"strings"
+
+	"github.com/loomdb/loom/collections"
 )
 
 // maxPatternBytes bounds a match pattern; it is the same limit as a path.
@@ -67,7 +69,7 @@ func compilePattern(src string) (*pattern, error) {
 			return nil, fmt.Errorf("segment %d is empty (no leading, trailing or double \"/\")", i+1)
 		}
 		if s[0] != '{' && s[len(s)-1] != '}' {
-			if !validLiteral(s) {
+			if !collections.ValidSegment(s) {
 				return nil, fmt.Errorf("segment %d %q: a literal segment uses [A-Za-z0-9_.-] and is not . or ..; capture a segment with {name}", i+1, s)
 			}
 			p.segs = append(p.segs, segment{lit: s})
@@ -165,23 +167,6 @@ func (p *pattern) mayMatch(segs []string) bool {
 			return false
 		}
 		if i < n && v != "*" && p.segs[i].name == "" && p.segs[i].lit != v {
-			return false
-		}
-	}
-	return true
-}
-
-// validLiteral reports whether s is a legal path segment: [A-Za-z0-9_.-]+,
-// and not "." or "..". It is collections' segment rule.
-func validLiteral(s string) bool {
-	if s == "" || s == "." || s == ".." {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-		default:
 			return false
 		}
 	}

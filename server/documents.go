@@ -52,27 +52,12 @@ func (s *Server) listCollection(c *gin.Context, p string) {
 		s.writeError(c, err)
 		return
 	}
-	db := c.Param("db")
-	caller := callerOf(c)
-	if err := s.authorize(caller, ActionList, db, p); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if err := s.checkList(caller, p); err != nil {
-		s.writeError(c, err)
-		return
-	}
 	q, err := listQuery(c, p)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	res, err := s.queryReadable(c.Request.Context(), caller, db, q)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	s.writeDocs(c, res)
+	s.serveQuery(c, q)
 }
 
 // listQuery builds the query of a collection listing from the URL:

@@ -26,6 +26,12 @@ func (s *Server) query(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	s.serveQuery(c, q)
+}
+
+// serveQuery answers a query or a collection listing: the path-level check,
+// the rules check on the collection, then a page of readable documents.
+func (s *Server) serveQuery(c *gin.Context, q collections.Query) {
 	db := c.Param("db")
 	caller := callerOf(c)
 	if err := s.authorize(caller, ActionList, db, q.Collection); err != nil {
