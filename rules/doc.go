@@ -17,8 +17,10 @@
 // Set.Allow decides one Request: it is allowed when any rule whose pattern
 // matches the document path and whose allow covers the operation has an if
 // expression that evaluates to true. No matching rule denies. Set.MayList
-// answers, without evaluating conditions, whether any rule could ever allow
-// listing a collection, so a hopeless query can be refused at once.
+// answers, before any document is read, whether any rule could ever allow
+// the caller to list a collection (conditions are partially evaluated with
+// the document-dependent parts unknown), so a hopeless query can be refused
+// at once.
 //
 // # Patterns
 //

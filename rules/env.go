@@ -89,8 +89,9 @@ func mustBaseEnv() *cel.Env {
 }
 
 // compileExpr compiles an if expression for a rule whose pattern captures
-// names. The result must be bool (or dyn, checked at evaluation).
-func compileExpr(src string, names []string) (cel.Program, *cel.Ast, error) {
+// names. The result must be bool (or dyn, checked at evaluation). partial
+// is the same expression for partial evaluation (MayList).
+func compileExpr(src string, names []string) (prg, partial cel.Program, _ *cel.Ast, _ error) {
 	env := baseEnv
 	if len(names) > 0 {
 		opts := make([]cel.EnvOption, len(names))
@@ -99,15 +100,15 @@ func compileExpr(src string, names []string) (cel.Program, *cel.Ast, error) {
 		}
 		var err error
 		if env, err = baseEnv.Extend(opts...); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	a, iss := env.Compile(src)
 	if iss.Err() != nil {
-		return nil, nil, errors.New(strings.ReplaceAll(iss.Err().Error(), stateTypeName+", ", ""))
+		return nil, nil, nil, errors.New(strings.ReplaceAll(iss.Err().Error(), stateTypeName+", ", ""))
 	}
 	if t := a.OutputType(); t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
-		return nil, nil, fmt.Errorf("expression has type %s, want bool", t)
+		return nil, nil, nil, fmt.Errorf("expression has type %s, want bool", t)
 	}
 	prg, err := env.Program(a,
 		cel.CostLimit(CostLimit),
@@ -115,9 +116,52 @@ func compileExpr(src string, names []string) (cel.Program, *cel.Ast, error) {
 		cel.EvalOptions(cel.OptOptimize),
 	)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return prg, a, nil
+	partial, err = env.Program(a, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptPartialEval))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return prg, partial, a, nil
+}
+
+// mayAllowList partially evaluates r's condition for a list of a collection
+// (segs: the collection's segments plus "*" for the document id; "*"
+// stands for any segment): what depends on the documents — resource,
+// request.path, request.resource, get/exists and captures of "*" segments —
+// is unknown; the caller, the operation, the time and the captured literal
+// segments are known. It is false only when the condition can never be
+// true, whatever the documents.
+func (r *rule) mayAllowList(auth *Auth, segs []string) bool {
+	req := Request{Auth: auth, Op: OpList}
+	act := newActivation(context.Background(), &req, nil)
+	unknown := []*cel.AttributePatternType{
+		cel.AttributePattern("resource"),
+		cel.AttributePattern("request").QualString("path"),
+		cel.AttributePattern("request").QualString("resource"),
+		cel.AttributePattern(stateVar),
+	}
+	for i, seg := range r.pat.segs {
+		if seg.name == "" {
+			continue
+		}
+		if i < len(segs) && segs[i] != "*" {
+			act.caps = append(act.caps, capture{name: seg.name, value: segs[i]})
+		} else {
+			unknown = append(unknown, cel.AttributePattern(seg.name))
+		}
+	}
+	if r.pat.rest != "" {
+		unknown = append(unknown, cel.AttributePattern(r.pat.rest))
+	}
+	vars, err := cel.PartialVars(act, unknown...)
+	if err != nil {
+		return true // cannot tell: never refuse what a rule might allow
+	}
+	out, _, _ := r.partial.Eval(vars)
+	// An error result was not rescued by any unknown, so no document can
+	// make it true either.
+	return out == types.True || types.IsUnknown(out)
 }
 
 // literalBool reports whether the checked expression is the literal true or

@@ -42,8 +42,10 @@ if    = "true"
 		want       bool
 	}{
 		{"default own notes", def, alice, "users/alice/notes", true},
-		{"default other notes", def, bob, "users/alice/notes", true}, // if is not evaluated
-		{"default anonymous", def, nil, "users/alice/notes", true},
+		{"default other notes", def, bob, "users/alice/notes", false}, // userId is known: "alice" != bob's uid
+		{"default anonymous", def, nil, "users/alice/notes", false},
+		{"default anonymous pattern", def, nil, "users/*/notes", false},
+		{"default other pattern", def, bob, "users/*/notes", true}, // userId unknown: bob's own notes match
 		{"default pattern", def, alice, "users/*/notes", true},
 		{"default deep", def, alice, "users/alice/notes/n1/comments", true},
 		{"default all wildcards", def, alice, "*/*/*", true},
@@ -51,8 +53,27 @@ if    = "true"
 		{"default top wildcard", def, alice, "*", false},
 		{"default posts", def, alice, "posts", false},
 		{"default posts sub", def, alice, "posts/p1/comments", false},
-		{"list granted", custom, nil, "public", true},
-		{"wildcard collection", custom, nil, "*", true},
+		{"list granted", custom, alice, "public", true},
+		{"list granted needs auth", custom, nil, "public", false},
+		{"wildcard collection", custom, alice, "*", true},
+		{"data-dependent condition", MustParse(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["list"]
+if    = "resource.data.public == true || (request.auth != null && get('acl/' + p).data.open)"
+`), nil, "posts", true},
+		{"time-dependent condition", MustParse(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["list"]
+if    = "request.time < timestamp('2000-01-01T00:00:00Z')"
+`), alice, "posts", false},
+		{"role condition", MustParse(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["list"]
+if    = "'editor' in request.auth.roles"
+`), alice, "posts", false},
 		{"no list grant", custom, alice, "private", false},
 		{"if false", custom, alice, "closed", false},
 		{"literal id", custom, alice, "orgs/acme/projects", true},

@@ -153,11 +153,11 @@ func parseRule(raw map[string]any) (*rule, error) {
 	if strings.TrimSpace(r.src) == "" {
 		return nil, fmt.Errorf("if: empty expression (write \"true\" to allow unconditionally)")
 	}
-	prg, a, err := compileExpr(r.src, r.pat.names())
+	prg, partial, a, err := compileExpr(r.src, r.pat.names())
 	if err != nil {
 		return nil, fmt.Errorf("if: %v", err)
 	}
-	r.prg = prg
+	r.prg, r.partial = prg, partial
 	if v, ok := literalBool(a); ok {
 		r.constant = constFalse
 		if v {

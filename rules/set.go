@@ -105,6 +105,7 @@ type rule struct {
 	ops      opMask
 	src      string // the if expression
 	prg      cel.Program
+	partial  cel.Program // prg for partial evaluation (MayList)
 	constant constant
 }
 
@@ -177,21 +178,24 @@ func (s *Set) Allow(ctx context.Context, req Request, g Getter) (bool, error) {
 	return false, nil
 }
 
-// MayList reports whether some rule could allow listing a document directly
-// in collection, a collection path whose "*" segments stand for any segment
-// ("users/*/notes"). It is false only when no rule granting list has a
-// pattern that can match collection + "/" + <any id> (a rule whose if is
-// the literal false does not count); if expressions are otherwise ignored,
-// so true does not mean any document will be allowed. Servers use it to
-// refuse at once a query no rule could ever allow. auth is not consulted
-// today; it is in the signature so the check can get sharper without
-// changing callers. collection is not validated.
+// MayList reports whether some rule could allow auth to list a document
+// directly in collection, a collection path whose "*" segments stand for
+// any segment ("users/*/notes"). It is false only when no rule granting list
+// has a pattern that can match collection + "/" + <any id> and a condition
+// that, partially evaluated with what is known before any document is read
+// (auth, the operation, the time, captures of literal segments), can still
+// be true. So true does not mean any document will be allowed; false means
+// none can be. Servers use it to refuse at once a query no rule could ever
+// allow. collection is not validated.
 func (s *Set) MayList(auth *Auth, collection string) bool {
 	var segBuf [16]string
 	segs := append(splitPath(segBuf[:0], collection), "*")
 	bit := maskOf(OpList)
 	for _, r := range s.rules {
-		if r.ops&bit != 0 && r.constant != constFalse && r.pat.mayMatch(segs) {
+		if r.ops&bit == 0 || r.constant == constFalse || !r.pat.mayMatch(segs) {
+			continue
+		}
+		if r.constant == constTrue || r.mayAllowList(auth, segs) {
 			return true
 		}
 	}
