@@ -1,0 +1,370 @@
+package realtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/sqlite"
+	"github.com/loomdb/loom/server/realtime"
+)
+
+// hangGuard bounds every wait; it is never an expectation.
+const hangGuard = 20 * time.Second
+
+func mustOpen(t testing.TB, cfg sqlite.Config) collections.Store {
+	t.Helper()
+	cfg.Path = filepath.Join(t.TempDir(), "loom.db")
+	st, err := sqlite.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("sqlite.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func mustHub(t testing.TB, st collections.Store, cfg realtime.Config) *realtime.Hub {
+	t.Helper()
+	h := realtime.New(st, cfg)
+	t.Cleanup(h.Close)
+	return h
+}
+
+func put(t testing.TB, st collections.Store, path string, data map[string]any) int64 {
+	t.Helper()
+	return commit(t, st, collections.Write{Type: collections.WriteReplace, Path: path, Data: data})
+}
+
+func commit(t testing.TB, st collections.Store, ws ...collections.Write) int64 {
+	t.Helper()
+	res, err := st.Commit(context.Background(), "default", ws, collections.CommitOptions{})
+	if err != nil {
+		t.Errorf("commit: %v", err)
+		return 0
+	}
+	return res[len(res)-1].Doc.Seq
+}
+
+func del(t testing.TB, st collections.Store, path string) int64 {
+	t.Helper()
+	return commit(t, st, collections.Write{Type: collections.WriteDelete, Path: path})
+}
+
+func num(n int) json.Number { return json.Number(fmt.Sprint(n)) }
+
+func mustSub(t testing.TB, h *realtime.Hub, req realtime.Request) *realtime.Subscription {
+	t.Helper()
+	if req.DB == "" {
+		req.DB = "default"
+	}
+	if err := req.Query.Normalize(); err != nil {
+		t.Fatalf("query: %v", err)
+	}
+	s, err := h.Subscribe(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func next(t testing.TB, s *realtime.Subscription) realtime.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	ev, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return ev
+}
+
+type got struct {
+	typ, op, path string
+	seq          int64
+}
+
+func (g got) String() string { return fmt.Sprintf("%s/%s %s @%d", g.typ, g.op, g.path, g.seq) }
+
+func nextChange(t testing.TB, s *realtime.Subscription) got {
+	t.Helper()
+	ev := next(t, s)
+	if ev.IsSnapshot() {
+		t.Fatalf("got a snapshot page, want a change")
+	}
+	return got{string(ev.Type), string(ev.Change.Op), ev.Change.Path, ev.Seq}
+}
+
+func TestHub_LiveDeltasAndFilters(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{})
+	all := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "rooms"}})
+	hot := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "rooms", Filters: []collections.Filter{{Field: "n", Op: ">", Value: num(5)}}}})
+	group := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "rooms/*/msgs"}})
+	other := mustSub(t, h, realtime.Request{DB: "other", Query: collections.Query{Collection: "rooms"}})
+
+	s1 := put(t, st, "rooms/a", map[string]any{"n": num(1)})
+	s2 := put(t, st, "rooms/a", map[string]any{"n": num(9)}) // enters hot
+	s3 := put(t, st, "rooms/a", map[string]any{"n": num(7)}) // changes in hot
+	s4 := put(t, st, "rooms/a", map[string]any{"n": num(2)}) // leaves hot
+	s5 := put(t, st, "rooms/x/msgs/m1", map[string]any{"t": "hi"})
+	s6 := del(t, st, "rooms/a")
+	put(t, st, "elsewhere/z", map[string]any{})
+
+	for i, want := range []got{
+		{"create", "create", "rooms/a", s1}, {"update", "update", "rooms/a", s2}, {"update", "update", "rooms/a", s3},
+		{"update", "update", "rooms/a", s4}, {"delete", "delete", "rooms/a", s6},
+	} {
+		if g := nextChange(t, all); g != want {
+			t.Fatalf("all[%d]=%v, want %v", i, g, want)
+		}
+	}
+	for i, want := range []got{
+		{"create", "update", "rooms/a", s2}, {"update", "update", "rooms/a", s3}, {"delete", "update", "rooms/a", s4},
+	} {
+		if g := nextChange(t, hot); g != want {
+			t.Fatalf("hot[%d]=%v, want %v", i, g, want)
+		}
+	}
+	if g, want := nextChange(t, group), (got{"create", "create", "rooms/x/msgs/m1", s5}); g != want {
+		t.Fatalf("group=%v, want %v", g, want)
+	}
+	// Nothing else is queued for the other database.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if ev, err := other.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("other db: Next=%v,%v, want no event", ev, err)
+	}
+}
+
+func TestHub_ResumeExactlyOnce(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{ReadBatch: 7})
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}})
+	put(t, st, "c/first", nil)
+	last := nextChange(t, s)
+	s.Close()
+
+	var want []int64
+	for i := range 50 {
+		want = append(want, put(t, st, fmt.Sprintf("c/d%d", i), map[string]any{"i": num(i)}))
+		put(t, st, "skip/x", nil)
+	}
+	r := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Resume: true, After: last.seq})
+	if r.Start() != last.seq {
+		t.Fatalf("Start=%d, want %d", r.Start(), last.seq)
+	}
+	// Live writes during the catch-up continue the same stream.
+	go func() {
+		for i := 50; i < 80; i++ {
+			put(t, st, fmt.Sprintf("c/d%d", i), nil)
+		}
+	}()
+	for i := range 80 {
+		g := nextChange(t, r)
+		if want := fmt.Sprintf("c/d%d", i); g.path != want || g.typ != "create" {
+			t.Fatalf("event %d=%v, want create %s", i, g, want)
+		}
+		if i < len(want) && g.seq != want[i] {
+			t.Fatalf("event %d seq=%d, want %d", i, g.seq, want[i])
+		}
+	}
+	if _, err := h.Subscribe(context.Background(), realtime.Request{DB: "default", Query: collections.Query{Collection: "c"}, Resume: true, After: 1 << 40}); !errors.Is(err, realtime.ErrTokenAhead) {
+		t.Fatalf("token ahead: err=%v, want ErrTokenAhead", err)
+	}
+}
+
+func TestHub_ResumeExpired(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{Retention: time.Millisecond})
+	h := mustHub(t, st, realtime.Config{})
+	first := put(t, st, "c/a", nil)
+	put(t, st, "c/b", nil)
+	// Age the changes past the 1 ms retention, then purge.
+	time.Sleep(5 * time.Millisecond)
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	put(t, st, "c/c", nil)
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Resume: true, After: first - 1})
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if ev, err := s.Next(ctx); !errors.Is(err, realtime.ErrReset) || !errors.Is(err, collections.ErrPositionExpired) {
+		t.Fatalf("Next=%+v,%v, want ErrReset", ev, err)
+	}
+}
+
+func TestHub_SlowConsumerResumesWithoutLoss(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{QueueSize: 4})
+	const batches, per = 20, 10
+	writerDone := make(chan struct{})
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}})
+	go func() {
+		defer close(writerDone)
+		for b := range batches {
+			ws := make([]collections.Write, per)
+			for i := range ws {
+				ws[i] = collections.Write{Type: collections.WriteReplace, Path: fmt.Sprintf("c/d%03d", b*per+i), Data: map[string]any{}}
+			}
+			commit(t, st, ws...)
+		}
+	}()
+	var seen []string
+	var lastSeq int64
+	slow := 0
+	for len(seen) < batches*per {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		ev, err := s.Next(ctx)
+		cancel()
+		var se *realtime.SlowConsumerError
+		switch {
+		case errors.As(err, &se):
+			slow++
+			if se.Token != lastSeq && !(lastSeq == 0 && se.Token == s.Start()) {
+				t.Fatalf("slow token=%d, want last given %d", se.Token, lastSeq)
+			}
+			s = mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Resume: true, After: se.Token})
+			continue
+		case err != nil:
+			t.Fatalf("Next: %v", err)
+		}
+		if ev.Seq <= lastSeq {
+			t.Fatalf("seq %d after %d", ev.Seq, lastSeq)
+		}
+		lastSeq = ev.Seq
+		seen = append(seen, ev.Change.Path)
+	}
+	<-writerDone
+	if slow == 0 {
+		t.Fatalf("never a slow consumer with a 4-slot queue and 10-write commits")
+	}
+	for i, p := range seen {
+		if want := fmt.Sprintf("c/d%03d", i); p != want {
+			t.Fatalf("event %d=%s, want %s", i, p, want)
+		}
+	}
+}
+
+func TestHub_SnapshotThenChangesUnderConcurrentWriters(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{QueueSize: 64})
+	const docs = 300
+	for i := 0; i < docs; i += 50 {
+		ws := make([]collections.Write, 50)
+		for j := range ws {
+			ws[j] = collections.Write{Type: collections.WriteReplace, Path: fmt.Sprintf("c/d%03d", i+j), Data: map[string]any{"v": num(0)}}
+		}
+		commit(t, st, ws...)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 1; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("c/d%03d", (n*7+w*101)%docs)
+				if n%11 == 0 {
+					commit(t, st, collections.Write{Type: collections.WriteDelete, Path: p})
+					continue
+				}
+				put(t, st, p, map[string]any{"v": num(n)})
+			}
+		}()
+	}
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Snapshot: true})
+	state := map[string]int64{} // path → version the client holds
+	for {
+		ev := next(t, s)
+		if !ev.IsSnapshot() {
+			t.Fatalf("change before the snapshot ended")
+		}
+		for _, d := range ev.Snapshot {
+			state[d.Path] = d.Version
+		}
+		if !ev.More {
+			break
+		}
+	}
+	apply := func(ev realtime.Event) {
+		c := ev.Change
+		have, ok := state[c.Path]
+		switch ev.Type {
+		case collections.OpCreate:
+			if ok {
+				t.Fatalf("create of %s already held at v%d (seq %d)", c.Path, have, ev.Seq)
+			}
+			state[c.Path] = c.After.Version
+		case collections.OpUpdate:
+			if !ok || c.Before.Version != have {
+				t.Fatalf("update of %s from v%d, client holds v%d (held=%v) seq %d", c.Path, c.Before.Version, have, ok, ev.Seq)
+			}
+			state[c.Path] = c.After.Version
+		case collections.OpDelete:
+			if ok && c.Before.Version != have {
+				t.Fatalf("delete of %s from v%d, client holds v%d", c.Path, c.Before.Version, have)
+			}
+			delete(state, c.Path)
+		}
+	}
+	// Let the writers run on against the live stream for a while.
+	var last int64
+	for range 200 {
+		ev := next(t, s)
+		if ev.Seq <= last {
+			t.Fatalf("seq %d after %d", ev.Seq, last)
+		}
+		last = ev.Seq
+		apply(ev)
+	}
+	close(stop)
+	wg.Wait()
+	head, _ := st.Head(context.Background())
+	for last < head {
+		ev := next(t, s)
+		last = ev.Seq
+		apply(ev)
+	}
+	// The client's copy equals the store.
+	res, err := st.Query(context.Background(), "default", collections.Query{Collection: "c", Limit: collections.MaxLimit})
+	if err != nil {
+		t.Fatalf("Query: %v", err)
+	}
+	if len(res.Docs) != len(state) {
+		t.Fatalf("client holds %d docs, store has %d", len(state), len(res.Docs))
+	}
+	for _, d := range res.Docs {
+		if state[d.Path] != d.Version {
+			t.Fatalf("%s: client v%d, store v%d", d.Path, state[d.Path], d.Version)
+		}
+	}
+}
+
+func TestHub_CheckFiltersEvents(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{})
+	mine := func(_ context.Context, d *collections.Document) (bool, error) { return d.Data["owner"] == "me", nil }
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Check: mine})
+	put(t, st, "c/theirs", map[string]any{"owner": "them"})
+	want := put(t, st, "c/mine", map[string]any{"owner": "me"})
+	if g := nextChange(t, s); g.path != "c/mine" || g.seq != want {
+		t.Fatalf("got %v, want c/mine @%d", g, want)
+	}
+	h.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if _, err := s.Next(ctx); !errors.Is(err, realtime.ErrClosed) {
+		t.Fatalf("after hub Close: err=%v, want ErrClosed", err)
+	}
+}

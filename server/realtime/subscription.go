@@ -1,0 +1,397 @@
+package realtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Request describes a subscription.
+type Request struct {
+	DB string
+	// Query selects the result set: Collection (a concrete collection or a
+	// pattern) and Filters; it must be normalized. Order, limit, cursor and
+	// ShowDeleted are ignored.
+	Query collections.Query
+	// Resume starts the stream after the change-log position After instead
+	// of at the current position.
+	Resume bool
+	After  int64
+	// Snapshot first delivers every matching document (in pages), then the
+	// changes after the snapshot. It takes precedence over Resume.
+	Snapshot bool
+	// Check reports whether the subscriber may read a document; nil allows
+	// everything. It is called on the consumer's goroutine (in Next).
+	Check func(ctx context.Context, d *collections.Document) (bool, error)
+}
+
+// Event is one item of a subscription's stream.
+type Event struct {
+	// Seq is the resume token: the change-log position the stream has
+	// reached with this event.
+	Seq int64
+	// Type is the change relative to the result set: create (entered),
+	// update (changed, still matching) or delete (left). Empty for a
+	// snapshot page.
+	Type collections.ChangeOp
+	// Change is the underlying change (Op is the write); nil for a
+	// snapshot page. Change.Before matched the query unless Type is create.
+	Change *Change
+	// Snapshot is one page of the snapshot; More is true when more pages
+	// follow.
+	Snapshot []*collections.Document
+	More     bool
+}
+
+// IsSnapshot reports whether e is a snapshot page.
+func (e *Event) IsSnapshot() bool { return e.Change == nil }
+
+// item is a dispatched change with its type for this subscription.
+type item struct {
+	c   *Change
+	typ collections.ChangeOp
+}
+
+// Subscription is one subscriber's stream. Next must be called from one
+// goroutine at a time.
+type Subscription struct {
+	hub   *Hub
+	db    string
+	query collections.Query
+	check func(ctx context.Context, d *collections.Document) (bool, error)
+	start int64
+
+	q    chan item
+	done chan struct{} // closed (under hub.mu) when err is set
+
+	// Guarded by hub.mu.
+	err        error
+	catching   bool // catching up from the store: an overflow re-arms instead of failing
+	overflowed bool // dropped live events while catching up; regP must move
+	regP       int64
+
+	// Consumer state (Next's goroutine).
+	scanned int64 // every change <= scanned has been considered
+	given   int64 // the last token returned by Next
+	pending []Event
+	snap    *snapState
+	skip    map[string]int64 // snapshot documents newer than the snapshot head
+	skipMax int64
+}
+
+type snapState struct {
+	head   int64
+	cursor string
+}
+
+// Subscribe registers a subscription at the hub's dispatch position and
+// returns it; its events come from Next.
+func (h *Hub) Subscribe(ctx context.Context, req Request) (*Subscription, error) {
+	if err := h.start(ctx); err != nil {
+		return nil, err
+	}
+	q := collections.Query{Collection: req.Query.Collection, Filters: req.Query.Filters}
+	if req.Resume && !req.Snapshot {
+		head, err := h.store.Head(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("realtime: read head: %w", err)
+		}
+		if req.After > head || req.After < 0 {
+			return nil, ErrTokenAhead
+		}
+	}
+	s := &Subscription{
+		hub:      h,
+		db:       req.DB,
+		query:    q,
+		check:    req.Check,
+		q:        make(chan item, h.queueSize),
+		done:     make(chan struct{}),
+		catching: true,
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.regP = h.pos
+	h.registerLocked(s)
+	h.mu.Unlock()
+
+	switch {
+	case req.Snapshot:
+		// The snapshot reads at least everything up to head; changes after
+		// head follow it (minus those the snapshot already shows).
+		head, err := h.store.Head(ctx)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("realtime: read head: %w", err)
+		}
+		head = max(head, s.regP)
+		s.scanned = head
+		s.snap = &snapState{head: head}
+	case req.Resume:
+		s.scanned = req.After
+	default:
+		s.scanned = s.regP
+	}
+	s.given, s.start = s.scanned, s.scanned
+	return s, nil
+}
+
+// Start is the position the stream starts after: the resume token, the
+// snapshot's head, or the dispatch position at subscribe time.
+func (s *Subscription) Start() int64 { return s.start }
+
+// Close ends the subscription; Next then returns ErrClosed.
+func (s *Subscription) Close() {
+	s.hub.mu.Lock()
+	s.failLocked(ErrClosed)
+	s.hub.mu.Unlock()
+}
+
+func (s *Subscription) failLocked(err error) {
+	if s.err != nil {
+		return
+	}
+	s.err = err
+	close(s.done)
+	s.hub.unregisterLocked(s)
+}
+
+// errSlow marks an overflow; Next turns it into *SlowConsumerError with the
+// consumer's last token.
+var errSlow = errors.New("realtime: queue overflow")
+
+// offerLocked queues c if it changes the subscription's result set. It never
+// blocks.
+func (s *Subscription) offerLocked(c *Change) {
+	if s.err != nil || s.overflowed {
+		return
+	}
+	typ, ok := s.classify(&c.Change)
+	if !ok {
+		return
+	}
+	select {
+	case s.q <- item{c, typ}:
+	default:
+		if s.catching {
+			// The consumer is still reading the store; it will read these
+			// changes from there too.
+			s.overflowed = true
+			return
+		}
+		s.failLocked(errSlow)
+	}
+}
+
+// classify returns the change's type relative to the result set.
+func (s *Subscription) classify(c *collections.Change) (collections.ChangeOp, bool) {
+	if c.DB != s.db {
+		return "", false
+	}
+	bm := c.Before != nil && s.query.Matches(c.Before)
+	am := c.After != nil && s.query.Matches(c.After)
+	switch {
+	case bm && am:
+		return collections.OpUpdate, true
+	case am:
+		return collections.OpCreate, true
+	case bm:
+		return collections.OpDelete, true
+	}
+	return "", false
+}
+
+// failure returns the error that ended the subscription, if any.
+func (s *Subscription) failure() error {
+	select {
+	case <-s.done:
+		if s.err == errSlow {
+			return &SlowConsumerError{Token: s.given}
+		}
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Next returns the next event: snapshot pages first (when asked), then
+// the changes from the store up to the registration position, then live
+// changes. It returns *SlowConsumerError, ErrReset, ErrClosed, a Check or
+// store error, or ctx's error; after an error other than ctx's the
+// subscription is over.
+func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	for {
+		if err := s.failure(); err != nil {
+			return Event{}, err
+		}
+		if s.snap != nil {
+			ev, err := s.nextSnapshot(ctx)
+			if err != nil {
+				return Event{}, s.end(err)
+			}
+			return ev, nil
+		}
+		if len(s.pending) > 0 {
+			ev := s.pending[0]
+			s.pending = s.pending[1:]
+			s.given = ev.Seq
+			return ev, nil
+		}
+		if s.catching {
+			if err := s.catchUp(ctx); err != nil {
+				return Event{}, s.end(err)
+			}
+			continue
+		}
+		select {
+		case it := <-s.q:
+			if it.c.Seq <= s.scanned {
+				continue
+			}
+			s.scanned = it.c.Seq
+			ev, ok, err := s.accept(ctx, it.c, it.typ)
+			if err != nil {
+				return Event{}, s.end(err)
+			}
+			if ok {
+				s.given = ev.Seq
+				return ev, nil
+			}
+		case <-s.done:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// end closes the subscription after err (unless err is the caller's
+// cancellation, after which Next may be called again).
+func (s *Subscription) end(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if errors.Is(err, collections.ErrPositionExpired) {
+		err = ErrReset
+	}
+	s.hub.mu.Lock()
+	s.failLocked(err)
+	s.hub.mu.Unlock()
+	return err
+}
+
+// accept applies the snapshot skip and the rules to a change of the result
+// set.
+func (s *Subscription) accept(ctx context.Context, c *Change, typ collections.ChangeOp) (Event, bool, error) {
+	if s.skip != nil {
+		if c.Seq > s.skipMax {
+			s.skip = nil
+		} else if seq, ok := s.skip[c.Path]; ok && seq >= c.Seq {
+			return Event{}, false, nil // the snapshot already showed this state or a later one
+		}
+	}
+	if s.check != nil {
+		d := c.After
+		if typ == collections.OpDelete {
+			d = c.Before
+		}
+		ok, err := s.check(ctx, d)
+		if err != nil || !ok {
+			return Event{}, false, err
+		}
+	}
+	return Event{Seq: c.Seq, Type: typ, Change: c}, true, nil
+}
+
+// catchUp reads the next batch of changes up to the registration position
+// from the store; when there are none left it switches to live delivery
+// (or, after an overflow, moves the registration position and goes on).
+func (s *Subscription) catchUp(ctx context.Context) error {
+	h := s.hub
+	if s.scanned < s.regP {
+		changes, err := h.store.ReadChanges(ctx, s.scanned, h.readBatch)
+		if err != nil {
+			return err
+		}
+		for i := range changes {
+			c := &changes[i]
+			if c.Seq > s.regP {
+				break
+			}
+			s.scanned = c.Seq
+			typ, ok := s.classify(c)
+			if !ok {
+				continue
+			}
+			ev, ok, err := s.accept(ctx, &Change{Change: *c}, typ)
+			if err != nil {
+				return err
+			}
+			if ok {
+				s.pending = append(s.pending, ev)
+			}
+		}
+		if len(changes) == 0 || changes[len(changes)-1].Seq >= s.regP {
+			s.scanned = max(s.scanned, s.regP)
+		}
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !s.overflowed {
+		s.catching = false
+		return nil
+	}
+	// Live changes were dropped while we read the store: read them from
+	// the store as well, up to the current dispatch position.
+	s.overflowed = false
+	for len(s.q) > 0 {
+		<-s.q
+	}
+	s.regP = h.pos
+	return nil
+}
+
+// nextSnapshot returns the next snapshot page.
+func (s *Subscription) nextSnapshot(ctx context.Context) (Event, error) {
+	q := s.query
+	q.Limit = collections.MaxLimit
+	q.StartAfter = s.snap.cursor
+	res, err := s.hub.store.Query(ctx, s.db, q)
+	if err != nil {
+		return Event{}, err
+	}
+	head := s.snap.head
+	docs := res.Docs[:0:0]
+	for _, d := range res.Docs {
+		if d.Seq > head {
+			// Written after the snapshot head: changes up to d.Seq are
+			// already reflected and must not be delivered again.
+			if s.skip == nil {
+				s.skip = map[string]int64{}
+			}
+			s.skip[d.Path] = d.Seq
+			s.skipMax = max(s.skipMax, d.Seq)
+		}
+		if s.check != nil {
+			ok, err := s.check(ctx, d)
+			if err != nil {
+				return Event{}, err
+			}
+			if !ok {
+				continue
+			}
+		}
+		docs = append(docs, d)
+	}
+	ev := Event{Seq: head, Snapshot: docs, More: res.NextCursor != ""}
+	s.snap.cursor = res.NextCursor
+	if !ev.More {
+		s.snap = nil
+	}
+	return ev, nil
+}
