@@ -87,7 +87,7 @@ func next(t testing.TB, s *realtime.Subscription) realtime.Event {
 
 type got struct {
 	typ, op, path string
-	seq          int64
+	seq           int64
 }
 
 func (g got) String() string { return fmt.Sprintf("%s/%s %s @%d", g.typ, g.op, g.path, g.seq) }
