@@ -49,6 +49,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/metrics", s.metricsHandler())
 
 	s.authRoutes(r)
+	s.realtimeRoutes(r)
 
 	db := r.Group(routeDatabase, s.authenticate, s.database)
 	db.GET(routeDocuments, s.getDocuments)

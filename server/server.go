@@ -83,6 +83,9 @@ type Config struct {
 	// RulesFile is re-read by POST /admin/v1/rules/reload ("" = reload
 	// unavailable).
 	RulesFile string
+	// Realtime tunes /realtime/ws and /realtime/sse (zero values are the
+	// defaults).
+	Realtime RealtimeConfig
 }
 
 // Server is the HTTP surface over one Store.
@@ -100,6 +103,7 @@ type Server struct {
 	rules           atomic.Pointer[rules.Set]
 	rulesFile       string
 	metrics         *httpMetrics
+	rt              *realtimeServer
 	engine          *gin.Engine
 }
 
@@ -155,6 +159,9 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
+	if s.rt, err = newRealtimeServer(s, cfg.Realtime, cfg.Registry); err != nil {
+		return nil, fmt.Errorf("server: realtime: %w", err)
+	}
 	s.engine = s.routes()
 	return s, nil
 }
@@ -190,6 +197,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout)
 	defer cancel()
+	// Realtime streams never finish on their own: end them first (close
+	// frames for WebSockets, which Shutdown does not track).
+	s.rt.shutdown(sctx)
 	err := srv.Shutdown(sctx)
 	<-errc // Serve returns ErrServerClosed as soon as Shutdown starts.
 	if err != nil {

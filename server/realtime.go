@@ -1,0 +1,321 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/rules"
+	"github.com/loomdb/loom/server/realtime"
+)
+
+// Realtime (spec 02): /realtime/ws and /realtime/sse stream subscriptions
+// from one realtime.Hub. Both transports share the subscription checks
+// (openSubscription) and the event encoding (appendEvent), so an SSE
+// event's data is byte-for-byte the WebSocket event message.
+
+// Realtime defaults applied to zero RealtimeConfig fields.
+const (
+	DefaultWSHeartbeat      = 30 * time.Second
+	DefaultSSEHeartbeat     = 15 * time.Second
+	DefaultWSOutboundQueue  = 256
+	DefaultMaxSubscriptions = 100
+	// maxWSMessage is the largest inbound message answered normally;
+	// larger ones get an error reply. wsReadLimit is where the connection
+	// is cut instead (reading a huge frame just to reject it costs memory
+	// and time).
+	maxWSMessage = 64 << 10
+	wsReadLimit  = 1 << 20
+	// maxBadMessages closes a connection that keeps sending garbage.
+	maxBadMessages = 10
+	// wsWriteWait bounds one frame write; a peer that does not drain its
+	// socket for this long is disconnected.
+	wsWriteWait = 10 * time.Second
+	maxSubIDLen = 128
+)
+
+// RealtimeConfig tunes the realtime endpoints.
+type RealtimeConfig struct {
+	// QueueSize is each subscription's queue of pending changes
+	// (realtime.DefaultQueueSize when 0). A subscriber this far behind is
+	// ended with SLOW_CONSUMER and resumes from the change log.
+	QueueSize int
+	// OutboundQueue is each WebSocket connection's queue of encoded
+	// messages (DefaultWSOutboundQueue when 0).
+	OutboundQueue int
+	// Heartbeat is the WebSocket heartbeat interval (DefaultWSHeartbeat).
+	Heartbeat time.Duration
+	// SSEHeartbeat is the SSE comment heartbeat interval
+	// (DefaultSSEHeartbeat).
+	SSEHeartbeat time.Duration
+	// MaxSubscriptions bounds the subscriptions of one WebSocket
+	// connection (DefaultMaxSubscriptions).
+	MaxSubscriptions int
+}
+
+// realtimeServer is the server's realtime state.
+type realtimeServer struct {
+	hub      *realtime.Hub
+	cfg      RealtimeConfig
+	stop     chan struct{} // closed when Serve shuts down
+	stopOnce sync.Once
+	conns    sync.WaitGroup // WebSocket connections (hijacked: http.Server does not wait for them)
+
+	connections *prometheus.GaugeVec
+	delivered   *prometheus.CounterVec
+	slow        *prometheus.CounterVec
+}
+
+func newRealtimeServer(s *Server, cfg RealtimeConfig, reg *prometheus.Registry) (*realtimeServer, error) {
+	if cfg.OutboundQueue <= 0 {
+		cfg.OutboundQueue = DefaultWSOutboundQueue
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultWSHeartbeat
+	}
+	if cfg.SSEHeartbeat <= 0 {
+		cfg.SSEHeartbeat = DefaultSSEHeartbeat
+	}
+	if cfg.MaxSubscriptions <= 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	rt := &realtimeServer{
+		hub:  realtime.New(s.store, realtime.Config{QueueSize: cfg.QueueSize, Logger: s.log}),
+		cfg:  cfg,
+		stop: make(chan struct{}),
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "loom_realtime_connections",
+			Help: "Open realtime connections by transport (ws, sse).",
+		}, []string{"transport"}),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loom_realtime_events_delivered_total",
+			Help: "Realtime events (changes and snapshot pages) handed to connections, by transport.",
+		}, []string{"transport"}),
+		slow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "loom_realtime_slow_consumers_total",
+			Help: "Subscriptions ended with SLOW_CONSUMER, by transport.",
+		}, []string{"transport"}),
+	}
+	subs := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "loom_realtime_subscriptions",
+		Help: "Live realtime subscriptions.",
+	}, func() float64 { return float64(rt.hub.Subscriptions()) })
+	for _, c := range []prometheus.Collector{rt.connections, rt.delivered, rt.slow, subs} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return rt, nil
+}
+
+// shutdown ends every stream (WebSockets get a close frame) and stops the
+// hub; it waits for the WebSocket connections until ctx ends.
+func (rt *realtimeServer) shutdown(ctx context.Context) {
+	rt.stopOnce.Do(func() { close(rt.stop) })
+	done := make(chan struct{})
+	go func() {
+		rt.conns.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	rt.hub.Close()
+}
+
+// realtimeRoutes registers the realtime endpoints.
+func (s *Server) realtimeRoutes(r *gin.Engine) {
+	r.GET("/realtime/ws", s.serveWS)
+	r.GET("/realtime/sse", s.serveSSE)
+}
+
+// subParams is a parsed subscribe request.
+type subParams struct {
+	db          string
+	query       collections.Query
+	includeData bool
+	snapshot    bool
+	resume      bool
+	after       int64
+}
+
+// openSubscription applies the access checks and subscribes. Errors are
+// *apiError.
+func (s *Server) openSubscription(ctx context.Context, caller *Caller, p subParams) (*realtime.Subscription, error) {
+	if !validDatabase(p.db) {
+		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.db, 80))
+	}
+	if err := s.authorize(caller, ActionList, p.db, p.query.Collection); err != nil {
+		return nil, err
+	}
+	if err := s.checkList(caller, p.query.Collection); err != nil {
+		return nil, err
+	}
+	req := realtime.Request{DB: p.db, Query: p.query, Resume: p.resume, After: p.after, Snapshot: p.snapshot}
+	if !caller.Admin {
+		db := p.db
+		req.Check = func(ctx context.Context, d *collections.Document) (bool, error) {
+			return s.readable(ctx, caller, db, rules.OpList, d)
+		}
+	}
+	sub, err := s.rt.hub.Subscribe(ctx, req)
+	switch {
+	case errors.Is(err, realtime.ErrTokenAhead):
+		return nil, errorf(http.StatusBadRequest, codeBadRequest, "The resume token is ahead of the change log.")
+	case err != nil:
+		return nil, toAPIError(err)
+	}
+	return sub, nil
+}
+
+// parseToken parses a resume token: a change-log seq in decimal.
+func parseToken(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errorf(http.StatusBadRequest, codeBadRequest, "Invalid resume token %q: use the resumeToken of an event.", truncate(s, 40))
+	}
+	return n, nil
+}
+
+// Message types of the wire format.
+const (
+	msgAuth           = "auth"
+	msgAuthAck        = "auth_ack"
+	msgSubscribe      = "subscribe"
+	msgSubscribeAck   = "subscribe_ack"
+	msgSnapshot       = "snapshot"
+	msgEvent          = "event"
+	msgReset          = "reset"
+	msgUnsubscribe    = "unsubscribe"
+	msgUnsubscribeAck = "unsubscribe_ack"
+	msgError          = "error"
+	msgHeartbeat      = "heartbeat"
+	msgPing           = "ping"
+	msgPong           = "pong"
+
+	codeSlowConsumer = "SLOW_CONSUMER"
+)
+
+// message is the envelope {id?, type, payload?}.
+type message struct {
+	ID      string          `json:"id,omitempty"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// encodeMessage encodes an envelope with a payload that always encodes.
+func encodeMessage(typ, id string, payload any) []byte {
+	var raw json.RawMessage
+	if payload != nil {
+		raw, _ = json.Marshal(payload) // payloads are plain maps and strings
+	}
+	b, _ := json.Marshal(message{ID: id, Type: typ, Payload: raw})
+	return b
+}
+
+type errorPayload struct {
+	Code        string `json:"code"`
+	Message     string `json:"message"`
+	SubID       string `json:"subId,omitempty"`
+	ResumeToken string `json:"resumeToken,omitempty"`
+}
+
+func errorMessage(id, subID string, err error) []byte {
+	ae := toAPIError(err)
+	return encodeMessage(msgError, id, errorPayload{Code: ae.Code, Message: ae.Message, SubID: subID})
+}
+
+func token(seq int64) string { return strconv.FormatInt(seq, 10) }
+
+// endMessage is the message that reports why a subscription's stream ended
+// (nil for a quiet end: unsubscribed or connection closing), and whether it
+// was a slow consumer.
+func endMessage(subID string, err error) (msg []byte, slow bool) {
+	var se *realtime.SlowConsumerError
+	switch {
+	case errors.As(err, &se):
+		return encodeMessage(msgError, subID, errorPayload{
+			Code:        codeSlowConsumer,
+			Message:     "The subscriber fell too far behind; resubscribe with resumeToken.",
+			SubID:       subID,
+			ResumeToken: token(se.Token),
+		}), true
+	case errors.Is(err, realtime.ErrReset):
+		return encodeMessage(msgReset, subID, map[string]string{
+			"subId":  subID,
+			"reason": "The resume token is older than the change log's retention; fetch a new snapshot.",
+		}), false
+	case errors.Is(err, realtime.ErrClosed), errors.Is(err, context.Canceled):
+		return nil, false
+	}
+	return errorMessage(subID, subID, err), false
+}
+
+// appendEvent encodes an event or snapshot message. The documents' JSON is
+// shared by all subscribers of a change.
+func appendEvent(buf *bytes.Buffer, subID string, ev *realtime.Event, includeData bool) {
+	if ev.IsSnapshot() {
+		buf.WriteString(`{"id":`)
+		rtString(buf, subID)
+		buf.WriteString(`,"type":"snapshot","payload":{"subId":`)
+		rtString(buf, subID)
+		buf.WriteString(`,"documents":[`)
+		for i, d := range ev.Snapshot {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := d.AppendJSON(buf); err != nil {
+				buf.WriteString("null")
+			}
+		}
+		buf.WriteString(`],"resumeToken":"`)
+		buf.WriteString(token(ev.Seq))
+		buf.WriteString(`","more":`)
+		buf.WriteString(strconv.FormatBool(ev.More))
+		buf.WriteString(`}}`)
+		return
+	}
+	c := ev.Change
+	buf.WriteString(`{"type":"event","payload":{"subId":`)
+	rtString(buf, subID)
+	buf.WriteString(`,"resumeToken":"`)
+	buf.WriteString(token(ev.Seq))
+	buf.WriteString(`","delta":{"type":"`)
+	buf.WriteString(string(ev.Type))
+	buf.WriteString(`","op":"`)
+	buf.WriteString(string(c.Op))
+	buf.WriteString(`","id":`)
+	rtString(buf, c.After.ID)
+	buf.WriteString(`,"path":`)
+	rtString(buf, c.Path)
+	buf.WriteString(`,"collection":`)
+	rtString(buf, c.After.Collection)
+	if includeData {
+		if ev.Type != collections.OpDelete {
+			buf.WriteString(`,"document":`)
+			buf.Write(c.AfterJSON())
+		}
+		if ev.Type != collections.OpCreate && c.Before != nil {
+			buf.WriteString(`,"before":`)
+			buf.Write(c.BeforeJSON())
+		}
+	}
+	buf.WriteString(`,"timestamp":`)
+	buf.WriteString(strconv.FormatInt(c.Time, 10))
+	buf.WriteString(`}}}`)
+}
+
+func rtString(buf *bytes.Buffer, s string) {
+	b, _ := json.Marshal(s) // strings always encode
+	buf.Write(b)
+}
