@@ -285,9 +285,40 @@ func appendEvent(buf *bytes.Buffer, subID string, ev *realtime.Event, includeDat
 		buf.WriteString(`}}`)
 		return
 	}
-	c := ev.Change
+	// Everything after the subId is the same for every subscriber that
+	// sees this change with the same type and includeData: encode it once.
+	tail := ev.Change.Memo(memoSlot(ev.Type, includeData), func() []byte {
+		return eventTail(ev, includeData)
+	})
+	buf.Grow(len(`{"type":"event","payload":{"subId":`) + len(subID) + 2 + len(tail))
 	buf.WriteString(`{"type":"event","payload":{"subId":`)
 	rtString(buf, subID)
+	buf.Write(tail)
+}
+
+func memoSlot(typ collections.ChangeOp, includeData bool) int {
+	slot := 0
+	switch typ {
+	case collections.OpUpdate:
+		slot = 2
+	case collections.OpDelete:
+		slot = 4
+	}
+	if includeData {
+		slot++
+	}
+	return slot
+}
+
+// eventTail encodes an event message from the resumeToken on.
+func eventTail(ev *realtime.Event, includeData bool) []byte {
+	c := ev.Change
+	var buf bytes.Buffer
+	n := 256
+	if includeData {
+		n += len(c.AfterJSON()) + len(c.BeforeJSON())
+	}
+	buf.Grow(n)
 	buf.WriteString(`,"resumeToken":"`)
 	buf.WriteString(token(ev.Seq))
 	buf.WriteString(`","delta":{"type":"`)
@@ -295,11 +326,11 @@ func appendEvent(buf *bytes.Buffer, subID string, ev *realtime.Event, includeDat
 	buf.WriteString(`","op":"`)
 	buf.WriteString(string(c.Op))
 	buf.WriteString(`","id":`)
-	rtString(buf, c.After.ID)
+	rtString(&buf, c.After.ID)
 	buf.WriteString(`,"path":`)
-	rtString(buf, c.Path)
+	rtString(&buf, c.Path)
 	buf.WriteString(`,"collection":`)
-	rtString(buf, c.After.Collection)
+	rtString(&buf, c.After.Collection)
 	if includeData {
 		if ev.Type != collections.OpDelete {
 			buf.WriteString(`,"document":`)
@@ -313,6 +344,7 @@ func appendEvent(buf *bytes.Buffer, subID string, ev *realtime.Event, includeDat
 	buf.WriteString(`,"timestamp":`)
 	buf.WriteString(strconv.FormatInt(c.Time, 10))
 	buf.WriteString(`}}}`)
+	return buf.Bytes()
 }
 
 func rtString(buf *bytes.Buffer, s string) {

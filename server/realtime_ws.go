@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -27,6 +29,7 @@ type wsConn struct {
 	s      *Server
 	rt     *realtimeServer
 	ws     *websocket.Conn
+	bc     *bufConn
 	req    *http.Request
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -85,9 +88,14 @@ func (s *Server) serveWS(c *gin.Context) {
 			s.writeError(c, errorf(status, code, "WebSocket upgrade failed: %v.", reason))
 		},
 	}
-	ws, err := up.Upgrade(c.Writer, c.Request, nil)
+	hw := &hijackBuffer{ResponseWriter: c.Writer}
+	ws, err := up.Upgrade(hw, c.Request, nil)
 	if err != nil {
 		return // Error wrote the response
+	}
+	if hw.conn == nil || hw.conn.Flush() != nil { // the 101 response
+		ws.Close()
+		return
 	}
 	rt.conns.Add(1)
 	defer rt.conns.Done()
@@ -97,6 +105,7 @@ func (s *Server) serveWS(c *gin.Context) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request.Context()))
 	conn := &wsConn{
 		s: s, rt: rt, ws: ws, req: c.Request, ctx: ctx, cancel: cancel,
+		bc:      hw.conn,
 		out:     make(chan []byte, rt.cfg.OutboundQueue),
 		closing: make(chan struct{}),
 		caller:  caller, db: db,
@@ -106,6 +115,16 @@ func (s *Server) serveWS(c *gin.Context) {
 	pongWait := max(60*time.Second, 2*rt.cfg.Heartbeat)
 	_ = ws.SetReadDeadline(time.Now().Add(pongWait))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(pongWait)) })
+	ws.SetPingHandler(func(data string) error {
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(wsWriteWait))
+		if err == nil {
+			err = hw.conn.Flush()
+		}
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
 
 	writerDone := make(chan struct{})
 	go func() {
@@ -364,26 +383,47 @@ func (c *wsConn) writeLoop() {
 	defer hb.Stop()
 	stop := c.rt.stop
 	write := func(msg []byte) bool {
-		_ = c.ws.SetWriteDeadline(time.Now().Add(wsWriteWait))
 		return c.ws.WriteMessage(websocket.TextMessage, msg) == nil
+	}
+	// writeQueued writes msg and whatever else is queued (up to a bound)
+	// with one flush: one syscall for a burst of events.
+	writeQueued := func(msg []byte) bool {
+		_ = c.bc.SetWriteDeadline(time.Now().Add(wsWriteWait))
+		if !write(msg) {
+			return false
+		}
+	more:
+		for range maxCoalesce {
+			select {
+			case m := <-c.out:
+				if !write(m) {
+					return false
+				}
+			default:
+				break more
+			}
+		}
+		return c.bc.Flush() == nil
+	}
+	control := func(kind int, data []byte) bool {
+		err := c.ws.WriteControl(kind, data, time.Now().Add(wsWriteWait))
+		return err == nil && c.bc.Flush() == nil
 	}
 	for {
 		select {
 		case msg := <-c.out:
-			if !write(msg) {
+			if !writeQueued(msg) {
 				return
 			}
 		case <-hb.C:
-			if !write(heartbeatMessage) {
-				return
-			}
-			if c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteWait)) != nil {
+			if !writeQueued(heartbeatMessage) || !control(websocket.PingMessage, nil) {
 				return
 			}
 		case <-stop:
 			stop = nil
 			c.close(websocket.CloseGoingAway, "server shutting down")
 		case <-c.closing:
+			_ = c.bc.SetWriteDeadline(time.Now().Add(time.Second))
 		drain:
 			for {
 				select {
@@ -395,13 +435,55 @@ func (c *wsConn) writeLoop() {
 					break drain
 				}
 			}
-			err := c.ws.WriteControl(websocket.CloseMessage, c.closeMsg, time.Now().Add(time.Second))
-			if err != nil && !errors.Is(err, websocket.ErrCloseSent) {
-				return
-			}
+			control(websocket.CloseMessage, c.closeMsg)
 			return
 		case <-c.ctx.Done():
 			return
 		}
 	}
+}
+
+// maxCoalesce bounds the messages written with one flush.
+const maxCoalesce = 128
+
+// hijackBuffer hands gorilla a connection whose writes are buffered, so the
+// writer can flush a burst of frames with one syscall.
+type hijackBuffer struct {
+	http.ResponseWriter
+	conn *bufConn
+}
+
+func (h *hijackBuffer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("realtime: connection cannot be hijacked")
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.conn = &bufConn{Conn: c, w: bufio.NewWriterSize(c, 32<<10)}
+	return h.conn, brw, nil
+}
+
+// bufConn buffers writes until Flush (or a full buffer). Safe for
+// concurrent use: gorilla serializes frames, control frames may come from
+// the reader goroutine.
+type bufConn struct {
+	net.Conn
+	mu sync.Mutex
+	w  *bufio.Writer
+}
+
+func (c *bufConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w.Write(p)
+}
+
+// Flush writes the buffered bytes.
+func (c *bufConn) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w.Flush()
 }

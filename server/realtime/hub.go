@@ -346,6 +346,22 @@ type Change struct {
 
 	afterOnce, beforeOnce sync.Once
 	afterJSON, beforeJSON []byte
+	memo                  [MemoSlots]struct {
+		once sync.Once
+		b    []byte
+	}
+}
+
+// MemoSlots is the number of Memo slots of a Change.
+const MemoSlots = 8
+
+// Memo returns the bytes build returns for slot, computing them once per
+// change: a transport caches the part of its event message that all
+// subscribers share. slot must be in [0, MemoSlots).
+func (c *Change) Memo(slot int, build func() []byte) []byte {
+	m := &c.memo[slot]
+	m.once.Do(func() { m.b = build() })
+	return m.b
 }
 
 // AfterJSON is the wire envelope of the document after the change.
