@@ -86,6 +86,8 @@ type Config struct {
 	// Realtime tunes /realtime/ws and /realtime/sse (zero values are the
 	// defaults).
 	Realtime RealtimeConfig
+	// RxDB tunes /replication/rxdb (zero values are the defaults).
+	RxDB RxDBConfig
 }
 
 // Server is the HTTP surface over one Store.
@@ -104,6 +106,7 @@ type Server struct {
 	rulesFile       string
 	metrics         *httpMetrics
 	rt              *realtimeServer
+	rxdb            RxDBConfig
 	engine          *gin.Engine
 }
 
@@ -143,6 +146,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		corsOrigins:     cfg.CORSOrigins,
 		auth:            cfg.Auth,
 		rulesFile:       cfg.RulesFile,
+		rxdb:            cfg.RxDB,
 	}
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()
