@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/loom
 
-.PHONY: all build run test vet fmt-check unit bench fuzz clean
+.PHONY: all build run test vet fmt-check clients unit bench fuzz clean
 
 all: build
 
@@ -18,7 +18,7 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs: formatting, vet, and every test (race detector on).
-test: fmt-check vet unit
+test: fmt-check vet clients unit
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -26,6 +26,15 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# Installs the pinned RxDB client (clients/rxdb) that TestRxDB_RealClient runs;
+# npm ci only when node_modules is missing or older than package-lock.json.
+clients:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "npm not found: the RxDB client compatibility test will be skipped"; \
+	elif [ ! -f clients/rxdb/node_modules/.package-lock.json ] || [ clients/rxdb/package-lock.json -nt clients/rxdb/node_modules/.package-lock.json ]; then \
+		cd clients/rxdb && npm ci --no-audit --no-fund; \
+	fi
 
 unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
