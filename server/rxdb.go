@@ -63,10 +63,51 @@ func (s *Server) rxdbRoutes(r *gin.Engine) {
 	if s.rxdb.Heartbeat <= 0 {
 		s.rxdb.Heartbeat = DefaultRxDBHeartbeat
 	}
-	g := r.Group(routeRxDB, s.authenticate, s.database)
+	g := r.Group(routeRxDB, rxdbErrorFlag, s.authenticate, s.database)
 	g.GET("/*rest", s.rxdbGet)
 	g.POST("/*rest", s.rxdbPost)
 }
+
+// rxdbErrorFlag marks error bodies the way rxdb-server's client needs them.
+// Its parseResponse handles 401, 403 and 426 by status; any other response
+// it parses as JSON and throws (then retries) only when the body has a
+// truthy "error" field. Without it a failed pull would hand the replication
+// {documents: undefined}, which crashes it. So every other error body gets
+// "error": true next to code and message.
+func rxdbErrorFlag(c *gin.Context) {
+	c.Writer = &rxdbErrorWriter{ResponseWriter: c.Writer}
+	c.Next()
+}
+
+type rxdbErrorWriter struct {
+	gin.ResponseWriter
+	flag bool // the next body write starts an error object
+}
+
+func (w *rxdbErrorWriter) WriteHeader(status int) {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusUpgradeRequired:
+	default:
+		w.flag = status >= 400 && !w.Written()
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *rxdbErrorWriter) Write(b []byte) (int, error) {
+	if !w.flag || len(b) == 0 || b[0] != '{' {
+		return w.ResponseWriter.Write(b)
+	}
+	w.flag = false
+	if _, err := w.ResponseWriter.Write([]byte(`{"error":true,`)); err != nil {
+		return 0, err
+	}
+	n, err := w.ResponseWriter.Write(b[1:])
+	return n + 1, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (pullStream
+// clears its write deadline and flushes through it).
+func (w *rxdbErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // rxdbTarget is a parsed replication URL.
 type rxdbTarget struct {

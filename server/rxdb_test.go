@@ -42,6 +42,34 @@ func decodeBatch(t testing.TB, b []byte) rxBatch {
 	return out
 }
 
+// wantRx checks a replication response's status; error bodies are
+// {"code","message"} plus "error": true where rxdb-server's client needs it
+// to throw and retry (every status but 401, 403 and 426).
+func wantRx(t *testing.T, what string, r *response, want int) {
+	t.Helper()
+	if r.Status != want {
+		t.Fatalf("%s: status=%d, want %d; body %s", what, r.Status, want, r.Body)
+	}
+	if want < 400 {
+		return
+	}
+	var e struct {
+		Error   *bool           `json:"error"`
+		Code    string          `json:"code"`
+		Message string          `json:"message"`
+		Details json.RawMessage `json:"details"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(r.Body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil || e.Code == "" || e.Message == "" {
+		t.Fatalf("%s: error body %s (%v)", what, r.Body, err)
+	}
+	flagged := e.Error != nil && *e.Error
+	if wantFlag := want != http.StatusUnauthorized && want != http.StatusForbidden && want != http.StatusUpgradeRequired; flagged != wantFlag {
+		t.Fatalf("%s: error body %s: \"error\": true present=%v, want %v", what, r.Body, flagged, wantFlag)
+	}
+}
+
 // mustPull fetches one pull page.
 func (e *testEnv) mustPull(t testing.TB, h map[string]string, collection string, lwt int64, id string, limit int) rxBatch {
 	t.Helper()
@@ -140,7 +168,7 @@ func TestRxDB_PullPagingAndShape(t *testing.T) {
 	}
 
 	for _, bad := range []string{"lwt=x", "lwt=-1", "limit=0", "limit=abc"} {
-		wantStatus(t, bad, env.Do(t, "GET", rxBase(coll)+"/pull?"+bad, "", alice.h()), http.StatusBadRequest)
+		wantRx(t, bad, env.Do(t, "GET", rxBase(coll)+"/pull?"+bad, "", alice.h()), http.StatusBadRequest)
 	}
 }
 
@@ -282,7 +310,7 @@ func TestRxDB_Push(t *testing.T) {
 		"valid then bad":   `[{"newDocumentState":{"id":"ok"}},{"newDocumentState":{}}]`,
 		"row not a object": `[1]`,
 	} {
-		wantStatus(t, name, env.Do(t, "POST", rxBase(coll)+"/push", body, alice.h()), http.StatusBadRequest)
+		wantRx(t, name, env.Do(t, "POST", rxBase(coll)+"/push", body, alice.h()), http.StatusBadRequest)
 	}
 	if got := env.Head(t); got != head {
 		t.Fatalf("rejected pushes wrote: head %d → %d", head, got)
@@ -347,19 +375,19 @@ func TestRxDB_Rules(t *testing.T) {
 	mustPush(t, env, alice.h(), aliceColl, `[{"newDocumentState":{"id":"a1","_deleted":false}}]`)
 
 	head := env.Head(t)
-	wantStatus(t, "bob pulls alice's", env.Do(t, "GET", rxBase(aliceColl)+"/pull?lwt=0&id=&limit=10", "", bob.h()), http.StatusForbidden)
-	wantStatus(t, "bob streams alice's", env.Do(t, "GET", rxBase(aliceColl)+"/pullStream", "", bob.h()), http.StatusForbidden)
-	wantStatus(t, "bob pushes into alice's", env.Do(t, "POST", rxBase(aliceColl)+"/push", `[{"newDocumentState":{"id":"b1","_deleted":false}}]`, bob.h()), http.StatusForbidden)
-	wantStatus(t, "bob overwrites alice's", env.Do(t, "POST", rxBase(aliceColl)+"/push", `[{"assumedMasterState":{"id":"a1","_deleted":false},"newDocumentState":{"id":"a1","x":1,"_deleted":false}}]`, bob.h()), http.StatusForbidden)
+	wantRx(t, "bob pulls alice's", env.Do(t, "GET", rxBase(aliceColl)+"/pull?lwt=0&id=&limit=10", "", bob.h()), http.StatusForbidden)
+	wantRx(t, "bob streams alice's", env.Do(t, "GET", rxBase(aliceColl)+"/pullStream", "", bob.h()), http.StatusForbidden)
+	wantRx(t, "bob pushes into alice's", env.Do(t, "POST", rxBase(aliceColl)+"/push", `[{"newDocumentState":{"id":"b1","_deleted":false}}]`, bob.h()), http.StatusForbidden)
+	wantRx(t, "bob overwrites alice's", env.Do(t, "POST", rxBase(aliceColl)+"/push", `[{"assumedMasterState":{"id":"a1","_deleted":false},"newDocumentState":{"id":"a1","x":1,"_deleted":false}}]`, bob.h()), http.StatusForbidden)
 	for _, ep := range []struct{ method, url, body string }{
 		{"GET", rxBase(aliceColl) + "/pull?lwt=0&id=&limit=10", ""},
 		{"POST", rxBase(aliceColl) + "/push", `[]`},
 		{"GET", rxBase(aliceColl) + "/pullStream", ""},
 	} {
-		wantStatus(t, "anonymous "+ep.url, env.Do(t, ep.method, ep.url, ep.body, anon), http.StatusUnauthorized)
-		wantStatus(t, "bad token "+ep.url, env.Do(t, ep.method, ep.url, ep.body, map[string]string{"Authorization": "Bearer nope"}), http.StatusUnauthorized)
+		wantRx(t, "anonymous "+ep.url, env.Do(t, ep.method, ep.url, ep.body, anon), http.StatusUnauthorized)
+		wantRx(t, "bad token "+ep.url, env.Do(t, ep.method, ep.url, ep.body, map[string]string{"Authorization": "Bearer nope"}), http.StatusUnauthorized)
 	}
-	wantStatus(t, "system collection", env.Do(t, "GET", rxBase("_users")+"/pull", "", alice.h()), http.StatusForbidden)
+	wantRx(t, "system collection", env.Do(t, "GET", rxBase("_users")+"/pull", "", alice.h()), http.StatusForbidden)
 	if got := env.Head(t); got != head {
 		t.Fatalf("denied requests wrote: head %d → %d", head, got)
 	}
@@ -374,7 +402,7 @@ func TestRxDB_Rules(t *testing.T) {
 		}
 		mustPush(t, env, owner.h(), "shared", fmt.Sprintf(`[{"newDocumentState":{"id":"s%02d","owner":%q,"_deleted":false}}]`, i, owner.UID))
 	}
-	wantStatus(t, "push as someone else", env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"newDocumentState":{"id":"x","owner":%q,"_deleted":false}}]`, bob.UID), alice.h()), http.StatusForbidden)
+	wantRx(t, "push as someone else", env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"newDocumentState":{"id":"x","owner":%q,"_deleted":false}}]`, bob.UID), alice.h()), http.StatusForbidden)
 	page := env.mustPull(t, alice.h(), "shared", 0, "", 2)
 	if len(page.Documents) != 2 || page.Documents[0]["id"] != "s00" || page.Documents[1]["id"] != "s03" {
 		t.Fatalf("alice's first page=%v, want s00 and s03", page.Documents)
@@ -418,7 +446,7 @@ func TestRxDB_PathsAndSchemaVersion(t *testing.T) {
 		if tc.method == "POST" {
 			body = "[]"
 		}
-		wantStatus(t, tc.method+" "+tc.url, env.Do(t, tc.method, tc.url, body, alice.h()), tc.want)
+		wantRx(t, tc.method+" "+tc.url, env.Do(t, tc.method, tc.url, body, alice.h()), tc.want)
 	}
 }
 
@@ -540,4 +568,20 @@ func TestRxDB_PullStream(t *testing.T) {
 	}
 	// The stream is still open here: the server's cleanup checks that
 	// shutdown ends it (Serve must return nil, not cut it off).
+}
+
+// TestRxDB_RateLimitedPullIsAnError: a 429 from the shared middleware also
+// carries "error": true, so the client retries instead of crashing.
+func TestRxDB_RateLimitedPullIsAnError(t *testing.T) {
+	env := newAuthEnv(t, server.Config{RateLimit: 0.001, RateBurst: 3})
+	alice := env.signup(t, "alice")
+	url := rxBase("users/"+alice.UID+"/todos") + "/pull?lwt=0&id=&limit=5"
+	for {
+		r := env.Do(t, "GET", url, "", alice.h())
+		if r.Status == http.StatusOK {
+			continue
+		}
+		wantRx(t, "rate limited", r, http.StatusTooManyRequests)
+		return
+	}
 }
