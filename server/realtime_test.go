@@ -328,6 +328,10 @@ func TestRealtimeWS_SlowConsumerResubscribes(t *testing.T) {
 	env := MustStartServer(t, MustOpenStore(t), server.Config{Realtime: server.RealtimeConfig{QueueSize: 4, OutboundQueue: 2}})
 	w := env.dialWS(t, "", nil)
 	w.subscribe("s", map[string]any{"query": q("c")})
+	// One event first: the subscription is then live (while it catches up
+	// an overflow only re-arms it), so the first 10-write commit overflows.
+	storeCommit(t, env.Store, putW("c/d000", nil))
+	first := w.expect("event")
 	const batches, per = 30, 10
 	done := make(chan struct{})
 	go func() {
@@ -335,15 +339,15 @@ func TestRealtimeWS_SlowConsumerResubscribes(t *testing.T) {
 		for b := range batches {
 			ws := make([]collections.Write, per)
 			for i := range ws {
-				ws[i] = putW(fmt.Sprintf("c/d%03d", b*per+i), nil)
+				ws[i] = putW(fmt.Sprintf("c/d%03d", b*per+i+1), nil)
 			}
 			storeCommit(t, env.Store, ws...)
 		}
 	}()
-	var seen []string
-	last := ""
+	seen := []string{"c/d000"}
+	last := first.str("resumeToken")
 	slow := 0
-	for len(seen) < batches*per {
+	for len(seen) < batches*per+1 {
 		m := w.read()
 		switch m.Type {
 		case "event":

@@ -328,11 +328,14 @@ func (c *wsConn) unsubscribe(m message) {
 
 // forward moves a subscription's events into the outbound queue.
 func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData bool) {
-	defer close(ws.done)
 	delivered := c.rt.delivered.WithLabelValues("ws")
 	for {
 		ev, err := ws.sub.Next(ctx)
 		if err != nil {
+			// Mark the subscription ended before the client can learn it
+			// from the message below: its id is then free for a
+			// resubscribe.
+			close(ws.done)
 			if ctx.Err() != nil {
 				return
 			}
@@ -348,6 +351,7 @@ func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData 
 		var buf bytes.Buffer
 		appendEvent(&buf, id, &ev, includeData)
 		if !c.send(ctx, buf.Bytes()) {
+			close(ws.done)
 			return
 		}
 		delivered.Inc()

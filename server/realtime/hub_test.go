@@ -205,20 +205,28 @@ func TestHub_SlowConsumerResumesWithoutLoss(t *testing.T) {
 	const batches, per = 20, 10
 	writerDone := make(chan struct{})
 	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}})
+	// One event first: the subscription is then live (not catching up, when
+	// an overflow only re-arms), so the first 10-write commit overflows it.
+	put(t, st, "warmup/x", nil)
+	put(t, st, "c/d000", nil)
+	if g := nextChange(t, s); g.path != "c/d000" {
+		t.Fatalf("warm-up event %v", g)
+	}
+	var seen []string
+	var lastSeq int64 = g0(t, st)
 	go func() {
 		defer close(writerDone)
 		for b := range batches {
 			ws := make([]collections.Write, per)
 			for i := range ws {
-				ws[i] = collections.Write{Type: collections.WriteReplace, Path: fmt.Sprintf("c/d%03d", b*per+i), Data: map[string]any{}}
+				ws[i] = collections.Write{Type: collections.WriteReplace, Path: fmt.Sprintf("c/d%03d", b*per+i+1), Data: map[string]any{}}
 			}
 			commit(t, st, ws...)
 		}
 	}()
-	var seen []string
-	var lastSeq int64
+	seen = append(seen, "c/d000")
 	slow := 0
-	for len(seen) < batches*per {
+	for len(seen) < batches*per+1 {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		ev, err := s.Next(ctx)
 		cancel()
@@ -249,6 +257,16 @@ func TestHub_SlowConsumerResumesWithoutLoss(t *testing.T) {
 			t.Fatalf("event %d=%s, want %s", i, p, want)
 		}
 	}
+}
+
+// g0 is the store's head.
+func g0(t testing.TB, st collections.Store) int64 {
+	t.Helper()
+	h, err := st.Head(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 func TestHub_SnapshotThenChangesUnderConcurrentWriters(t *testing.T) {

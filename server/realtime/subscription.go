@@ -98,7 +98,9 @@ func (h *Hub) Subscribe(ctx context.Context, req Request) (*Subscription, error)
 		if err != nil {
 			return nil, fmt.Errorf("realtime: read head: %w", err)
 		}
-		if req.After > head || req.After < 0 {
+		// Head may trail the tailer by a moment (the log is readable
+		// before the head counter moves): tokens up to either are real.
+		if req.After > max(head, h.Position()) || req.After < 0 {
 			return nil, ErrTokenAhead
 		}
 	}
