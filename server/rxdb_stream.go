@@ -10,6 +10,10 @@ import (
 	"github.com/loomdb/loom/collections"
 )
 
+// rxdbWriteWait bounds one pullStream write: a client that does not drain
+// its socket for this long is disconnected (it reconnects and re-pulls).
+const rxdbWriteWait = 30 * time.Second
+
 // rxdbPullStream answers GET .../pullStream: a text/event-stream with one
 // `data: {"documents":[...],"checkpoint":{...}}` per committed batch of
 // changes to the collection that the caller may read.
@@ -41,10 +45,21 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 
 	w := c.Writer
 	rc := http.NewResponseController(w)
-	// A stream is long-lived by design: no write deadline may cut it.
+	// A stream is long-lived by design: no server-wide write deadline may
+	// cut it. Each write gets its own instead, so a peer that stops reading
+	// is dropped (and shutdown is never stuck behind a blocked write).
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.writeError(c, err)
 		return
+	}
+	send := func(b []byte) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(rxdbWriteWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
@@ -52,10 +67,7 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write([]byte(": connected\n\n")); err != nil {
-		return
-	}
-	if err := rc.Flush(); err != nil {
+	if !send([]byte(": connected\n\n")) {
 		return
 	}
 
@@ -71,10 +83,7 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		case <-stop:
 			return
 		case <-heartbeat.C:
-			if _, err := w.Write([]byte(":\n\n")); err != nil {
-				return
-			}
-			if rc.Flush() != nil {
+			if !send([]byte(":\n\n")) {
 				return
 			}
 			continue
@@ -108,10 +117,7 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 				return
 			}
 			buf.WriteString("\n\n")
-			if _, err := w.Write(buf.Bytes()); err != nil {
-				return
-			}
-			if rc.Flush() != nil {
+			if !send(buf.Bytes()) {
 				return
 			}
 		}
