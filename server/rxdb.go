@@ -488,6 +488,15 @@ func (s *Server) rxdbPushRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*
 		var w collections.Write
 		switch {
 		case master != nil && (!row.hasAssum || !rxdbEqual(rxdbForm(master), row.assumed)):
+			// A conflict hands the master to the caller: only if they may
+			// read it (else a blind push would read any document).
+			ok, err := s.readable(ctx, t.caller, t.db, rules.OpGet, master)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				return nil, denied(t.caller, "read "+path)
+			}
 			return master, nil
 		case master == nil || master.Deleted:
 			if row.deleted {

@@ -404,6 +404,10 @@ func TestRxDB_Rules(t *testing.T) {
 		mustPush(t, env, owner.h(), "shared", fmt.Sprintf(`[{"newDocumentState":{"id":"s%02d","owner":%q,"_deleted":false}}]`, i, owner.UID))
 	}
 	wantRx(t, "push as someone else", env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"newDocumentState":{"id":"x","owner":%q,"_deleted":false}}]`, bob.UID), alice.h()), http.StatusForbidden)
+	// A conflict would hand over the master: not for a document the
+	// pusher may not read.
+	wantRx(t, "blind push onto bob's document", env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"newDocumentState":{"id":"s01","owner":%q,"_deleted":false}}]`, alice.UID), alice.h()), http.StatusForbidden)
+	wantRx(t, "stale push onto bob's document", env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"assumedMasterState":{"id":"s01","owner":%q,"_deleted":false},"newDocumentState":{"id":"s01","owner":%q,"_deleted":false}}]`, alice.UID, alice.UID), alice.h()), http.StatusForbidden)
 	page := env.mustPull(t, alice.h(), "shared", 0, "", 2)
 	if len(page.Documents) != 2 || page.Documents[0]["id"] != "s00" || page.Documents[1]["id"] != "s03" {
 		t.Fatalf("alice's first page=%v, want s00 and s03", page.Documents)
