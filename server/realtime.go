@@ -49,8 +49,9 @@ type RealtimeConfig struct {
 	// (realtime.DefaultQueueSize when 0). A subscriber this far behind is
 	// ended with SLOW_CONSUMER and resumes from the change log.
 	QueueSize int
-	// OutboundQueue is each WebSocket connection's queue of encoded
-	// messages (DefaultWSOutboundQueue when 0).
+	// OutboundQueue is kept for compatibility and has no effect: a
+	// WebSocket subscription writes its events to the connection itself,
+	// so its backlog is the subscription's queue (QueueSize).
 	OutboundQueue int
 	// Heartbeat is the WebSocket heartbeat interval (DefaultWSHeartbeat).
 	Heartbeat time.Duration

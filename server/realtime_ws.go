@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,12 +20,15 @@ import (
 	"github.com/loomdb/loom/server/realtime"
 )
 
-// wsConn is one WebSocket connection. The handler goroutine reads; one
-// writer goroutine owns every write (gorilla allows one concurrent writer);
-// each subscription has a forwarder goroutine that moves its events into
-// the bounded outbound queue. A full outbound queue blocks the forwarders,
-// which lets the subscription's queue in the hub fill: that, and only that,
-// ends a subscription with SLOW_CONSUMER.
+// wsConn is one WebSocket connection. The handler goroutine reads; each
+// subscription has a forwarder goroutine that writes its events to the
+// connection itself, under wmu (gorilla allows one concurrent writer): no
+// handoff to a writer goroutine per event. A writer leaves the flush to the
+// next one when others wait for wmu, so a burst goes out in one syscall. A
+// peer that does not read blocks the forwarders in their writes, which
+// lets the subscription's queue in the hub fill: that, and only that, ends
+// a subscription with SLOW_CONSUMER. The keeper goroutine sends heartbeats
+// and closes the connection at shutdown.
 type wsConn struct {
 	s      *Server
 	rt     *realtimeServer
@@ -33,11 +37,10 @@ type wsConn struct {
 	req    *http.Request
 	ctx    context.Context
 	cancel context.CancelFunc
-	out    chan []byte
 
-	closeOnce sync.Once
-	closing   chan struct{} // asks the writer to flush, send closeFrame and close
-	closeMsg  []byte
+	wmu     sync.Mutex
+	waiting atomic.Int32 // writers waiting for wmu
+	wclosed bool         // guarded by wmu: no more writes (closed or failed)
 
 	// Reader goroutine only.
 	caller *Caller
@@ -105,10 +108,8 @@ func (s *Server) serveWS(c *gin.Context) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request.Context()))
 	conn := &wsConn{
 		s: s, rt: rt, ws: ws, req: c.Request, ctx: ctx, cancel: cancel,
-		bc:      hw.conn,
-		out:     make(chan []byte, rt.cfg.OutboundQueue),
-		closing: make(chan struct{}),
-		caller:  caller, db: db,
+		bc:     hw.conn,
+		caller: caller, db: db,
 		subs: map[string]*wsSub{},
 	}
 	ws.SetReadLimit(wsReadLimit)
@@ -129,7 +130,7 @@ func (s *Server) serveWS(c *gin.Context) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
-		conn.writeLoop()
+		conn.keep()
 	}()
 	conn.readLoop(pongWait)
 	cancel()
@@ -139,6 +140,7 @@ func (s *Server) serveWS(c *gin.Context) {
 		sub.sub.Close()
 	}
 	<-writerDone
+	ws.Close()
 }
 
 // readLoop handles client messages until the connection fails or closes.
@@ -329,8 +331,17 @@ func (c *wsConn) unsubscribe(m message) {
 // forward moves a subscription's events into the outbound queue.
 func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData bool) {
 	delivered := c.rt.delivered.WithLabelValues("ws")
+	var buf bytes.Buffer
 	for {
-		ev, err := ws.sub.Next(ctx)
+		// Write every ready event, then flush once before waiting.
+		ev, ok, err := ws.sub.TryNext(ctx)
+		if err == nil && !ok {
+			if !c.flush(ctx) {
+				close(ws.done)
+				return
+			}
+			ev, err = ws.sub.Next(ctx)
+		}
 		if err != nil {
 			// Mark the subscription ended before the client can learn it
 			// from the message below: its id is then free for a
@@ -348,9 +359,9 @@ func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData 
 			}
 			return
 		}
-		var buf bytes.Buffer
+		buf.Reset()
 		appendEvent(&buf, id, &ev, includeData)
-		if !c.send(ctx, buf.Bytes()) {
+		if !c.write(ctx, buf.Bytes(), false) {
 			close(ws.done)
 			return
 		}
@@ -358,88 +369,93 @@ func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData 
 	}
 }
 
-// send queues msg for the writer; it blocks while the queue is full and
-// returns false when ctx ends first.
+// send writes msg; it blocks while the peer does not read (up to
+// wsWriteWait per flush) and returns false when ctx has ended or the
+// connection is closed or broken.
 func (c *wsConn) send(ctx context.Context, msg []byte) bool {
-	select {
-	case c.out <- msg:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return c.write(ctx, msg, true)
 }
 
-// close asks the writer to flush what is queued, send a close frame and
-// close the connection.
+// write writes msg and, when flush is set, flushes it (unless another
+// writer waits: the last in line flushes for all). A caller that passes
+// flush false must call flush before it waits for anything. msg is not
+// retained.
+func (c *wsConn) write(ctx context.Context, msg []byte, flush bool) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	c.waiting.Add(1)
+	c.wmu.Lock()
+	c.waiting.Add(-1)
+	defer c.wmu.Unlock()
+	ok := !c.wclosed && ctx.Err() == nil
+	if ok && c.ws.WriteMessage(websocket.TextMessage, msg) != nil {
+		c.failLocked()
+		return false
+	}
+	// The last writer in line flushes what the others wrote.
+	if flush && !c.wclosed && c.waiting.Load() == 0 && c.bc.Flush() != nil {
+		c.failLocked()
+		return false
+	}
+	return ok
+}
+
+// flush flushes what was written (unless another writer waits for wmu:
+// it flushes).
+func (c *wsConn) flush(ctx context.Context) bool {
+	c.waiting.Add(1)
+	c.wmu.Lock()
+	c.waiting.Add(-1)
+	defer c.wmu.Unlock()
+	if !c.wclosed && c.waiting.Load() == 0 && c.bc.Flush() != nil {
+		c.failLocked()
+		return false
+	}
+	return !c.wclosed && ctx.Err() == nil
+}
+
+// failLocked stops all writing after a failed write: the connection is
+// closed, which ends the reader and so the handler.
+func (c *wsConn) failLocked() {
+	c.wclosed = true
+	c.cancel()
+	c.ws.Close()
+}
+
+// close flushes what is written, sends a close frame and closes the
+// connection.
 func (c *wsConn) close(code int, text string) {
-	c.closeOnce.Do(func() {
-		c.closeMsg = websocket.FormatCloseMessage(code, text)
-		close(c.closing)
-	})
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wclosed {
+		return
+	}
+	c.wclosed = true
+	c.bc.setDeadline(time.Now().Add(time.Second))
+	if c.bc.Flush() == nil {
+		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+		_ = c.bc.Flush()
+	}
+	c.cancel()
+	c.ws.Close()
 }
 
 var heartbeatMessage = encodeMessage(msgHeartbeat, "", nil)
 
-func (c *wsConn) writeLoop() {
-	defer c.ws.Close()
-	defer c.cancel()
+// keep sends heartbeats (a message and a ping) and closes the connection
+// at shutdown, until the connection's context ends.
+func (c *wsConn) keep() {
 	hb := time.NewTicker(c.rt.cfg.Heartbeat)
 	defer hb.Stop()
-	stop := c.rt.stop
-	write := func(msg []byte) bool {
-		return c.ws.WriteMessage(websocket.TextMessage, msg) == nil
-	}
-	// writeQueued writes msg and whatever else is queued (up to a bound)
-	// with one flush: one syscall for a burst of events.
-	writeQueued := func(msg []byte) bool {
-		_ = c.bc.SetWriteDeadline(time.Now().Add(wsWriteWait))
-		if !write(msg) {
-			return false
-		}
-	more:
-		for range maxCoalesce {
-			select {
-			case m := <-c.out:
-				if !write(m) {
-					return false
-				}
-			default:
-				break more
-			}
-		}
-		return c.bc.Flush() == nil
-	}
-	control := func(kind int, data []byte) bool {
-		err := c.ws.WriteControl(kind, data, time.Now().Add(wsWriteWait))
-		return err == nil && c.bc.Flush() == nil
-	}
 	for {
 		select {
-		case msg := <-c.out:
-			if !writeQueued(msg) {
-				return
-			}
 		case <-hb.C:
-			if !writeQueued(heartbeatMessage) || !control(websocket.PingMessage, nil) {
+			if !c.send(c.ctx, heartbeatMessage) || !c.ping() {
 				return
 			}
-		case <-stop:
-			stop = nil
+		case <-c.rt.stop:
 			c.close(websocket.CloseGoingAway, "server shutting down")
-		case <-c.closing:
-			_ = c.bc.SetWriteDeadline(time.Now().Add(time.Second))
-		drain:
-			for {
-				select {
-				case msg := <-c.out:
-					if !write(msg) {
-						return
-					}
-				default:
-					break drain
-				}
-			}
-			control(websocket.CloseMessage, c.closeMsg)
 			return
 		case <-c.ctx.Done():
 			return
@@ -447,8 +463,22 @@ func (c *wsConn) writeLoop() {
 	}
 }
 
-// maxCoalesce bounds the messages written with one flush.
-const maxCoalesce = 128
+func (c *wsConn) ping() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wclosed {
+		return false
+	}
+	err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteWait))
+	if err == nil {
+		err = c.bc.Flush()
+	}
+	if err != nil {
+		c.failLocked()
+		return false
+	}
+	return true
+}
 
 // hijackBuffer hands gorilla a connection whose writes are buffered, so the
 // writer can flush a burst of frames with one syscall.
@@ -472,22 +502,56 @@ func (h *hijackBuffer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // bufConn buffers writes until Flush (or a full buffer). Safe for
 // concurrent use: gorilla serializes frames, control frames may come from
-// the reader goroutine.
+// the reader goroutine. It owns the write deadline: every write that
+// reaches the network is bounded by wsWriteWait (refreshed when less than
+// half of it is left, which saves a deadline update per message); gorilla's
+// per-frame deadlines are ignored, the frames only reach the buffer.
 type bufConn struct {
 	net.Conn
-	mu sync.Mutex
-	w  *bufio.Writer
+	mu       sync.Mutex
+	w        *bufio.Writer
+	deadline time.Time
+	fixed    bool // setDeadline was called: keep that deadline
 }
 
 func (c *bufConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(p) > c.w.Available() {
+		c.refreshLocked()
+	}
 	return c.w.Write(p)
+}
+
+// SetWriteDeadline is a no-op: see bufConn.
+func (c *bufConn) SetWriteDeadline(time.Time) error { return nil }
+
+// setDeadline fixes the write deadline from now on.
+func (c *bufConn) setDeadline(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fixed, c.deadline = true, t
+	_ = c.Conn.SetWriteDeadline(t)
+}
+
+func (c *bufConn) refreshLocked() {
+	if c.fixed {
+		return
+	}
+	now := time.Now()
+	if c.deadline.Sub(now) < wsWriteWait/2 {
+		c.deadline = now.Add(wsWriteWait)
+		_ = c.Conn.SetWriteDeadline(c.deadline)
+	}
 }
 
 // Flush writes the buffered bytes.
 func (c *bufConn) Flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.w.Buffered() == 0 {
+		return nil
+	}
+	c.refreshLocked()
 	return c.w.Flush()
 }

@@ -227,28 +227,53 @@ func (s *Subscription) failure() error {
 // store error, or ctx's error; after an error other than ctx's the
 // subscription is over.
 func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	ev, _, err := s.next(ctx, true)
+	return ev, err
+}
+
+// TryNext is Next without waiting for live changes: ok is false (and err
+// nil) when no event is ready. It may still read the store (snapshot,
+// catch-up) and call Check. A transport uses it to write every ready event
+// before one flush.
+func (s *Subscription) TryNext(ctx context.Context) (ev Event, ok bool, err error) {
+	return s.next(ctx, false)
+}
+
+func (s *Subscription) next(ctx context.Context, block bool) (Event, bool, error) {
 	for {
 		if err := s.failure(); err != nil {
-			return Event{}, err
+			return Event{}, false, err
 		}
 		if s.snap != nil {
 			ev, err := s.nextSnapshot(ctx)
 			if err != nil {
-				return Event{}, s.end(err)
+				return Event{}, false, s.end(err)
 			}
-			return ev, nil
+			return ev, true, nil
 		}
 		if len(s.pending) > 0 {
 			ev := s.pending[0]
 			s.pending = s.pending[1:]
 			s.given = ev.Seq
-			return ev, nil
+			return ev, true, nil
 		}
 		if s.catching {
 			if err := s.catchUp(ctx); err != nil {
-				return Event{}, s.end(err)
+				return Event{}, false, s.end(err)
 			}
 			continue
+		}
+		if !block {
+			select {
+			case <-s.done:
+				continue
+			case <-ctx.Done():
+				return Event{}, false, ctx.Err()
+			default:
+			}
+			if len(s.q) == 0 {
+				return Event{}, false, nil
+			}
 		}
 		select {
 		case it := <-s.q:
@@ -258,15 +283,15 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 			s.scanned = it.c.Seq
 			ev, ok, err := s.accept(ctx, it.c, it.typ)
 			if err != nil {
-				return Event{}, s.end(err)
+				return Event{}, false, s.end(err)
 			}
 			if ok {
 				s.given = ev.Seq
-				return ev, nil
+				return ev, true, nil
 			}
 		case <-s.done:
 		case <-ctx.Done():
-			return Event{}, ctx.Err()
+			return Event{}, false, ctx.Err()
 		}
 	}
 }
