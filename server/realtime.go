@@ -349,6 +349,5 @@ func eventTail(ev *realtime.Event, includeData bool) []byte {
 }
 
 func rtString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // strings always encode
-	buf.Write(b)
+	writeString(buf, s) // encoding/json's escaping, without allocating
 }
