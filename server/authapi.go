@@ -27,10 +27,10 @@ func (s *Server) authRoutes(r *gin.Engine) {
 	g.POST("/login", s.login)
 	g.POST("/refresh", s.refresh)
 	g.POST("/logout", s.logout)
-	g.GET("/me", s.authenticateAny, s.me)
+	g.GET("/me", s.authenticate, s.me)
 
-	r.POST(routeRulesReload, s.authenticateAny, s.requireAdmin, s.reloadRules)
-	keys := r.Group(routeKeys, s.authEnabled, s.authenticateAny, s.requireAdmin)
+	r.POST(routeRulesReload, s.authenticate, s.requireAdmin, s.reloadRules)
+	keys := r.Group(routeKeys, s.authEnabled, s.authenticate, s.requireAdmin)
 	keys.POST("", s.createKey)
 	keys.DELETE("/:name", s.revokeKey)
 }
@@ -39,21 +39,6 @@ func (s *Server) authRoutes(r *gin.Engine) {
 func (s *Server) authEnabled(c *gin.Context) {
 	if s.auth == nil {
 		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "User authentication is not enabled on this server."))
-		return
-	}
-	c.Next()
-}
-
-// authenticateAny resolves the caller outside the database API (no
-// database-level checks).
-func (s *Server) authenticateAny(c *gin.Context) {
-	caller, err := s.resolveCaller(c.Request)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	c.Set(callerKey, caller)
-	if !s.allowRate(c, caller) {
 		return
 	}
 	c.Next()
