@@ -27,7 +27,6 @@ import (
 const (
 	DefaultWSHeartbeat      = 30 * time.Second
 	DefaultSSEHeartbeat     = 15 * time.Second
-	DefaultWSOutboundQueue  = 256
 	DefaultMaxSubscriptions = 100
 	// maxWSMessage is the largest inbound message answered normally;
 	// larger ones get an error reply. wsReadLimit is where the connection
@@ -49,10 +48,6 @@ type RealtimeConfig struct {
 	// (realtime.DefaultQueueSize when 0). A subscriber this far behind is
 	// ended with SLOW_CONSUMER and resumes from the change log.
 	QueueSize int
-	// OutboundQueue is kept for compatibility and has no effect: a
-	// WebSocket subscription writes its events to the connection itself,
-	// so its backlog is the subscription's queue (QueueSize).
-	OutboundQueue int
 	// Heartbeat is the WebSocket heartbeat interval (DefaultWSHeartbeat).
 	Heartbeat time.Duration
 	// SSEHeartbeat is the SSE comment heartbeat interval
@@ -77,9 +72,6 @@ type realtimeServer struct {
 }
 
 func newRealtimeServer(s *Server, cfg RealtimeConfig, reg *prometheus.Registry) (*realtimeServer, error) {
-	if cfg.OutboundQueue <= 0 {
-		cfg.OutboundQueue = DefaultWSOutboundQueue
-	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultWSHeartbeat
 	}

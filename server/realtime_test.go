@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -325,7 +324,7 @@ func TestRealtimeWS_ResumeExpiredResets(t *testing.T) {
 }
 
 func TestRealtimeWS_SlowConsumerResubscribes(t *testing.T) {
-	env := MustStartServer(t, MustOpenStore(t), server.Config{Realtime: server.RealtimeConfig{QueueSize: 4, OutboundQueue: 2}})
+	env := MustStartServer(t, MustOpenStore(t), server.Config{Realtime: server.RealtimeConfig{QueueSize: 4}})
 	w := env.dialWS(t, "", nil)
 	w.subscribe("s", map[string]any{"query": q("c")})
 	// One event first: the subscription is then live (while it catches up
@@ -705,29 +704,15 @@ func TestRealtimeSSE_ResumeWithLastEventID(t *testing.T) {
 }
 
 func TestRealtime_GracefulShutdownClosesStreams(t *testing.T) {
-	store := MustOpenStore(t)
-	srv, err := server.New(store, server.Config{AdminKey: testAdminKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	env := &testEnv{Store: store, Server: srv, URL: "http://" + ln.Addr().String(), Client: http.DefaultClient}
-
+	env := MustStartServer(t, MustOpenStore(t), server.Config{})
 	w := env.dialWS(t, "", nil)
 	w.subscribe("s", map[string]any{"query": q("c")})
 	s := env.openSSE(t, "collection=c", nil)
 	if _, err := s.next(); err != nil { // ": connected"
 		t.Fatal(err)
 	}
-	cancel()
-	_, err = w.tryRead()
+	env.Shutdown()
+	_, err := w.tryRead()
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
 		t.Fatalf("ws after shutdown: err=%v, want close 1001", err)
@@ -737,12 +722,7 @@ func TestRealtime_GracefulShutdownClosesStreams(t *testing.T) {
 			break // the stream ended
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve=%v, want nil", err)
-		}
-	case <-time.After(rtGuard):
-		t.Fatalf("Serve did not return")
+	if err := env.WaitServe(t, rtGuard); err != nil {
+		t.Fatalf("Serve=%v, want nil", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -594,33 +593,15 @@ func TestRxDB_RateLimitedPullIsAnError(t *testing.T) {
 // TestRxDB_PullStreamEndsOnShutdown: an open stream does not hold up a
 // graceful shutdown; the client sees the stream end (and would reconnect).
 func TestRxDB_PullStreamEndsOnShutdown(t *testing.T) {
-	srv, err := server.New(MustOpenStore(t), server.Config{AdminKey: testAdminKey, ShutdownTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	env := &testEnv{URL: "http://" + ln.Addr().String()}
+	env := MustStartServer(t, MustOpenStore(t), server.Config{ShutdownTimeout: 5 * time.Second})
 	st := openStream(t, env, map[string]string{"Authorization": "Bearer " + testAdminKey}, "rooms")
 	if line := <-st.lines; line != ": connected" {
 		t.Fatalf("first line %q, want the connected comment", line)
 	}
 
 	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve=%v, want nil (the stream must end at shutdown)", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve did not return")
+	if err := env.WaitServe(t, 10*time.Second); err != nil {
+		t.Fatalf("Serve=%v, want nil (the stream must end at shutdown)", err)
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("shutdown took %v with an open stream", d)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,30 @@ type testEnv struct {
 	Server *server.Server
 	URL    string // http://127.0.0.1:port
 	Client *http.Client
+
+	stop     context.CancelFunc // starts Serve's graceful shutdown
+	served   chan error         // Serve's result
+	waitOnce sync.Once
+	serveErr error
+}
+
+// Shutdown starts the server's graceful shutdown (as SIGTERM does) without
+// waiting for it; WaitServe waits.
+func (e *testEnv) Shutdown() { e.stop() }
+
+// WaitServe shuts the server down if needed and returns Serve's result,
+// failing the test if Serve does not return within d.
+func (e *testEnv) WaitServe(t testing.TB, d time.Duration) error {
+	t.Helper()
+	e.stop()
+	e.waitOnce.Do(func() {
+		select {
+		case e.serveErr = <-e.served:
+		case <-time.After(d):
+			e.serveErr = errors.New("Serve did not return after shutdown")
+		}
+	})
+	return e.serveErr
 }
 
 // MustOpenStore opens a fresh SQLite store in t.TempDir() and closes it at
@@ -65,24 +90,19 @@ func MustStartServer(t testing.TB, store collections.Store, cfg server.Config) *
 		t.Fatalf("listen: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
 	env := &testEnv{
 		Store:  store,
 		Server: srv,
 		URL:    "http://" + ln.Addr().String(),
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}},
+		stop:   cancel,
+		served: make(chan error, 1),
 	}
+	go func() { env.served <- srv.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		env.Client.CloseIdleConnections()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve returned %v, want nil", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("Serve did not return after cancel")
+		if err := env.WaitServe(t, 15*time.Second); err != nil {
+			t.Errorf("Serve returned %v, want nil", err)
 		}
 	})
 	return env
