@@ -51,7 +51,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCursor -fuzztime 20s ./collections/
 	$(GO) test -run '^$$' -fuzz FuzzApplyPatch -fuzztime 20s ./collections/
 	$(GO) test -run '^$$' -fuzz FuzzDocumentBody -fuzztime 20s ./server/
-	$(GO) test -run '^$$' -fuzz FuzzPattern -fuzztime 20s ./rules/
+	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 20s ./internal/pathpattern/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzAuthenticate -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzRefresh -fuzztime 20s ./internal/auth/

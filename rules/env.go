@@ -2,12 +2,9 @@ package rules
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"github.com/google/cel-go/interpreter"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/celjson"
 )
 
 // Evaluation limits.
@@ -141,18 +139,19 @@ func (r *rule) mayAllowList(auth *Auth, segs []string) bool {
 		cel.AttributePattern("request").QualString("resource"),
 		cel.AttributePattern(stateVar),
 	}
-	for i, seg := range r.pat.segs {
-		if seg.name == "" {
+	for i := 0; i < r.pat.Segments(); i++ {
+		name := r.pat.Segment(i).Name
+		if name == "" {
 			continue
 		}
 		if i < len(segs) && segs[i] != "*" {
-			act.caps = append(act.caps, capture{name: seg.name, value: segs[i]})
+			act.caps = append(act.caps, capture{Name: name, Value: segs[i]})
 		} else {
-			unknown = append(unknown, cel.AttributePattern(seg.name))
+			unknown = append(unknown, cel.AttributePattern(name))
 		}
 	}
-	if r.pat.rest != "" {
-		unknown = append(unknown, cel.AttributePattern(r.pat.rest))
+	if rest := r.pat.RestName(); rest != "" {
+		unknown = append(unknown, cel.AttributePattern(rest))
 	}
 	vars, err := cel.PartialVars(act, unknown...)
 	if err != nil {
@@ -245,40 +244,8 @@ func callGetter(sv, pv ref.Val, exists bool) ref.Val {
 	return dataVal(data)
 }
 
-// adapter converts document values to CEL lazily, as they are accessed:
-// json.Number becomes int when it is integral and fits int64, double
-// otherwise; map[string]any and []any are wrapped so that their elements go
-// through this adapter too. Everything else is CEL's default conversion.
-type adapter struct{}
-
-func (a adapter) NativeToValue(v any) ref.Val {
-	switch t := v.(type) {
-	case json.Number:
-		return numberVal(t)
-	case map[string]any:
-		return types.NewStringInterfaceMap(a, t)
-	case []any:
-		return types.NewDynamicList(a, t)
-	}
-	return types.DefaultTypeAdapter.NativeToValue(v)
-}
-
-// numberVal converts a JSON number: int when it is integral and in int64
-// range (so "3", "3.0" and "3e0" are all int 3), double otherwise.
-func numberVal(n json.Number) ref.Val {
-	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
-		return types.Int(i)
-	}
-	f, err := strconv.ParseFloat(string(n), 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return types.NewErr("invalid number %q", string(n))
-	}
-	// -2^63 is exact in float64; 2^63 is the first value out of range.
-	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
-		return types.Int(int64(f))
-	}
-	return types.Double(f)
-}
+// adapter is the json.Number-aware CEL type adapter shared with triggers.
+type adapter = celjson.Adapter
 
 // activation holds the variables of one Allow call. It is built once and
 // shared by the rules Allow evaluates; values are converted only when an
@@ -319,8 +286,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return &a.state, true
 	}
 	for _, c := range a.caps {
-		if c.name == name {
-			return types.String(c.value), true
+		if c.Name == name {
+			return types.String(c.Value), true
 		}
 	}
 	return nil, false

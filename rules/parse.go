@@ -153,7 +153,7 @@ func parseRule(raw map[string]any) (*rule, error) {
 	if strings.TrimSpace(r.src) == "" {
 		return nil, fmt.Errorf("if: empty expression (write \"true\" to allow unconditionally)")
 	}
-	prg, partial, a, err := compileExpr(r.src, r.pat.names())
+	prg, partial, a, err := compileExpr(r.src, r.pat.Names())
 	if err != nil {
 		return nil, fmt.Errorf("if: %v", err)
 	}

@@ -19,9 +19,9 @@ func TestSecurityTOML_MatchesDefault(t *testing.T) {
 	}
 	for i := range want.rules {
 		g, w := got.rules[i], want.rules[i]
-		if g.pat.src != w.pat.src || g.ops != w.ops || g.src != w.src || g.constant != w.constant {
+		if g.pat.String() != w.pat.String() || g.ops != w.ops || g.src != w.src || g.constant != w.constant {
 			t.Errorf("rule %d: security.toml has (%q, %b, %q), DefaultSource (%q, %b, %q)",
-				i+1, g.pat.src, g.ops, g.src, w.pat.src, w.ops, w.src)
+				i+1, g.pat.String(), g.ops, g.src, w.pat.String(), w.ops, w.src)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/pathpattern"
 )
 
 // Auth is the authenticated caller; nil means anonymous (request.auth ==
@@ -135,12 +136,12 @@ func (s *Set) Allow(ctx context.Context, req Request, g Getter) (bool, error) {
 		capBuf [8]capture
 		act    *activation // built on the first evaluation
 	)
-	segs := splitPath(segBuf[:0], req.Path)
+	segs := pathpattern.Split(segBuf[:0], req.Path)
 	for _, r := range s.rules {
 		if r.ops&bit == 0 || r.constant == constFalse {
 			continue
 		}
-		caps, ok := r.pat.match(req.Path, segs, capBuf[:0])
+		caps, ok := r.pat.Match(req.Path, segs, capBuf[:0])
 		if !ok {
 			continue
 		}
@@ -189,10 +190,10 @@ func (s *Set) Allow(ctx context.Context, req Request, g Getter) (bool, error) {
 // allow. collection is not validated.
 func (s *Set) MayList(auth *Auth, collection string) bool {
 	var segBuf [16]string
-	segs := append(splitPath(segBuf[:0], collection), "*")
+	segs := append(pathpattern.Split(segBuf[:0], collection), "*")
 	bit := maskOf(OpList)
 	for _, r := range s.rules {
-		if r.ops&bit == 0 || r.constant == constFalse || !r.pat.mayMatch(segs) {
+		if r.ops&bit == 0 || r.constant == constFalse || !r.pat.MayMatch(segs) {
 			continue
 		}
 		if r.constant == constTrue || r.mayAllowList(auth, segs) {
