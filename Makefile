@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzAuthenticate -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzRefresh -fuzztime 20s ./internal/auth/
+	$(GO) test -run '^$$' -fuzz FuzzCheckIP -fuzztime 20s ./internal/ssrf/
 
 clean:
 	rm -rf bin
