@@ -53,6 +53,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDocumentBody -fuzztime 20s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 20s ./internal/pathpattern/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./rules/
+	$(GO) test -run '^$$' -fuzz FuzzParseFile -fuzztime 20s ./triggers/
 	$(GO) test -run '^$$' -fuzz FuzzAuthenticate -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzRefresh -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzCheckIP -fuzztime 20s ./internal/ssrf/

@@ -1,0 +1,3 @@
+// Package triggers evaluates committed changes against triggers and
+// delivers matches as signed webhooks.
+package triggers

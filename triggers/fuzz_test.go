@@ -1,0 +1,75 @@
+package triggers_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/triggers"
+)
+
+// FuzzParseFile feeds arbitrary JSON (and so arbitrary patterns, CEL,
+// urls, headers, durations) to ParseFile. Nothing may panic; every
+// accepted trigger has its defaults filled in, matches and evaluates
+// without panicking, and has a sane retry schedule.
+func FuzzParseFile(f *testing.F) {
+	seeds := []string{
+		goodFile,
+		`[]`,
+		`null`,
+		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"}]`,
+		`[{"triggerId":"a","collection":"a/*/b/{x=**}","events":["update","delete"],"url":"http://h","condition":"'x' in event.changedFields && event.before.data.n > 1.5","orderingKey":"event.params.x"}]`,
+		`[{"triggerId":"a","collection":"**","events":["create"],"url":"http://h/${X}","headers":{"A":"$B${X}"},"secret":"${S}","timeout":"1s","retryPolicy":{"maxAttempts":1}}]`,
+		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com","condition":"event.documnt == 1"}]`,
+		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com","bogus":1}]`,
+		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"},{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"}]`,
+	}
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	expand := func(name string) (string, error) {
+		switch name {
+		case "X":
+			return "x", nil
+		case "S":
+			return secret24, nil
+		}
+		return testEnv(name)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		cs, err := triggers.ParseFile([]byte(src), expand)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "triggers: ") {
+				t.Fatalf("error without the triggers: prefix: %v", err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, c := range cs {
+			if c.Def.Database == "" || c.Def.Enabled == nil || seen[c.Def.ID] {
+				t.Fatalf("accepted %+v", c.Def)
+			}
+			seen[c.Def.ID] = true
+			if c.MaxAttempts() < 1 || c.MaxAttempts() > 100 {
+				t.Fatalf("MaxAttempts=%d", c.MaxAttempts())
+			}
+			for n := 1; n <= c.MaxAttempts(); n++ {
+				if d := c.Backoff(n, func() float64 { return 0.5 }); d <= 0 {
+					t.Fatalf("Backoff(%d)=%v", n, d)
+				}
+			}
+			for _, op := range []collections.ChangeOp{collections.OpCreate, collections.OpUpdate, collections.OpDelete} {
+				ch := &collections.Change{DB: c.Def.Database, Op: op, Path: msgPath, Time: 1,
+					Before: doc(t, msgPath, 1, `{"status":"running","n":2}`), After: doc(t, msgPath, 2, `{"status":"success","n":3.5}`)}
+				if op == collections.OpCreate {
+					ch.Before = nil
+				}
+				params, ok := c.Match(ch.DB, op, "users/u1/chats/c1/messages")
+				if !ok {
+					params = nil
+				}
+				_, _, _ = c.Eval(triggers.NewEvent(ch, params))
+			}
+		}
+	})
+}
