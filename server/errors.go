@@ -16,6 +16,7 @@ import (
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/triggers"
 )
 
 // Error codes of the wire format (spec 01 §Errors).
@@ -125,6 +126,12 @@ func classify(err error) *apiError {
 		e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many attempts; retry later.")
 		e.retryAfter = rle.RetryAfter
 		return e
+	case errors.Is(err, triggers.ErrNotFound):
+		return errorf(http.StatusNotFound, codeNotFound, "%s.", sentence(err, triggers.ErrNotFound))
+	case errors.Is(err, triggers.ErrConflict):
+		return errorf(http.StatusConflict, codeConflict, "%s.", sentence(err, triggers.ErrConflict))
+	case errors.Is(err, triggers.ErrInvalid):
+		return errorf(http.StatusBadRequest, codeBadRequest, "%s.", sentence(err, triggers.ErrInvalid))
 	case errors.Is(err, collections.ErrNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "Document not found.")
 	case errors.Is(err, collections.ErrAlreadyExists):

@@ -51,6 +51,7 @@ func (s *Server) routes() *gin.Engine {
 	s.authRoutes(r)
 	s.realtimeRoutes(r)
 	s.rxdbRoutes(r)
+	s.triggerRoutes(r)
 
 	db := r.Group(routeDatabase, s.authenticate, s.database)
 	db.GET(routeDocuments, s.getDocuments)

@@ -24,6 +24,7 @@ import (
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/rules"
+	"github.com/loomdb/loom/triggers"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -88,6 +89,9 @@ type Config struct {
 	Realtime RealtimeConfig
 	// RxDB tunes /replication/rxdb (zero values are the defaults).
 	RxDB RxDBConfig
+	// Triggers serves the triggers admin API (/admin/v1/triggers,
+	// /admin/v1/deliveries); nil: those routes answer 404.
+	Triggers *triggers.Service
 }
 
 // Server is the HTTP surface over one Store.
@@ -107,6 +111,7 @@ type Server struct {
 	metrics         *httpMetrics
 	rt              *realtimeServer
 	rxdb            RxDBConfig
+	triggers        *triggers.Service
 	engine          *gin.Engine
 }
 
@@ -147,6 +152,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		auth:            cfg.Auth,
 		rulesFile:       cfg.RulesFile,
 		rxdb:            cfg.RxDB,
+		triggers:        cfg.Triggers,
 	}
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()

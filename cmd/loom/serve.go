@@ -14,8 +14,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,8 +26,10 @@ import (
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
+	"github.com/loomdb/loom/triggers"
 )
 
 const adminKeyFile = "admin.key"
@@ -78,6 +83,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer authSvc.Close()
 
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	trig, err := openTriggers(ctx, cfg, store, "http://"+ln.Addr().String(), logger, reg)
+	if err != nil {
+		return err
+	}
+
 	srv, err := server.New(store, server.Config{
 		AdminKeySHA256:  admin.hash,
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
@@ -90,25 +105,101 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Logger:          logger,
 		Registry:        reg,
 		Version:         version,
+		Triggers:        trig,
 	})
 	if err != nil {
 		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
 	}
 	if admin.generated != "" {
 		fmt.Fprintf(stdout, "Admin API key (shown once, only its hash is kept in %s):\n\n    %s\n\n",
 			filepath.Join(cfg.Data, adminKeyFile), admin.generated)
 	}
 	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, ln.Addr(), cfg.Engine, cfg.Data)
-	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
-	if err := srv.Serve(ctx, ln); err != nil {
-		return err
+	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File, "triggers", cfg.Triggers)
+
+	// The trigger pipeline stops after the HTTP server: in-flight requests
+	// may still commit changes it should see.
+	tctx, stopTriggers := context.WithCancel(context.WithoutCancel(ctx))
+	tdone := make(chan struct{})
+	go func() {
+		defer close(tdone)
+		_ = trig.Run(tctx)
+	}()
+	go reloadOnHUP(tctx, trig)
+	serr := srv.Serve(ctx, ln)
+	stopTriggers()
+	<-tdone
+	if serr != nil {
+		return serr
 	}
 	logger.Info("shut down cleanly")
 	return nil
+}
+
+// openTriggers loads triggers.json (a bad file refuses to start) and builds
+// the delivery pipeline with the SSRF guard from [webhooks].
+func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, selfURL string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
+	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("config [webhooks]: %w", err)
+	}
+	node, err := loadNodeID(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := triggers.New(ctx, triggers.Config{
+		Store:      store,
+		File:       cfg.Triggers,
+		Expand:     triggers.EnvExpander(map[string]string{"LOOM_URL": selfURL}),
+		Transport:  guard.Transport(),
+		NodeID:     node,
+		Registerer: reg,
+		Logger:     logger,
+		Version:    version,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
+
+// reloadOnHUP re-reads triggers.json on SIGHUP (a bad file keeps the
+// current triggers; Reload logs why).
+func reloadOnHUP(ctx context.Context, trig *triggers.Service) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = trig.Reload(ctx)
+		}
+	}
+}
+
+// loadNodeID returns this node's id for delivery leases, kept in the data
+// directory so a restarted node takes its own leases back at once.
+func loadNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, "node.id")
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("node id: %w", err)
+	}
+	raw := make([]byte, 8)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	id := "node-" + hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("node id: %w", err)
+	}
+	return id, nil
 }
 
 func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (collections.Store, error) {
@@ -118,7 +209,7 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			Path:             filepath.Join(cfg.Data, "loom.db"),
 			Retention:        cfg.Changes.Retention.Duration,
 			MaxDocumentBytes: cfg.Limits.MaxDocumentBytes,
-			Indexes:          cfg.Indexes,
+			Indexes:          append(slices.Clone(cfg.Indexes), triggers.Indexes...),
 			Logger:           logger.With("component", "sqlite"),
 			Registerer:       reg,
 		})

@@ -65,7 +65,10 @@ type Security struct {
 	CORSOrigins []string `toml:"cors_origins"`
 }
 
-// Webhooks configures outbound webhook delivery.
+// Webhooks configures outbound webhook delivery. Deliveries never connect
+// to loopback, private, link-local or other internal addresses unless the
+// URL's host is in AllowHosts or the address is in AllowCIDRs (default:
+// none; the shipped loom.toml allows the server's own loopback address).
 type Webhooks struct {
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
@@ -134,7 +137,6 @@ func Default() Config {
 		Data:     DefaultData,
 		Engine:   DefaultEngine,
 		Security: Security{RulesFile: DefaultRulesFile},
-		Webhooks: Webhooks{AllowHosts: []string{"127.0.0.1", "localhost"}, AllowCIDRs: []string{"127.0.0.0/8"}},
 		LLM:      LLM{Model: "gpt-4o-mini"},
 		Limits:   Limits{MaxDocumentBytes: DefaultMaxDocumentBytes, MaxRequestBytes: DefaultMaxRequestBytes},
 		Changes:  Changes{Retention: Duration{DefaultRetention}},

@@ -1,0 +1,407 @@
+package triggers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Info is a trigger as the admin API shows it: the definition (never its
+// secret) plus where it comes from, its status and counters.
+type Info struct {
+	Trigger
+	Source         string `json:"source"`
+	Status         string `json:"status"` // enabled | disabled
+	DisabledReason string `json:"disabledReason,omitempty"`
+	Counts         Counts `json:"counts"`
+	LastError      string `json:"lastError,omitempty"`
+	LastErrorAt    int64  `json:"lastErrorAt,omitempty"`
+	// SecretRotatingUntil: the previous secret also signs until then.
+	SecretRotatingUntil int64 `json:"secretRotatingUntil,omitempty"`
+	// FileError is the last failed reload of triggers.json (file triggers).
+	FileError string `json:"fileError,omitempty"`
+}
+
+// infoLocked builds the view of e; s.mu is held.
+func (s *Service) infoLocked(e *entry) Info {
+	def := e.c.Def
+	def.Secret = ""
+	on := e.enabled()
+	def.Enabled = &on
+	in := Info{Trigger: def, Source: e.source, Status: "enabled", Counts: e.st.Counts,
+		LastError: e.st.LastError, LastErrorAt: e.st.LastErrorAt}
+	if !on {
+		in.Status, in.DisabledReason = "disabled", e.st.DisabledReason
+	}
+	if d := s.deltas[def.ID]; d != nil {
+		in.Counts.add(*d)
+	}
+	if e.st.PrevSecret != "" && e.st.PrevUntil > ms(time.Now()) {
+		in.SecretRotatingUntil = e.st.PrevUntil
+	}
+	if e.source == SourceFile {
+		in.FileError = s.fileErr
+	}
+	return in
+}
+
+// List returns every trigger, sorted by id. Generated secrets that were
+// never shown are returned once in secrets (id → secret).
+func (s *Service) List(ctx context.Context) (list []Info, secrets map[string]string, err error) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.entries))
+	for id := range s.entries {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	sort.Strings(ids)
+	for _, id := range ids {
+		in, secret, err := s.Get(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		list = append(list, in)
+		if secret != "" {
+			if secrets == nil {
+				secrets = map[string]string{}
+			}
+			secrets[id] = secret
+		}
+	}
+	return list, secrets, nil
+}
+
+// Get returns one trigger, and its generated secret if it was never shown.
+func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
+	var secret string
+	e, err := s.updateEntry(ctx, id, func(e *entry) error {
+		if e.c.Def.Secret == "" && !e.st.SecretShown {
+			secret = e.st.Secret
+			e.st.SecretShown = true
+			return nil
+		}
+		return errUnchanged
+	})
+	if errors.Is(err, errUnchanged) {
+		s.mu.Lock()
+		e = s.entries[id]
+		s.mu.Unlock()
+		err = nil
+		if e == nil {
+			err = fmt.Errorf("%w: trigger %q", ErrNotFound, id)
+		}
+	}
+	if err != nil {
+		return Info{}, "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.infoLocked(e), secret, nil
+}
+
+// errUnchanged lets an updateEntry callback skip the write.
+var errUnchanged = errors.New("unchanged")
+
+// Register adds an external webhook trigger and returns it with its
+// signing secret (shown this once).
+func (s *Service) Register(ctx context.Context, def Trigger) (Info, string, error) {
+	c, err := Compile(def, s.cfg.Expand)
+	if err != nil {
+		return Info{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	head, err := s.store.Head(ctx)
+	if err != nil {
+		return Info{}, "", err
+	}
+	secret := c.Def.Secret
+	if secret == "" {
+		secret = NewSecret()
+	}
+	stored := def
+	stored.Secret = ""
+	c.Def.Secret = ""
+	e := &entry{c: c, source: SourceAPI, st: state{Source: SourceAPI, Def: &stored, Secret: secret, SecretShown: true, ActiveFrom: head}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.entries[c.Def.ID]; ok {
+		return Info{}, "", fmt.Errorf("%w: trigger %q exists", ErrConflict, c.Def.ID)
+	}
+	// A state left by a deleted trigger of the same id is replaced.
+	_, ver, err := readState(ctx, s.store, c.Def.ID)
+	if err != nil {
+		return Info{}, "", err
+	}
+	if ver > 0 {
+		e.ver = ver
+	}
+	if e.ver, err = saveState(ctx, s.store, c.Def.ID, &e.st, e.ver); err != nil {
+		if errors.Is(err, errStateConflict) {
+			err = fmt.Errorf("%w: trigger %q was registered concurrently", ErrConflict, c.Def.ID)
+		}
+		return Info{}, "", err
+	}
+	s.entries[c.Def.ID] = e
+	s.publishLocked()
+	return s.infoLocked(e), secret, nil
+}
+
+// Update replaces a registered trigger's definition; its counters,
+// switches and position are kept, and so is its secret unless def sets one.
+func (s *Service) Update(ctx context.Context, id string, def Trigger) (Info, error) {
+	if def.ID == "" {
+		def.ID = id
+	}
+	if def.ID != id {
+		return Info{}, fmt.Errorf("%w: triggerId %q in the body does not match the path (%q)", ErrInvalid, def.ID, id)
+	}
+	c, err := Compile(def, s.cfg.Expand)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	e, err := s.updateEntry(ctx, id, func(e *entry) error {
+		if e.source == SourceFile {
+			return fmt.Errorf("%w: trigger %q comes from triggers.json; edit the file and reload", ErrConflict, id)
+		}
+		if c.Def.Secret != "" {
+			e.st.Secret = c.Def.Secret
+		}
+		stored := def
+		stored.Secret = ""
+		c.Def.Secret = ""
+		e.st.Def = &stored
+		e.c = c
+		return nil
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.infoLocked(e), nil
+}
+
+// Delete removes a registered trigger. Its pending deliveries go dead.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[id]
+	if e == nil {
+		return fmt.Errorf("%w: trigger %q", ErrNotFound, id)
+	}
+	if e.source == SourceFile {
+		return fmt.Errorf("%w: trigger %q comes from triggers.json; edit the file and reload", ErrConflict, id)
+	}
+	_, err := s.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteDelete, Path: statePath(id)}}, collections.CommitOptions{})
+	if err != nil && !errors.Is(err, collections.ErrNotFound) {
+		return err
+	}
+	delete(s.entries, id)
+	delete(s.deltas, id)
+	s.publishLocked()
+	return nil
+}
+
+// Enable switches a trigger on (also after an auto-disable); its parked
+// deliveries resume.
+func (s *Service) Enable(ctx context.Context, id string) error {
+	return s.setEnabled(ctx, id, true, "")
+}
+
+// Disable switches a trigger off: it stops matching new changes and its
+// pending deliveries wait.
+func (s *Service) Disable(ctx context.Context, id string) error {
+	return s.setEnabled(ctx, id, false, "disabled through the admin API")
+}
+
+// RotateSecret replaces the signing secret and returns the new one; the
+// previous secret keeps signing too (two signatures) for RotationOverlap.
+func (s *Service) RotateSecret(ctx context.Context, id string) (string, error) {
+	secret := NewSecret()
+	_, err := s.updateEntry(ctx, id, func(e *entry) error {
+		if e.c.Def.Secret != "" {
+			return fmt.Errorf("%w: trigger %q has its secret in triggers.json; change it there", ErrConflict, id)
+		}
+		e.st.PrevSecret = e.st.Secret
+		e.st.PrevUntil = ms(time.Now().Add(s.cfg.RotationOverlap))
+		e.st.Secret = secret
+		e.st.SecretShown = true
+		return nil
+	})
+	return secret, err
+}
+
+// DeliveryQuery selects deliveries for the log, newest first.
+type DeliveryQuery struct {
+	TriggerID string
+	Status    string
+	Limit     int
+	Cursor    string
+}
+
+// ErrInvalid: a bad admin request (unknown status, bad cursor).
+var ErrInvalid = errors.New("invalid")
+
+// Deliveries returns one page of the delivery log.
+func (s *Service) Deliveries(ctx context.Context, dq DeliveryQuery) ([]*Delivery, string, error) {
+	q := collections.Query{
+		Collection: outboxColl,
+		OrderBy:    []collections.Order{{Field: fSeq, Direction: "desc"}},
+		Limit:      dq.Limit,
+		StartAfter: dq.Cursor,
+	}
+	if q.Limit == 0 {
+		q.Limit = 50
+	}
+	if dq.TriggerID != "" {
+		q.Filters = append(q.Filters, collections.Filter{Field: fTrigger, Op: collections.OpEq, Value: dq.TriggerID})
+	}
+	switch dq.Status {
+	case "":
+	case StatusPending, StatusDelivered, StatusDead:
+		q.Filters = append(q.Filters, collections.Filter{Field: fStatus, Op: collections.OpEq, Value: dq.Status})
+	default:
+		return nil, "", fmt.Errorf("%w: status %q (use pending, delivered or dead)", ErrInvalid, dq.Status)
+	}
+	if err := q.Normalize(); err != nil {
+		return nil, "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	res, err := s.store.Query(ctx, SystemDB, q)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]*Delivery, 0, len(res.Docs))
+	for _, doc := range res.Docs {
+		d, err := decodeDelivery(doc)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, d)
+	}
+	return out, res.NextCursor, nil
+}
+
+// Replay delivers a row again (a new attempt with the same webhook-id and a
+// fresh retry budget).
+func (s *Service) Replay(ctx context.Context, id string) error {
+	doc, err := s.store.Get(ctx, SystemDB, outboxColl+"/"+id)
+	if errors.Is(err, collections.ErrNotFound) || (err == nil && !collections.ValidSegment(id)) {
+		return fmt.Errorf("%w: delivery %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return err
+	}
+	d, err := decodeDelivery(doc)
+	if err != nil {
+		return err
+	}
+	if s.entry(d.TriggerID) == nil {
+		return fmt.Errorf("%w: trigger %q of delivery %q no longer exists", ErrConflict, d.TriggerID, id)
+	}
+	_, err = s.patchRow(ctx, d, map[string]any{
+		fStatus: StatusPending, fBudget: 0, fNext: ms(time.Now()), fOwner: nil, fFinishedAt: nil,
+	})
+	if errors.Is(err, collections.ErrPreconditionFailed) {
+		return fmt.Errorf("%w: delivery %q changed concurrently; try again", ErrConflict, id)
+	}
+	return err
+}
+
+// purgeLoop deletes finished outbox rows older than the retention and
+// keeps the outbox depth gauge current.
+func (s *Service) purgeLoop(ctx context.Context) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		s.m.pending.Store(s.countPending(ctx))
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(last) >= 10*time.Minute {
+			last = time.Now()
+			for _, st := range []string{StatusDelivered, StatusDead} {
+				if err := s.purge(ctx, st, time.Now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
+					s.log.Warn("purging the outbox", "status", st, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// maxCounted bounds the pending count (the gauge then reads "at least").
+const maxCounted = 10000
+
+func (s *Service) countPending(ctx context.Context) int64 {
+	q := collections.Query{
+		Collection: outboxColl,
+		Filters:    []collections.Filter{{Field: fStatus, Op: collections.OpEq, Value: StatusPending}},
+		OrderBy:    []collections.Order{{Field: fSeq}},
+		Limit:      collections.MaxLimit,
+	}
+	if q.Normalize() != nil {
+		return -1
+	}
+	var n int64
+	for n < maxCounted {
+		res, err := s.store.Query(ctx, SystemDB, q)
+		if err != nil {
+			return -1
+		}
+		n += int64(len(res.Docs))
+		if res.NextCursor == "" {
+			break
+		}
+		q.StartAfter = res.NextCursor
+	}
+	return n
+}
+
+// purge deletes rows with status finished before cutoff, oldest first.
+// Rows finish roughly in seq order; a row that finished late is purged in
+// a later round.
+func (s *Service) purge(ctx context.Context, status string, cutoff time.Time) error {
+	q := collections.Query{
+		Collection: outboxColl,
+		Filters:    []collections.Filter{{Field: fStatus, Op: collections.OpEq, Value: status}},
+		OrderBy:    []collections.Order{{Field: fSeq}},
+		Limit:      500,
+	}
+	if err := q.Normalize(); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		res, err := s.store.Query(ctx, SystemDB, q)
+		if err != nil {
+			return err
+		}
+		var dels []collections.Write
+		stop := false
+		for _, doc := range res.Docs {
+			if num(doc.Data[fFinishedAt]) >= ms(cutoff) {
+				stop = true
+				break
+			}
+			dels = append(dels, collections.Write{Type: collections.WriteDelete, Path: doc.Path,
+				IfMatch: []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: doc.Version}}})
+		}
+		if len(dels) > 0 {
+			if _, err := s.store.Commit(ctx, SystemDB, dels, collections.CommitOptions{}); err != nil && !errors.Is(err, collections.ErrPreconditionFailed) {
+				return err
+			}
+		}
+		if stop || res.NextCursor == "" {
+			return nil
+		}
+		q.StartAfter = res.NextCursor
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,663 @@
+package triggers
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+const (
+	// maxRetryAfter caps a receiver's Retry-After.
+	maxRetryAfter = 24 * time.Hour
+	// disabledRecheck is how long a delivery of a disabled trigger waits
+	// before looking again (an enable wakes it at once).
+	disabledRecheck = time.Minute
+	// pollBatch bounds the rows one poll claims.
+	pollBatch = 256
+)
+
+// job is a delivery held by this node: in flight, queued behind its
+// ordering key, or waiting for its next attempt.
+type job struct {
+	d *Delivery
+	// leasedUntil is when this node's lease on the row ends; past it the
+	// row must be claimed again before an attempt.
+	leasedUntil time.Time
+}
+
+// outcome of one attempt.
+type outcome int
+
+const (
+	done  outcome = iota // finished, parked, or no longer ours
+	retry                // attempt again at d.NextAttemptAt
+)
+
+// dispatcher runs deliveries: concurrently for rows without an ordering
+// key, one at a time in commit order per (trigger, key) otherwise.
+type dispatcher struct {
+	s   *Service
+	sem chan struct{} // bounds concurrent requests
+
+	mu   sync.Mutex
+	held map[string]bool      // outbox row ids this node holds
+	keys map[string]*keyQueue // per trigger + ordering key
+	wg   sync.WaitGroup
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+func (d *dispatcher) init(s *Service) {
+	d.s = s
+	d.sem = make(chan struct{}, s.cfg.Workers)
+	d.held = map[string]bool{}
+	d.keys = map[string]*keyQueue{}
+	d.ctx, d.stop = context.WithCancel(context.Background())
+}
+
+// reserve marks a row as held by this node; false when the node is full or
+// already holds it.
+func (d *dispatcher) reserve(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held[id] || len(d.held) >= d.s.cfg.MaxHeld {
+		return false
+	}
+	d.held[id] = true
+	return true
+}
+
+func (d *dispatcher) release(id string) {
+	d.mu.Lock()
+	delete(d.held, id)
+	d.mu.Unlock()
+}
+
+func (d *dispatcher) heldCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held)
+}
+
+// submit starts a reserved job.
+func (d *dispatcher) submit(j *job) {
+	d.wg.Add(1)
+	if j.d.OrderingKey == "" {
+		go func() {
+			defer d.wg.Done()
+			d.runOne(j)
+		}()
+		return
+	}
+	k := j.d.TriggerID + "\x00" + j.d.OrderingKey
+	d.mu.Lock()
+	q := d.keys[k]
+	start := q == nil
+	if start {
+		q = &keyQueue{}
+		d.keys[k] = q
+	}
+	heap.Push(q, j)
+	d.mu.Unlock()
+	if !start {
+		d.wg.Done()
+		return
+	}
+	go func() {
+		defer d.wg.Done()
+		d.runKey(k, q)
+	}()
+}
+
+// wait stops every held delivery and waits for them. Rows stay leased to
+// this node and are taken back at the next start.
+func (d *dispatcher) wait() {
+	d.stop()
+	d.wg.Wait()
+}
+
+// runOne delivers a row without an ordering key until it is finished.
+func (d *dispatcher) runOne(j *job) {
+	defer d.release(j.d.ID)
+	for {
+		switch d.s.attempt(d.ctx, j) {
+		case done:
+			return
+		case retry:
+			if !d.s.sleep(d.ctx, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
+				return
+			}
+		}
+	}
+}
+
+// runKey delivers the rows of one ordering key in seq order: the next row
+// waits until the previous one was delivered or went dead. Rows of the key
+// held by other nodes (or not yet picked up after a restart) are older
+// heads in the outbox: a row is only attempted when it is the oldest
+// pending row of its key there.
+func (d *dispatcher) runKey(k string, q *keyQueue) {
+	for {
+		d.mu.Lock()
+		if q.Len() == 0 {
+			delete(d.keys, k)
+			d.mu.Unlock()
+			return
+		}
+		j := (*q)[0]
+		d.mu.Unlock()
+
+		head, err := d.s.keyHead(d.ctx, j.d)
+		if err != nil || head != j.d.ID {
+			if err != nil && d.ctx.Err() == nil {
+				d.s.log.Warn("ordering key head lookup", "trigger", j.d.TriggerID, "err", err)
+			}
+			// An older row of the key is pending elsewhere: wait for it
+			// (the poller brings it here once its lease ends).
+			if !d.s.sleep(d.ctx, d.s.cfg.PollInterval) {
+				return
+			}
+			continue
+		}
+		out := d.s.attempt(d.ctx, j)
+		switch out {
+		case done:
+			d.mu.Lock()
+			heap.Remove(q, indexOf(q, j))
+			d.mu.Unlock()
+			d.release(j.d.ID)
+		case retry:
+			if !d.s.sleep(d.ctx, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
+				return
+			}
+		}
+	}
+}
+
+// keyQueue is a min-heap of jobs by seq.
+type keyQueue []*job
+
+func (q keyQueue) Len() int           { return len(q) }
+func (q keyQueue) Less(i, j int) bool { return q[i].d.Seq < q[j].d.Seq }
+func (q keyQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *keyQueue) Push(x any)        { *q = append(*q, x.(*job)) }
+func (q *keyQueue) Pop() any {
+	old := *q
+	j := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return j
+}
+
+func indexOf(q *keyQueue, j *job) int {
+	for i, x := range *q {
+		if x == j {
+			return i
+		}
+	}
+	return -1
+}
+
+// keyHead returns the id of the oldest pending row of d's ordering key.
+func (s *Service) keyHead(ctx context.Context, d *Delivery) (string, error) {
+	q := collections.Query{
+		Collection: outboxColl,
+		Filters: []collections.Filter{
+			{Field: fTrigger, Op: collections.OpEq, Value: d.TriggerID},
+			{Field: fKey, Op: collections.OpEq, Value: d.OrderingKey},
+			{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
+		},
+		OrderBy: []collections.Order{{Field: fSeq}},
+		Limit:   1,
+	}
+	if err := q.Normalize(); err != nil {
+		return "", err
+	}
+	res, err := s.store.Query(ctx, SystemDB, q)
+	if err != nil || len(res.Docs) == 0 {
+		return "", err
+	}
+	return res.Docs[0].ID, nil
+}
+
+// attempt makes one delivery attempt of j and records it.
+func (s *Service) attempt(ctx context.Context, j *job) outcome {
+	d := j.d
+	e := s.entry(d.TriggerID)
+	now := time.Now()
+	if e == nil {
+		// The trigger was deleted: nothing will ever deliver this row.
+		return s.finishWithoutAttempt(ctx, j, "trigger "+d.TriggerID+" no longer exists")
+	}
+	if !e.enabled() {
+		s.park(ctx, j.d, now)
+		return done
+	}
+	if now.After(j.leasedUntil.Add(-time.Second)) {
+		if !s.claim(ctx, j, e, now) {
+			return done
+		}
+	}
+	keys, err := s.signingKeys(e, now)
+	if err != nil {
+		return s.finishWithoutAttempt(ctx, j, "signing secret: "+err.Error())
+	}
+
+	select {
+	case s.d.sem <- struct{}{}:
+	case <-ctx.Done():
+		return done
+	}
+	a, retryAfter := s.post(ctx, e, d, keys)
+	<-s.d.sem
+	if ctx.Err() != nil {
+		return done // shutting down: the row stays leased and is retried at the next start
+	}
+	return s.record(ctx, j, e, a, retryAfter)
+}
+
+// post sends one webhook request.
+func (s *Service) post(ctx context.Context, e *entry, d *Delivery, keys [][]byte) (Attempt, time.Duration) {
+	start := time.Now()
+	a := Attempt{At: ms(start)}
+	body, err := json.Marshal(map[string]any{
+		"id":        d.EventID,
+		"type":      "document." + str(d.event["type"]),
+		"triggerId": d.TriggerID,
+		"database":  d.event["database"],
+		"timestamp": d.event["timestamp"],
+		"attempt":   len(d.Attempts) + 1,
+		"event":     d.event,
+	})
+	if err != nil {
+		a.Error = "encode body: " + err.Error()
+		return a, 0
+	}
+	rctx, cancel := context.WithTimeout(ctx, e.c.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, e.c.Def.URL, bytes.NewReader(body))
+	if err != nil {
+		a.Error = err.Error()
+		return a, 0
+	}
+	for k, v := range e.c.Def.Headers {
+		req.Header.Set(k, v)
+	}
+	ts := start.Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "Loom/"+s.cfg.Version)
+	req.Header.Set("webhook-id", d.EventID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sign(keys, d.EventID, ts, body))
+	resp, err := s.client.Do(req)
+	a.LatencyMs = time.Since(start).Milliseconds()
+	s.m.attemptSeconds.WithLabelValues(d.TriggerID).Observe(time.Since(start).Seconds())
+	if err != nil {
+		if rctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			a.Error = fmt.Sprintf("timeout after %s", e.c.Timeout)
+		} else {
+			a.Error = truncate(err.Error(), maxErrorText)
+		}
+		return a, 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
+	a.Status = resp.StatusCode
+	a.Response = truncateUTF8(b)
+	return a, retryAfter(resp.Header.Get("Retry-After"), time.Now())
+}
+
+// record stores an attempt and decides what comes next.
+func (s *Service) record(ctx context.Context, j *job, e *entry, a Attempt, retryAfter time.Duration) outcome {
+	d := j.d
+	now := time.Now()
+	ok := a.Status >= 200 && a.Status < 300
+	gone := a.Status == http.StatusGone
+	budget := d.budget + 1
+	status := StatusPending
+	next := int64(0)
+	out := done
+	switch {
+	case ok:
+		status = StatusDelivered
+	case gone:
+		// The receiver says the endpoint is gone: disable the trigger; the
+		// row is parked until an enable.
+		next = ms(now.Add(disabledRecheck))
+	case budget >= e.c.MaxAttempts():
+		status = StatusDead
+	default:
+		delay := e.c.Backoff(budget, s.rnd)
+		if retryAfter > 0 {
+			delay = retryAfter
+		}
+		next = ms(now.Add(delay))
+		out = retry
+	}
+	patch := map[string]any{
+		fStatus:   status,
+		fAttempts: attemptsValue(append(d.Attempts, a)),
+		fBudget:   budget,
+		fNext:     next,
+	}
+	if status != StatusPending {
+		patch[fFinishedAt] = ms(now)
+		patch[fOwner] = nil
+	}
+	if gone {
+		patch[fOwner] = nil
+	}
+	ver, err := s.patchRow(ctx, d, patch)
+	if err != nil {
+		if !errors.Is(err, collections.ErrPreconditionFailed) && ctx.Err() == nil {
+			s.log.Error("recording a delivery attempt", "delivery", d.ID, "err", err)
+		}
+		return done // no longer ours (or the store is failing): the lease expires and someone retries
+	}
+	d.version = ver
+	d.Attempts = append(d.Attempts, a)
+	d.budget = budget
+	d.Status = status
+	d.NextAttemptAt = next
+	j.leasedUntil = time.UnixMilli(next) // a retry claims again
+
+	c := Counts{}
+	switch {
+	case ok:
+		c.Delivered = 1
+		s.m.deliveries.WithLabelValues(d.TriggerID, "delivered").Inc()
+		s.deliveredOK(ctx, e)
+	case status == StatusDead:
+		c.Dead, c.FailedAttempts = 1, 1
+		s.m.deliveries.WithLabelValues(d.TriggerID, "dead").Inc()
+		s.wentDead(ctx, e, attemptError(a))
+	default:
+		c.FailedAttempts = 1
+		s.m.deliveries.WithLabelValues(d.TriggerID, "failed").Inc()
+		s.noteError(e, attemptError(a))
+		if gone {
+			_ = s.setEnabled(ctx, d.TriggerID, false, fmt.Sprintf("receiver answered 410 Gone at %s", time.UnixMilli(a.At).UTC().Format(time.RFC3339)))
+		}
+	}
+	s.count(d.TriggerID, c)
+	return out
+}
+
+// patchRow updates an outbox row this node holds (version-checked).
+func (s *Service) patchRow(ctx context.Context, d *Delivery, patch map[string]any) (int64, error) {
+	res, err := s.store.Commit(ctx, SystemDB, []collections.Write{{
+		Type: collections.WriteUpdate, Path: outboxColl + "/" + d.ID, Data: patch,
+		IfMatch: []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: d.version}},
+	}}, collections.CommitOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return res[0].Doc.Version, nil
+}
+
+// claim takes the lease on a row this node holds in memory but whose
+// lease ended (a retry, or a row leased before a restart).
+func (s *Service) claim(ctx context.Context, j *job, e *entry, now time.Time) bool {
+	lease := now.Add(e.c.Timeout + s.cfg.LeaseSlack)
+	ver, err := s.patchRow(ctx, j.d, map[string]any{fOwner: s.cfg.NodeID, fNext: ms(lease)})
+	if err != nil {
+		return false // another node claimed it
+	}
+	j.d.version = ver
+	j.leasedUntil = lease
+	return true
+}
+
+// finishWithoutAttempt marks a row dead for a reason that no retry fixes.
+func (s *Service) finishWithoutAttempt(ctx context.Context, j *job, reason string) outcome {
+	a := Attempt{At: ms(time.Now()), Error: reason}
+	_, err := s.patchRow(ctx, j.d, map[string]any{
+		fStatus: StatusDead, fAttempts: attemptsValue(append(j.d.Attempts, a)),
+		fNext: 0, fFinishedAt: a.At, fOwner: nil,
+	})
+	if err == nil {
+		s.m.deliveries.WithLabelValues(j.d.TriggerID, "dead").Inc()
+		s.log.Warn("delivery dead without an attempt", "delivery", j.d.ID, "reason", reason)
+	}
+	return done
+}
+
+func (s *Service) noteError(e *entry, msg string) {
+	s.mu.Lock()
+	e.st.LastError, e.st.LastErrorAt = msg, ms(time.Now())
+	s.mu.Unlock()
+}
+
+// deliveredOK resets the dead streak.
+func (s *Service) deliveredOK(ctx context.Context, e *entry) {
+	s.mu.Lock()
+	streak := e.st.ConsecutiveDead
+	s.mu.Unlock()
+	if streak > 0 {
+		_, _ = s.updateEntry(ctx, e.c.Def.ID, func(e *entry) error { e.st.ConsecutiveDead = 0; return nil })
+	}
+}
+
+// wentDead counts a dead delivery and disables the trigger after too many
+// in a row.
+func (s *Service) wentDead(ctx context.Context, e *entry, msg string) {
+	id := e.c.Def.ID
+	var disable bool
+	_, err := s.updateEntry(ctx, id, func(e *entry) error {
+		e.st.ConsecutiveDead++
+		e.st.LastError, e.st.LastErrorAt = msg, ms(time.Now())
+		disable = s.cfg.DisableAfterDead > 0 && e.st.ConsecutiveDead >= s.cfg.DisableAfterDead && e.enabled()
+		return nil
+	})
+	if err == nil && disable {
+		_ = s.setEnabled(ctx, id, false, fmt.Sprintf("%d deliveries in a row went dead (last: %s)", s.cfg.DisableAfterDead, msg))
+	}
+}
+
+func attemptError(a Attempt) string {
+	if a.Error != "" {
+		return a.Error
+	}
+	return "HTTP " + strconv.Itoa(a.Status)
+}
+
+// retryAfter parses a Retry-After header (seconds or an HTTP date).
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		d = time.Duration(n) * time.Second
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// truncateUTF8 keeps a response body as text, cut at a rune boundary.
+func truncateUTF8(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	if len(s) > maxResponse {
+		s = s[:maxResponse]
+		for len(s) > 0 && !utf8Start(s[len(s)-1]) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+func utf8Start(c byte) bool { return c < 0x80 || c >= 0xC0 }
+
+// poll finds due rows (retries, expired leases, rows inserted while this
+// node was full) and rows this node leased before a restart, claims them
+// and starts them.
+func (d *dispatcher) poll(ctx context.Context) {
+	s := d.s
+	s.adoptOwn(ctx)
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("polling the outbox", "err", err)
+		}
+	}
+}
+
+// pollOnce claims up to pollBatch due rows.
+func (s *Service) pollOnce(ctx context.Context) error {
+	now := time.Now()
+	q := collections.Query{
+		Collection: outboxColl,
+		Filters: []collections.Filter{
+			{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
+			{Field: fNext, Op: collections.OpLe, Value: ms(now)},
+		},
+		OrderBy: []collections.Order{{Field: fNext}},
+		Limit:   pollBatch,
+	}
+	if err := q.Normalize(); err != nil {
+		return err
+	}
+	res, err := s.store.Query(ctx, SystemDB, q)
+	if err != nil {
+		return err
+	}
+	for _, doc := range res.Docs {
+		if !s.takeOver(ctx, doc, now) {
+			if s.d.heldCount() >= s.cfg.MaxHeld {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// adoptOwn takes back the pending rows leased to this node before it
+// restarted, without waiting for their leases to end.
+func (s *Service) adoptOwn(ctx context.Context) {
+	q := collections.Query{
+		Collection: outboxColl,
+		Filters:    []collections.Filter{{Field: fStatus, Op: collections.OpEq, Value: StatusPending}},
+		OrderBy:    []collections.Order{{Field: fSeq}},
+		Limit:      collections.MaxLimit,
+	}
+	if err := q.Normalize(); err != nil {
+		return
+	}
+	now := time.Now()
+	for ctx.Err() == nil {
+		res, err := s.store.Query(ctx, SystemDB, q)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("adopting outbox rows", "err", err)
+			}
+			return
+		}
+		for _, doc := range res.Docs {
+			if str(doc.Data[fOwner]) == s.cfg.NodeID {
+				s.takeOver(ctx, doc, now)
+			}
+		}
+		if res.NextCursor == "" {
+			return
+		}
+		q.StartAfter = res.NextCursor
+	}
+}
+
+// takeOver claims one outbox row and starts it; false when it was not
+// taken (held already, full, or claimed by someone else).
+func (s *Service) takeOver(ctx context.Context, doc *collections.Document, now time.Time) bool {
+	d, err := decodeDelivery(doc)
+	if err != nil {
+		s.log.Error("skipping a malformed outbox row", "err", err)
+		return false
+	}
+	if d.Status != StatusPending {
+		return false
+	}
+	e := s.entry(d.TriggerID)
+	if e != nil && !e.enabled() {
+		s.park(ctx, d, now)
+		return false
+	}
+	if !s.d.reserve(d.ID) {
+		return false
+	}
+	j := &job{d: d}
+	if e != nil && !s.claim(ctx, j, e, now) {
+		s.d.release(d.ID)
+		return false
+	}
+	// A row of an unknown trigger is started unclaimed: its attempt marks
+	// it dead (version-checked).
+	s.d.submit(j)
+	return true
+}
+
+// park releases a row of a disabled trigger and makes it due again a
+// little later; enabling the trigger makes it due at once (wakeTrigger).
+// The row is not held in memory meanwhile.
+func (s *Service) park(ctx context.Context, d *Delivery, now time.Time) {
+	_, _ = s.patchRow(ctx, d, map[string]any{fNext: ms(now.Add(disabledRecheck)), fOwner: nil})
+}
+
+// wakeTrigger makes the parked pending rows of a trigger due now.
+func (s *Service) wakeTrigger(ctx context.Context, id string) {
+	q := collections.Query{
+		Collection: outboxColl,
+		Filters: []collections.Filter{
+			{Field: fTrigger, Op: collections.OpEq, Value: id},
+			{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
+		},
+		OrderBy: []collections.Order{{Field: fSeq}},
+		Limit:   collections.MaxLimit,
+	}
+	if err := q.Normalize(); err != nil {
+		return
+	}
+	now := ms(time.Now())
+	for ctx.Err() == nil {
+		res, err := s.store.Query(ctx, SystemDB, q)
+		if err != nil {
+			s.log.Warn("waking a trigger's deliveries", "trigger", id, "err", err)
+			return
+		}
+		for _, doc := range res.Docs {
+			if str(doc.Data[fOwner]) == "" && num(doc.Data[fNext]) > now {
+				d := &Delivery{ID: doc.ID, version: doc.Version}
+				_, _ = s.patchRow(ctx, d, map[string]any{fNext: now})
+			}
+		}
+		if res.NextCursor == "" {
+			return
+		}
+		q.StartAfter = res.NextCursor
+	}
+}

@@ -1,0 +1,240 @@
+package triggers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+const (
+	// readBatch is how many changes the evaluator reads at a time.
+	readBatch = 256
+	// commitRows is how many outbox rows one evaluator commit carries at
+	// most (a commit always ends at a change boundary).
+	commitRows = 256
+	// idleRecheck bounds the wait for a commit notification.
+	idleRecheck = 5 * time.Second
+)
+
+// evaluate tails the change log from the durable cursor. For each change
+// it evaluates the enabled triggers and inserts one outbox row per match
+// in the same transaction that advances the cursor, so a crash at any point
+// neither loses nor duplicates a row. The cursor advance is a
+// compare-and-set: two evaluators (two nodes) never both insert a change's
+// rows; the loser re-reads the cursor and goes on.
+func (s *Service) evaluate(ctx context.Context) {
+	pos, err := s.store.Cursor(ctx, cursorName)
+	for err != nil {
+		if !s.sleep(ctx, time.Second) {
+			return
+		}
+		s.log.Error("reading the trigger cursor", "err", err)
+		pos, err = s.store.Cursor(ctx, cursorName)
+	}
+	ev := &evalState{durable: pos, pos: pos}
+	for ctx.Err() == nil {
+		wake := s.store.Notify()
+		before := ev.pos
+		err := s.evaluateBatch(ctx, ev)
+		if err == nil && ev.pos == before {
+			// Idle: make a lazily kept position durable, then wait.
+			if ev.pos > ev.durable {
+				err = s.advance(ctx, ev)
+			}
+			if err == nil {
+				select {
+				case <-ctx.Done():
+				case <-wake:
+				case <-time.After(idleRecheck):
+				}
+				continue
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, collections.ErrCursorConflict):
+			if p, cerr := s.store.Cursor(ctx, cursorName); cerr == nil {
+				ev.durable, ev.pos = p, p
+			}
+		case ctx.Err() != nil:
+			return
+		default:
+			var pe *collections.PositionExpiredError
+			if errors.As(err, &pe) {
+				// Only possible when the cursor was created after retention
+				// purged the log under it: say so loudly, never skip
+				// silently.
+				s.log.Error("trigger cursor is older than the change-log retention; changes were skipped", "from", ev.pos, "to", pe.Oldest)
+				s.m.skipped.Add(float64(pe.Oldest - ev.pos))
+				ev.pos = pe.Oldest
+				_ = s.advance(ctx, ev)
+				continue
+			}
+			s.log.Error("trigger evaluation", "err", err)
+			ev.pos = ev.durable
+			s.sleep(ctx, time.Second)
+		}
+	}
+	if ev.pos > ev.durable {
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.advance(actx, ev)
+	}
+}
+
+// evalState is the evaluator's position. durable is the stored cursor;
+// pos may run ahead of it over changes that matched nothing: re-reading
+// those after a crash inserts nothing, so their advance can wait and ride
+// along with the next commit (or a periodic one) instead of costing a
+// commit each.
+type evalState struct {
+	durable, pos int64
+	advancedAt   time.Time
+}
+
+// lazyAdvance bounds how far and how long the stored cursor may trail.
+const (
+	lazyAdvanceChanges = 4096
+	lazyAdvanceEvery   = time.Second
+)
+
+// advance stores ev.pos as the cursor.
+func (s *Service) advance(ctx context.Context, ev *evalState) error {
+	_, err := s.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
+		Cursor: &collections.CursorAdvance{Name: cursorName, From: ev.durable, To: ev.pos},
+	})
+	if err == nil {
+		ev.durable = ev.pos
+		ev.advancedAt = time.Now()
+	}
+	return err
+}
+
+// evaluateBatch processes the changes after ev.pos (up to readBatch).
+func (s *Service) evaluateBatch(ctx context.Context, ev *evalState) error {
+	changes, err := s.store.ReadChanges(ctx, ev.pos, readBatch)
+	if err != nil || len(changes) == 0 {
+		return err
+	}
+	act := *s.active.Load()
+	now := time.Now()
+	var rows []*Delivery
+	counts := map[string]*Counts{}
+	defer func() {
+		for id, c := range counts {
+			s.count(id, *c)
+		}
+	}()
+	for i := range changes {
+		ch := &changes[i]
+		coll, _ := collections.SplitDocPath(ch.Path)
+		for _, t := range act {
+			if ch.Seq <= t.activeFrom {
+				continue
+			}
+			params, ok := t.c.Match(ch.DB, ch.Op, coll)
+			if !ok {
+				continue
+			}
+			id := t.c.Def.ID
+			event := NewEvent(ch, params)
+			matched, key, err := t.c.Eval(event)
+			if err != nil {
+				s.m.evalErrors.WithLabelValues(id).Inc()
+				countOf(counts, id).EvalErrors++
+				s.log.Warn("trigger condition failed; counted as no match", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
+				continue
+			}
+			if !matched {
+				continue
+			}
+			countOf(counts, id).Matched++
+			d := &Delivery{TriggerID: id, Seq: ch.Seq, Status: StatusPending, OrderingKey: key, event: event.Map()}
+			d.ID, d.EventID = deliveryIDs(s.epoch, ch.Seq, id)
+			rows = append(rows, d)
+		}
+		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
+			if err := s.commitRows(ctx, ev.durable, ch.Seq, rows, now); err != nil {
+				clear(counts) // re-evaluated after the retry
+				return err
+			}
+			ev.durable, ev.pos, ev.advancedAt = ch.Seq, ch.Seq, now
+			rows = rows[:0]
+			for id, c := range counts {
+				s.count(id, *c)
+			}
+			clear(counts)
+		}
+	}
+	ev.pos = changes[len(changes)-1].Seq
+	s.m.lagSeconds.Set(time.Since(time.UnixMilli(changes[len(changes)-1].Time)).Seconds())
+	if ev.pos > ev.durable && (ev.pos-ev.durable >= lazyAdvanceChanges || time.Since(ev.advancedAt) >= lazyAdvanceEvery) {
+		return s.advance(ctx, ev)
+	}
+	return nil
+}
+
+func countOf(m map[string]*Counts, id string) *Counts {
+	c := m[id]
+	if c == nil {
+		c = &Counts{}
+		m[id] = c
+	}
+	return c
+}
+
+// commitRows inserts rows and advances the cursor from..to in one commit,
+// then hands the rows this node leased to itself to the dispatcher.
+func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delivery, now time.Time) error {
+	writes := make([]collections.Write, len(rows))
+	var jobs []*job
+	for i, d := range rows {
+		// Lease the new row to this node when it has room, so the first
+		// attempt needs no claim round-trip; otherwise the row waits,
+		// due at once, for a poller with room.
+		d.NextAttemptAt = ms(now)
+		if e := s.entry(d.TriggerID); e != nil && s.d.reserve(d.ID) {
+			lease := now.Add(e.c.Timeout + s.cfg.LeaseSlack)
+			d.owner = s.cfg.NodeID
+			d.NextAttemptAt = ms(lease)
+			jobs = append(jobs, &job{d: d, leasedUntil: lease})
+		}
+		writes[i] = newRow(d)
+	}
+	res, err := s.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{
+		Cursor: &collections.CursorAdvance{Name: cursorName, From: from, To: to},
+	})
+	if err != nil {
+		for _, j := range jobs {
+			s.d.release(j.d.ID)
+		}
+		return err
+	}
+	byID := make(map[string]int64, len(res))
+	for _, r := range res {
+		byID[r.Doc.ID] = r.Doc.Version
+	}
+	for _, j := range jobs {
+		j.d.version = byID[j.d.ID]
+		j.d.CreatedAt = ms(now)
+		s.d.submit(j)
+	}
+	for _, d := range rows {
+		s.m.matches.WithLabelValues(d.TriggerID).Inc()
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done; false when ctx is done.
+func (s *Service) sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

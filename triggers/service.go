@@ -1,0 +1,535 @@
+package triggers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// Defaults for Config.
+const (
+	DefaultWorkers          = 64
+	DefaultLeaseSlack       = 30 * time.Second
+	DefaultPollInterval     = time.Second
+	DefaultRetention        = 7 * 24 * time.Hour
+	DefaultDisableAfterDead = 20
+	DefaultMaxHeld          = 10000
+	DefaultRotationOverlap  = 24 * time.Hour
+)
+
+// Config configures a Service.
+type Config struct {
+	Store collections.Store
+	// File is triggers.json ("" = no file triggers).
+	File string
+	// Expand resolves ${VAR} in url, headers and secret. Nil: the process
+	// environment, where an unset variable is an error.
+	Expand Expander
+	// Transport sends the webhooks. It should be an SSRF-guarded transport
+	// (internal/ssrf); nil means http.DefaultTransport (tests only).
+	Transport http.RoundTripper
+	// NodeID names this process in delivery leases. It must be stable
+	// across restarts of the same node (so its own leases are taken back
+	// at once after a crash) and unique among nodes sharing a store.
+	NodeID string
+	// Workers bounds concurrent webhook requests.
+	Workers int
+	// LeaseSlack is added to a trigger's timeout to make a delivery lease.
+	LeaseSlack time.Duration
+	// PollInterval is how often due retries and expired leases are looked
+	// for.
+	PollInterval time.Duration
+	// Retention keeps delivered and dead outbox rows this long.
+	Retention time.Duration
+	// DisableAfterDead disables a trigger after this many dead deliveries
+	// in a row (negative: never).
+	DisableAfterDead int
+	// MaxHeld bounds deliveries held in memory (in flight or waiting for a
+	// retry); beyond it new matches wait in the outbox for the poller.
+	MaxHeld int
+	// RotationOverlap is how long the previous secret keeps signing after
+	// a rotation.
+	RotationOverlap time.Duration
+	Registerer      prometheus.Registerer
+	Logger          *slog.Logger
+	Version         string
+}
+
+// ErrNotFound: no trigger or delivery with that id.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict: the request conflicts with the trigger's source or state
+// (a file trigger cannot be changed through the API; the id exists).
+var ErrConflict = errors.New("conflict")
+
+// entry is one known trigger.
+type entry struct {
+	c      *Compiled
+	source string
+	st     state
+	ver    int64 // version of the stored state (0 = not stored)
+}
+
+func (e *entry) enabled() bool {
+	if e.st.Enabled != nil {
+		return *e.st.Enabled
+	}
+	return e.c.Def.Enabled == nil || *e.c.Def.Enabled
+}
+
+// Service runs the trigger pipeline: the evaluator, the delivery workers
+// and the admin operations.
+type Service struct {
+	cfg    Config
+	store  collections.Store
+	log    *slog.Logger
+	client *http.Client
+	m      *metrics
+	epoch  string
+	rnd    func() float64
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	deltas  map[string]*Counts
+	fileErr string
+	// active is the evaluator's view: enabled triggers sorted by id.
+	active atomic.Pointer[[]activeTrigger]
+
+	d dispatcher
+}
+
+// activeTrigger is an immutable snapshot of an enabled trigger.
+type activeTrigger struct {
+	c          *Compiled
+	activeFrom int64
+}
+
+// New loads the triggers (a bad file is an error) and their state. Call
+// Run to start the pipeline.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("triggers: no store")
+	}
+	if cfg.Expand == nil {
+		cfg.Expand = EnvExpander(nil)
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = randomHex(8)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.LeaseSlack <= 0 {
+		cfg.LeaseSlack = DefaultLeaseSlack
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.DisableAfterDead == 0 {
+		cfg.DisableAfterDead = DefaultDisableAfterDead
+	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = DefaultMaxHeld
+	}
+	if cfg.RotationOverlap <= 0 {
+		cfg.RotationOverlap = DefaultRotationOverlap
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	s := &Service{
+		cfg:   cfg,
+		store: cfg.Store,
+		log:   cfg.Logger.With("component", "triggers"),
+		// No client timeout: each request carries its trigger's timeout in
+		// its context. Redirects are never followed (a 3xx is a failure).
+		client: &http.Client{
+			Transport:     cfg.Transport,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		entries: map[string]*entry{},
+		deltas:  map[string]*Counts{},
+		rnd:     mrand.Float64,
+	}
+	s.d.init(s)
+	m, err := newMetrics(cfg.Registerer, s)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	var fileTriggers []*Compiled
+	if cfg.File != "" {
+		if fileTriggers, err = LoadFile(cfg.File, cfg.Expand); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.initEpoch(ctx); err != nil {
+		return nil, err
+	}
+	states, err := loadStates(ctx, s.store)
+	if err != nil {
+		return nil, err
+	}
+	head, err := s.store.Head(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("triggers: %w", err)
+	}
+	if err := s.initCursor(ctx, head); err != nil {
+		return nil, err
+	}
+	// Registered triggers come from their state documents.
+	for id, sd := range states {
+		if sd.st.Source != SourceAPI || sd.st.Def == nil {
+			continue
+		}
+		c, err := Compile(*sd.st.Def, cfg.Expand)
+		if err != nil {
+			// A registered trigger that no longer compiles (an env var
+			// went away) must not stop the server: it is kept, disabled.
+			s.log.Error("registered trigger does not compile; it stays disabled", "trigger", id, "err", err)
+			continue
+		}
+		s.entries[id] = &entry{c: c, source: SourceAPI, st: sd.st, ver: sd.version}
+	}
+	if err := s.setFileTriggers(ctx, fileTriggers, states, head, true); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// EnvExpander resolves ${VAR} from the process environment; defaults
+// supply values for unset variables (LOOM_URL, LOOM_WEBHOOK_SECRET).
+func EnvExpander(defaults map[string]string) Expander {
+	return func(name string) (string, error) {
+		if v, ok := os.LookupEnv(name); ok {
+			return v, nil
+		}
+		if v, ok := defaults[name]; ok {
+			return v, nil
+		}
+		return "", fmt.Errorf("environment variable %s is not set", name)
+	}
+}
+
+// initEpoch reads or creates the id prefix that keeps event ids unique
+// across stores.
+func (s *Service) initEpoch(ctx context.Context) error {
+	for {
+		doc, err := s.store.Get(ctx, SystemDB, metaPath)
+		if err == nil {
+			s.epoch, _ = doc.Data["epoch"].(string)
+			if s.epoch == "" {
+				return fmt.Errorf("triggers: %s has no epoch", metaPath)
+			}
+			return nil
+		}
+		if !errors.Is(err, collections.ErrNotFound) {
+			return fmt.Errorf("triggers: %w", err)
+		}
+		_, err = s.store.Commit(ctx, SystemDB, []collections.Write{{
+			Type: collections.WriteCreate, Path: metaPath,
+			Data: map[string]any{"epoch": randomHex(4)},
+		}}, collections.CommitOptions{})
+		if err != nil && !errors.Is(err, collections.ErrAlreadyExists) {
+			return fmt.Errorf("triggers: %w", err)
+		}
+	}
+}
+
+// initCursor starts the evaluator at the head on first start: triggers do
+// not fire for changes committed before Loom had them.
+func (s *Service) initCursor(ctx context.Context, head int64) error {
+	pos, err := s.store.Cursor(ctx, cursorName)
+	if err != nil {
+		return fmt.Errorf("triggers: %w", err)
+	}
+	if pos == 0 && head > 0 {
+		_, err := s.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
+			Cursor: &collections.CursorAdvance{Name: cursorName, From: 0, To: head},
+		})
+		if err != nil && !errors.Is(err, collections.ErrCursorConflict) {
+			return fmt.Errorf("triggers: %w", err)
+		}
+	}
+	return nil
+}
+
+// setFileTriggers replaces the file triggers. A trigger seen for the first
+// time (or again after it was gone) fires from head on; at startup a
+// trigger with stored state keeps its position, so changes committed while
+// the server was down still fire.
+func (s *Service) setFileTriggers(ctx context.Context, list []*Compiled, states map[string]*stored, head int64, startup bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range list {
+		if e, ok := s.entries[c.Def.ID]; ok && e.source == SourceAPI {
+			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", s.cfg.File, c.Def.ID)
+		}
+	}
+	keep := map[string]bool{}
+	for _, c := range list {
+		id := c.Def.ID
+		keep[id] = true
+		old := s.entries[id]
+		e := &entry{c: c, source: SourceFile}
+		switch {
+		case old != nil:
+			e.st, e.ver = old.st, old.ver
+		case startup && states[id] != nil:
+			e.st, e.ver = states[id].st, states[id].version
+		default:
+			if st, ver, err := readState(ctx, s.store, id); err != nil {
+				return err
+			} else if st != nil {
+				e.st, e.ver = *st, ver
+			}
+			e.st.ActiveFrom = head
+		}
+		e.st.Source = SourceFile
+		e.st.Def = nil
+		if c.Def.Secret == "" && e.st.Secret == "" {
+			e.st.Secret = NewSecret()
+		}
+		if e.ver == 0 || old == nil {
+			v, err := s.saveEntryLocked(ctx, id, e)
+			if err != nil {
+				return err
+			}
+			e.ver = v
+		}
+		s.entries[id] = e
+	}
+	for id, e := range s.entries {
+		if e.source == SourceFile && !keep[id] {
+			delete(s.entries, id)
+		}
+	}
+	s.publishLocked()
+	return nil
+}
+
+// saveEntryLocked stores e.st, retrying on a concurrent change from
+// another node by re-reading the counters and switches it owns.
+func (s *Service) saveEntryLocked(ctx context.Context, id string, e *entry) (int64, error) {
+	v, err := saveState(ctx, s.store, id, &e.st, e.ver)
+	if errors.Is(err, errStateConflict) {
+		cur, ver, rerr := readState(ctx, s.store, id)
+		if rerr != nil {
+			return 0, rerr
+		}
+		if cur != nil {
+			// Another node wrote in between: take its counters, keep our
+			// change of everything else.
+			e.st.Counts = cur.Counts
+		}
+		return saveState(ctx, s.store, id, &e.st, ver)
+	}
+	return v, err
+}
+
+// publishLocked rebuilds the evaluator snapshot.
+func (s *Service) publishLocked() {
+	act := make([]activeTrigger, 0, len(s.entries))
+	for _, e := range s.entries {
+		if e.enabled() {
+			act = append(act, activeTrigger{c: e.c, activeFrom: e.st.ActiveFrom})
+		}
+	}
+	sort.Slice(act, func(i, j int) bool { return act[i].c.Def.ID < act[j].c.Def.ID })
+	s.active.Store(&act)
+}
+
+// Reload re-reads the triggers file. A bad file keeps the current set and
+// returns the error.
+func (s *Service) Reload(ctx context.Context) error {
+	if s.cfg.File == "" {
+		return fmt.Errorf("%w: no triggers file configured", ErrConflict)
+	}
+	list, err := LoadFile(s.cfg.File, s.cfg.Expand)
+	if err == nil {
+		var head int64
+		if head, err = s.store.Head(ctx); err == nil {
+			err = s.setFileTriggers(ctx, list, nil, head, false)
+		}
+	}
+	s.mu.Lock()
+	if err != nil {
+		s.fileErr = err.Error()
+	} else {
+		s.fileErr = ""
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.m.reloads.WithLabelValues("error").Inc()
+		s.log.Error("triggers reload failed; keeping the current triggers", "file", s.cfg.File, "err", err)
+		return fmt.Errorf("%w: the triggers file was not loaded; the previous triggers stay in force: %v", ErrInvalid, err)
+	}
+	s.m.reloads.WithLabelValues("ok").Inc()
+	s.log.Info("triggers reloaded", "file", s.cfg.File, "count", len(list))
+	return nil
+}
+
+// Run runs the pipeline until ctx is cancelled, then waits for in-flight
+// deliveries to stop.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context){s.evaluate, s.d.poll, s.flushLoop, s.purgeLoop} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx)
+		}()
+	}
+	wg.Wait()
+	s.d.wait()
+	// Counters of the last moments.
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.flushCounts(fctx)
+	return nil
+}
+
+// entry returns the trigger with id (nil when unknown).
+func (s *Service) entry(id string) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[id]
+}
+
+// count adds to a trigger's counters (flushed to its state every second).
+func (s *Service) count(id string, d Counts) {
+	s.mu.Lock()
+	c := s.deltas[id]
+	if c == nil {
+		c = &Counts{}
+		s.deltas[id] = c
+	}
+	c.add(d)
+	s.mu.Unlock()
+}
+
+func (s *Service) flushLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.flushCounts(ctx)
+		}
+	}
+}
+
+// flushCounts adds the counter deltas to the stored states.
+func (s *Service) flushCounts(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, d := range s.deltas {
+		e := s.entries[id]
+		if e == nil {
+			delete(s.deltas, id)
+			continue
+		}
+		e.st.Counts.add(*d)
+		v, err := s.saveEntryLocked(ctx, id, e)
+		if err != nil {
+			e.st.Counts.add(Counts{-d.Matched, -d.Delivered, -d.Dead, -d.FailedAttempts, -d.EvalErrors})
+			s.log.Warn("saving trigger counters", "trigger", id, "err", err)
+			continue
+		}
+		e.ver = v
+		delete(s.deltas, id)
+	}
+}
+
+// updateEntry applies fn to a trigger's state and stores it.
+func (s *Service) updateEntry(ctx context.Context, id string, fn func(e *entry) error) (*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[id]
+	if e == nil {
+		return nil, fmt.Errorf("%w: trigger %q", ErrNotFound, id)
+	}
+	before := e.st
+	if err := fn(e); err != nil {
+		return nil, err
+	}
+	v, err := s.saveEntryLocked(ctx, id, e)
+	if err != nil {
+		e.st = before
+		return nil, err
+	}
+	e.ver = v
+	s.publishLocked()
+	return e, nil
+}
+
+// setEnabled switches a trigger on or off; reason explains a disable.
+func (s *Service) setEnabled(ctx context.Context, id string, on bool, reason string) error {
+	_, err := s.updateEntry(ctx, id, func(e *entry) error {
+		e.st.Enabled = &on
+		e.st.DisabledReason = ""
+		if !on {
+			e.st.DisabledReason = reason
+		} else {
+			e.st.ConsecutiveDead = 0
+		}
+		return nil
+	})
+	if err == nil && on {
+		s.wakeTrigger(ctx, id)
+	}
+	if err == nil {
+		s.log.Info("trigger switched", "trigger", id, "enabled", on, "reason", reason)
+	}
+	return err
+}
+
+// signingKeys returns the keys a delivery of e is signed with now.
+func (s *Service) signingKeys(e *entry, now time.Time) ([][]byte, error) {
+	secret := e.c.Def.Secret
+	if secret == "" {
+		secret = e.st.Secret
+	}
+	k, err := secretKey(secret)
+	if err != nil {
+		return nil, err
+	}
+	keys := [][]byte{k}
+	if e.st.PrevSecret != "" && e.st.PrevUntil > ms(now) {
+		if pk, err := secretKey(e.st.PrevSecret); err == nil {
+			keys = append(keys, pk)
+		}
+	}
+	return keys, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
