@@ -90,9 +90,7 @@ func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
 		return errUnchanged
 	})
 	if errors.Is(err, errUnchanged) {
-		s.mu.Lock()
-		e = s.entries[id]
-		s.mu.Unlock()
+		e = s.entry(id)
 		err = nil
 		if e == nil {
 			err = fmt.Errorf("%w: trigger %q", ErrNotFound, id)

@@ -433,18 +433,24 @@ func (s *Service) finishWithoutAttempt(ctx context.Context, j *job, reason strin
 	return done
 }
 
+// noteError remembers a trigger's last error (stored with the next
+// counter flush).
 func (s *Service) noteError(e *entry, msg string) {
 	s.mu.Lock()
-	e.st.LastError, e.st.LastErrorAt = msg, ms(time.Now())
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	cur := s.entries[e.c.Def.ID]
+	if cur == nil {
+		return
+	}
+	ne := *cur
+	ne.st.LastError, ne.st.LastErrorAt = msg, ms(time.Now())
+	s.entries[e.c.Def.ID] = &ne
+	s.publishLocked()
 }
 
 // deliveredOK resets the dead streak.
 func (s *Service) deliveredOK(ctx context.Context, e *entry) {
-	s.mu.Lock()
-	streak := e.st.ConsecutiveDead
-	s.mu.Unlock()
-	if streak > 0 {
+	if e.st.ConsecutiveDead > 0 {
 		_, _ = s.updateEntry(ctx, e.c.Def.ID, func(e *entry) error { e.st.ConsecutiveDead = 0; return nil })
 	}
 }

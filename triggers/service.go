@@ -108,6 +108,8 @@ type Service struct {
 	fileErr string
 	// active is the evaluator's view: enabled triggers sorted by id.
 	active atomic.Pointer[[]activeTrigger]
+	// snap is a copy of entries for lock-free lookups.
+	snap atomic.Pointer[map[string]*entry]
 
 	d dispatcher
 }
@@ -175,6 +177,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		rnd:     mrand.Float64,
 	}
 	s.d.init(s)
+	s.publishLocked()
 	m, err := newMetrics(cfg.Registerer, s)
 	if err != nil {
 		return nil, err
@@ -186,18 +189,15 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			return nil, err
 		}
 	}
-	if err := s.initEpoch(ctx); err != nil {
-		return nil, err
-	}
-	states, err := loadStates(ctx, s.store)
-	if err != nil {
-		return nil, err
-	}
 	head, err := s.store.Head(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("triggers: %w", err)
 	}
-	if err := s.initCursor(ctx, head); err != nil {
+	if err := s.initEpoch(ctx, head); err != nil {
+		return nil, err
+	}
+	states, err := loadStates(ctx, s.store)
+	if err != nil {
 		return nil, err
 	}
 	// Registered triggers come from their state documents.
@@ -234,9 +234,11 @@ func EnvExpander(defaults map[string]string) Expander {
 	}
 }
 
-// initEpoch reads or creates the id prefix that keeps event ids unique
-// across stores.
-func (s *Service) initEpoch(ctx context.Context) error {
+// initEpoch reads the id prefix that keeps event ids unique across stores,
+// or, on the very first start, starts the evaluator cursor at the head
+// (triggers do not fire for changes committed before Loom had them) and
+// then creates the prefix. A crash in between repeats both harmlessly.
+func (s *Service) initEpoch(ctx context.Context, head int64) error {
 	for {
 		doc, err := s.store.Get(ctx, SystemDB, metaPath)
 		if err == nil {
@@ -249,6 +251,18 @@ func (s *Service) initEpoch(ctx context.Context) error {
 		if !errors.Is(err, collections.ErrNotFound) {
 			return fmt.Errorf("triggers: %w", err)
 		}
+		pos, err := s.store.Cursor(ctx, cursorName)
+		if err != nil {
+			return fmt.Errorf("triggers: %w", err)
+		}
+		if pos == 0 && head > 0 {
+			_, err := s.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
+				Cursor: &collections.CursorAdvance{Name: cursorName, From: 0, To: head},
+			})
+			if err != nil && !errors.Is(err, collections.ErrCursorConflict) {
+				return fmt.Errorf("triggers: %w", err)
+			}
+		}
 		_, err = s.store.Commit(ctx, SystemDB, []collections.Write{{
 			Type: collections.WriteCreate, Path: metaPath,
 			Data: map[string]any{"epoch": randomHex(4)},
@@ -257,24 +271,6 @@ func (s *Service) initEpoch(ctx context.Context) error {
 			return fmt.Errorf("triggers: %w", err)
 		}
 	}
-}
-
-// initCursor starts the evaluator at the head on first start: triggers do
-// not fire for changes committed before Loom had them.
-func (s *Service) initCursor(ctx context.Context, head int64) error {
-	pos, err := s.store.Cursor(ctx, cursorName)
-	if err != nil {
-		return fmt.Errorf("triggers: %w", err)
-	}
-	if pos == 0 && head > 0 {
-		_, err := s.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
-			Cursor: &collections.CursorAdvance{Name: cursorName, From: 0, To: head},
-		})
-		if err != nil && !errors.Is(err, collections.ErrCursorConflict) {
-			return fmt.Errorf("triggers: %w", err)
-		}
-	}
-	return nil
 }
 
 // setFileTriggers replaces the file triggers. A trigger seen for the first
@@ -360,6 +356,11 @@ func (s *Service) publishLocked() {
 	}
 	sort.Slice(act, func(i, j int) bool { return act[i].c.Def.ID < act[j].c.Def.ID })
 	s.active.Store(&act)
+	snap := make(map[string]*entry, len(s.entries))
+	for id, e := range s.entries {
+		snap[id] = e
+	}
+	s.snap.Store(&snap)
 }
 
 // Reload re-reads the triggers file. A bad file keeps the current set and
@@ -412,11 +413,9 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// entry returns the trigger with id (nil when unknown).
+// entry returns the published entry of trigger id (nil when unknown).
 func (s *Service) entry(id string) *entry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.entries[id]
+	return (*s.snap.Load())[id]
 }
 
 // count adds to a trigger's counters (flushed to its state every second).
@@ -448,44 +447,52 @@ func (s *Service) flushLoop(ctx context.Context) {
 func (s *Service) flushCounts(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	changed := false
 	for id, d := range s.deltas {
-		e := s.entries[id]
-		if e == nil {
+		cur := s.entries[id]
+		if cur == nil {
 			delete(s.deltas, id)
 			continue
 		}
-		e.st.Counts.add(*d)
-		v, err := s.saveEntryLocked(ctx, id, e)
+		ne := *cur
+		ne.st.Counts.add(*d)
+		v, err := s.saveEntryLocked(ctx, id, &ne)
 		if err != nil {
-			e.st.Counts.add(Counts{-d.Matched, -d.Delivered, -d.Dead, -d.FailedAttempts, -d.EvalErrors})
 			s.log.Warn("saving trigger counters", "trigger", id, "err", err)
 			continue
 		}
-		e.ver = v
+		ne.ver = v
+		s.entries[id] = &ne
 		delete(s.deltas, id)
+		changed = true
+	}
+	if changed {
+		s.publishLocked()
 	}
 }
 
-// updateEntry applies fn to a trigger's state and stores it.
+// updateEntry applies fn to a copy of a trigger's entry, stores its state
+// and publishes the copy. Entries are never modified once published, so
+// deliveries read them without locking.
 func (s *Service) updateEntry(ctx context.Context, id string, fn func(e *entry) error) (*entry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.entries[id]
-	if e == nil {
+	cur := s.entries[id]
+	if cur == nil {
 		return nil, fmt.Errorf("%w: trigger %q", ErrNotFound, id)
 	}
-	before := e.st
-	if err := fn(e); err != nil {
+	ne := *cur
+	if err := fn(&ne); err != nil {
 		return nil, err
 	}
-	v, err := s.saveEntryLocked(ctx, id, e)
+	v, err := s.saveEntryLocked(ctx, id, &ne)
 	if err != nil {
-		e.st = before
 		return nil, err
 	}
-	e.ver = v
+	ne.ver = v
+	s.entries[id] = &ne
 	s.publishLocked()
-	return e, nil
+	return &ne, nil
 }
 
 // setEnabled switches a trigger on or off; reason explains a disable.
