@@ -311,6 +311,17 @@ func (s *Service) Replay(ctx context.Context, id string) error {
 	return err
 }
 
+// Purge deletes delivered and dead outbox rows that finished more than
+// the retention ago (the service also does it every 10 minutes).
+func (s *Service) Purge(ctx context.Context) error {
+	for _, st := range []string{StatusDelivered, StatusDead} {
+		if err := s.purge(ctx, st, time.Now().Add(-s.cfg.Retention)); err != nil {
+			return fmt.Errorf("triggers: purge %s deliveries: %w", st, err)
+		}
+	}
+	return nil
+}
+
 // purgeLoop deletes finished outbox rows older than the retention and
 // keeps the outbox depth gauge current.
 func (s *Service) purgeLoop(ctx context.Context) {
@@ -326,10 +337,8 @@ func (s *Service) purgeLoop(ctx context.Context) {
 		}
 		if time.Since(last) >= 10*time.Minute {
 			last = time.Now()
-			for _, st := range []string{StatusDelivered, StatusDead} {
-				if err := s.purge(ctx, st, time.Now().Add(-s.cfg.Retention)); err != nil && ctx.Err() == nil {
-					s.log.Warn("purging the outbox", "status", st, "err", err)
-				}
+			if err := s.Purge(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("purging the outbox", "err", err)
 			}
 		}
 	}

@@ -351,12 +351,11 @@ func (s *Service) record(ctx context.Context, j *job, e *entry, a Attempt, retry
 		fBudget:   budget,
 		fNext:     next,
 	}
+	// The lease ends with the attempt: a retry is claimed again when due,
+	// so a row with an owner is always one in flight.
+	patch[fOwner] = nil
 	if status != StatusPending {
 		patch[fFinishedAt] = ms(now)
-		patch[fOwner] = nil
-	}
-	if gone {
-		patch[fOwner] = nil
 	}
 	ver, err := s.patchRow(ctx, d, patch)
 	if err != nil {

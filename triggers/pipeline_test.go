@@ -431,3 +431,72 @@ func TestOrderingKeySequentialPerKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPurgeKeepsPendingDropsOldFinished(t *testing.T) {
+	rc := newReceiver(t)
+	rc.respond = func(r received, _ int) (int, http.Header) {
+		if strings.Contains(string(r.Raw), `"keep"`) {
+			return 500, nil
+		}
+		return 200, nil
+	}
+	e := startEnv(t, "["+triggerJSON("p", rc.srv.URL, `, "retryPolicy": {"maxAttempts": 50, "initialBackoff": "1h", "maxBackoff": "1h"}`)+"]", triggers.Config{Retention: time.Millisecond})
+	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"a": "done"})
+	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"a": "keep"})
+	waitDeliveries(t, e.svc, triggers.DeliveryQuery{}, func(ds []*triggers.Delivery) bool {
+		return len(ds) == 2 && ds[0].Status == triggers.StatusPending && len(ds[0].Attempts) == 1 && ds[1].Status == triggers.StatusDelivered
+	})
+	time.Sleep(5 * time.Millisecond)
+	if err := e.svc.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ds, _, err := e.svc.Deliveries(context.Background(), triggers.DeliveryQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || ds[0].Status != triggers.StatusPending {
+		t.Fatalf("after purge: %+v", ds)
+	}
+}
+
+// A restarted service delivers what was matched while it was down and
+// what was in flight when it stopped; a trigger added later does not fire
+// for changes committed before it existed.
+func TestRestartDeliversBacklogOnly(t *testing.T) {
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	rc.respond = func(r received, n int) (int, http.Header) {
+		if n == 1 {
+			<-release // the first delivery hangs until the service stopped
+			return 500, nil
+		}
+		return 200, nil
+	}
+	e := startEnv(t, "["+triggerJSON("a", rc.srv.URL, `, "timeout": "30s"`)+"]", triggers.Config{})
+	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"x": "1"})
+	rc.waitFor(t, "the hanging first delivery", 5*time.Second, func(r []received) bool { return len(r) == 1 })
+	stopped := make(chan struct{})
+	go func() { e.stop(); close(stopped) }()
+	<-stopped
+	close(release)
+	// Written while the service is down: must still fire after restart.
+	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"x": "2"})
+	// A second trigger appears in the file while the service is down.
+	if err := os.WriteFile(e.file, []byte("["+triggerJSON("a", rc.srv.URL, "")+","+triggerJSON("b", rc.srv.URL, "")+"]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, triggers.Config{})
+	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m3", map[string]any{"x": "3"})
+	got := rc.waitFor(t, "m1 again, m2 and m3 (twice)", 10*time.Second, func(r []received) bool { return len(r) >= 5 })
+	time.Sleep(200 * time.Millisecond)
+	got = rc.requests()
+	count := map[string]int{}
+	for _, r := range got[1:] {
+		ev, _ := r.Body["event"].(map[string]any)
+		count[fmt.Sprint(r.Body["triggerId"], "/", ev["id"])]++
+	}
+	want := map[string]int{"a/m1": 1, "a/m2": 1, "a/m3": 1, "b/m3": 1}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Fatalf("after restart got %v, want %v", count, want)
+	}
+}

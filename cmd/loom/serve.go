@@ -148,14 +148,17 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 		return nil, err
 	}
 	svc, err := triggers.New(ctx, triggers.Config{
-		Store:      store,
-		File:       cfg.Triggers,
-		Expand:     triggers.EnvExpander(map[string]string{"LOOM_URL": selfURL}),
-		Transport:  guard.Transport(),
-		NodeID:     node,
-		Registerer: reg,
-		Logger:     logger,
-		Version:    version,
+		Store:            store,
+		File:             cfg.Triggers,
+		Expand:           triggers.EnvExpander(map[string]string{"LOOM_URL": selfURL}),
+		Transport:        guard.Transport(),
+		NodeID:           node,
+		Workers:          cfg.Webhooks.Workers,
+		DisableAfterDead: cfg.Webhooks.DisableAfterDead,
+		Retention:        cfg.Webhooks.Retention.Duration,
+		Registerer:       reg,
+		Logger:           logger,
+		Version:          version,
 	})
 	if err != nil {
 		return nil, err

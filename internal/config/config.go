@@ -72,6 +72,13 @@ type Security struct {
 type Webhooks struct {
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
+	// Workers bounds concurrent webhook requests (default 64).
+	Workers int `toml:"workers"`
+	// DisableAfterDead disables a trigger after this many dead deliveries
+	// in a row (default 20; negative = never).
+	DisableAfterDead int `toml:"disable_after_dead"`
+	// Retention keeps delivered and dead outbox rows (default 7 days).
+	Retention Duration `toml:"retention"`
 }
 
 // LLM configures the agent runtime's model endpoint.
