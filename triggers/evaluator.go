@@ -92,6 +92,9 @@ func (s *Service) evaluate(ctx context.Context) {
 type evalState struct {
 	durable, pos int64
 	advancedAt   time.Time
+	// loggedAt throttles evaluation-error logs to one per trigger per
+	// minute (the counter and metric count every one).
+	loggedAt map[string]time.Time
 }
 
 // lazyAdvance bounds how far and how long the stored cursor may trail.
@@ -144,7 +147,13 @@ func (s *Service) evaluateBatch(ctx context.Context, ev *evalState) error {
 			if err != nil {
 				s.m.evalErrors.WithLabelValues(id).Inc()
 				countOf(counts, id).EvalErrors++
-				s.log.Warn("trigger condition failed; counted as no match", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
+				if now.Sub(ev.loggedAt[id]) >= time.Minute {
+					if ev.loggedAt == nil {
+						ev.loggedAt = map[string]time.Time{}
+					}
+					ev.loggedAt[id] = now
+					s.log.Warn("trigger condition failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
+				}
 				continue
 			}
 			if !matched {
