@@ -299,7 +299,7 @@ func (s *Service) Replay(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if s.entry(d.TriggerID) == nil {
+	if e := s.entry(d.TriggerID); e == nil || d.Seq <= e.st.ActiveFrom {
 		return fmt.Errorf("%w: trigger %q of delivery %q no longer exists", ErrConflict, d.TriggerID, id)
 	}
 	_, err = s.patchRow(ctx, d, map[string]any{

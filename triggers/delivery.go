@@ -239,6 +239,11 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 		// The trigger was deleted: nothing will ever deliver this row.
 		return s.finishWithoutAttempt(ctx, j, "trigger "+d.TriggerID+" no longer exists")
 	}
+	if d.Seq <= e.st.ActiveFrom {
+		// A trigger of the same id was deleted and created again: the row
+		// belongs to the old one and must not reach the new URL.
+		return s.finishWithoutAttempt(ctx, j, "trigger "+d.TriggerID+" was deleted; this delivery belonged to it")
+	}
 	if !e.enabled() {
 		s.park(ctx, j.d, now)
 		return done
