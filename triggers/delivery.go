@@ -34,6 +34,28 @@ type job struct {
 	// leasedUntil is when this node's lease on the row ends; past it the
 	// row must be claimed again before an attempt.
 	leasedUntil time.Time
+	// inserted is closed when the commit inserting a fresh row is done,
+	// with insertErr set when it failed; nil for rows already stored.
+	inserted  chan struct{}
+	insertErr error
+}
+
+// stored waits until j's row is in the outbox; false when it never will be
+// (its insert failed and the change will be evaluated again) or ctx ended.
+func (j *job) stored(ctx context.Context) bool {
+	if j.inserted == nil {
+		return true
+	}
+	select {
+	case <-j.inserted:
+	case <-ctx.Done():
+		return false
+	}
+	if j.insertErr != nil {
+		return false
+	}
+	j.inserted = nil
+	return true
 }
 
 // outcome of one attempt.
@@ -235,6 +257,9 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 	d := j.d
 	e := s.entry(d.TriggerID)
 	now := time.Now()
+	if (e == nil || !e.enabled() || d.Seq <= e.st.ActiveFrom) && !j.stored(ctx) {
+		return done
+	}
 	if e == nil {
 		// The trigger was deleted: nothing will ever deliver this row.
 		return s.finishWithoutAttempt(ctx, j, "trigger "+d.TriggerID+" no longer exists")
@@ -255,6 +280,9 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 	}
 	keys, err := s.signingKeys(e, now)
 	if err != nil {
+		if !j.stored(ctx) {
+			return done
+		}
 		return s.finishWithoutAttempt(ctx, j, "signing secret: "+err.Error())
 	}
 
@@ -265,7 +293,7 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 	}
 	a, retryAfter := s.post(ctx, e, d, keys)
 	<-s.d.sem
-	if ctx.Err() != nil {
+	if !j.stored(ctx) || ctx.Err() != nil {
 		return done // shutting down: the row stays leased and is retried at the next start
 	}
 	return s.record(ctx, j, e, a, retryAfter)
