@@ -405,7 +405,7 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if cur != nil {
 			cond = p.after(cur)
 		}
-		rows, err := s.rdb.QueryContext(ctx, p.sql(cond, chunk), p.args...)
+		rows, err := s.queries.query(ctx, s.rdb, p.sql(cond, chunk), p.args...)
 		if err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}
@@ -452,7 +452,7 @@ func cursorAt(order []collections.Order, d *collections.Document) *collections.C
 // orderBy field has no SQL form.
 func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int) ([]*collections.Document, error) {
 	sqlText := "SELECT " + docColumns + " FROM docs WHERE " + strings.Join(p.where, " AND ")
-	rows, err := s.rdb.QueryContext(ctx, sqlText, p.args...)
+	rows, err := s.queries.query(ctx, s.rdb, sqlText, p.args...)
 	if err != nil {
 		return nil, s.readErr("query "+q.Collection, err)
 	}

@@ -64,6 +64,7 @@ type Store struct {
 	wdb     *sql.DB // one connection, owned by the committer
 	rdb     *sql.DB // read pool
 	reads   readStmts
+	queries stmtCache
 	indexes []indexDef
 
 	queue   chan *request
@@ -372,6 +373,7 @@ func (s *Store) Close() error {
 	<-s.done
 	s.bg.Wait()
 	s.reads.close()
+	s.queries.close()
 	rerr := s.rdb.Close()
 	werr := s.wdb.Close()
 	s.metrics.unregister()
@@ -391,6 +393,7 @@ func (s *Store) crash() {
 	<-s.done
 	s.bg.Wait()
 	s.reads.close()
+	s.queries.close()
 	s.rdb.Close()
 	s.wdb.Close()
 	s.metrics.unregister()
