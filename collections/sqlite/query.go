@@ -263,20 +263,26 @@ func (p *plan) pushdown(f collections.Filter) string {
 		return a + " AND " + b
 	}
 	switch f.Op {
+	case collections.OpEq, collections.OpLt, collections.OpLe, collections.OpGt, collections.OpGe, collections.OpPrefix:
+	default:
+		return ""
+	}
+	// The class condition first: when it is false no argument is bound,
+	// so the SQL uses every argument (prepared statements insist).
+	cc := classCond()
+	if cc == "0" || (f.Op == collections.OpEq && class == rankNull) {
+		return cc
+	}
+	switch f.Op {
 	case collections.OpEq:
-		if class == rankNull {
-			return classCond()
-		}
-		return and(classCond(), k.val+" = "+p.arg(v))
-	case collections.OpLt, collections.OpLe, collections.OpGt, collections.OpGe:
-		return and(classCond(), k.val+" "+string(f.Op)+" "+p.arg(v))
+		return and(cc, k.val+" = "+p.arg(v))
 	case collections.OpPrefix:
 		s, _ := f.Value.(string)
 		// Every string with prefix s sorts in [s, s+"\xff"): 0xff never
 		// occurs in UTF-8.
-		return and(classCond(), k.val+" >= "+p.arg(s)+" AND "+k.val+" < "+p.arg(s+"\xff"))
+		return and(cc, k.val+" >= "+p.arg(s)+" AND "+k.val+" < "+p.arg(s+"\xff"))
 	}
-	return ""
+	return and(cc, k.val+" "+string(f.Op)+" "+p.arg(v))
 }
 
 // after returns the condition "sorts strictly after c" over the plan's
