@@ -180,8 +180,10 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 		j := (*q)[0]
 		d.mu.Unlock()
 
+		// A row still being inserted is the head when no older row of its
+		// key is pending (older rows of this batch are ahead of it here).
 		head, err := d.s.keyHead(d.ctx, j.d)
-		if err != nil || head != j.d.ID {
+		if err != nil || (head != j.d.ID && (head != "" || j.inserted == nil)) {
 			if err != nil && d.ctx.Err() == nil {
 				d.s.log.Warn("ordering key head lookup", "trigger", j.d.TriggerID, "err", err)
 			}

@@ -212,16 +212,14 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 		}
 		writes[i] = newRow(d)
 	}
-	// A row without an ordering key makes its first request while its
-	// insert commits: the commit's fsync is off the latency path. If the
-	// commit fails, the request was an early extra delivery: the change is
-	// evaluated again and its row (same event id) inserted and delivered.
+	// A new row makes its first request while its insert commits: the
+	// commit's fsync is off the latency path. If the commit fails, the
+	// request was an early extra delivery: the change is evaluated again
+	// and its row (same event id) inserted and delivered.
 	for _, j := range jobs {
-		if j.d.OrderingKey == "" {
-			j.inserted = make(chan struct{})
-			j.d.CreatedAt = ms(now)
-			s.d.submit(j)
-		}
+		j.inserted = make(chan struct{})
+		j.d.CreatedAt = ms(now)
+		s.d.submit(j)
 	}
 	res, err := s.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{
 		Cursor: &collections.CursorAdvance{Name: cursorName, From: from, To: to},
@@ -233,15 +231,8 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 	for _, j := range jobs {
 		j.d.version = byID[j.d.ID]
 		j.d.CreatedAt = ms(now)
-		switch {
-		case j.inserted != nil:
-			j.insertErr = err
-			close(j.inserted)
-		case err != nil:
-			s.d.release(j.d.ID)
-		default:
-			s.d.submit(j)
-		}
+		j.insertErr = err
+		close(j.inserted)
 	}
 	if err != nil {
 		return err
