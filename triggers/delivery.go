@@ -187,6 +187,14 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 			if err != nil && d.ctx.Err() == nil {
 				d.s.log.Warn("ordering key head lookup", "trigger", j.d.TriggerID, "err", err)
 			}
+			if err == nil && j.inserted == nil && !d.s.stillPending(d.ctx, j.d) {
+				// Finished elsewhere (another node took it over): drop it.
+				d.mu.Lock()
+				heap.Remove(q, indexOf(q, j))
+				d.mu.Unlock()
+				d.release(j.d.ID)
+				continue
+			}
 			// An older row of the key is pending elsewhere: wait for it
 			// (the poller brings it here once its lease ends).
 			if !d.s.sleep(d.ctx, d.s.cfg.PollInterval) {
@@ -252,6 +260,16 @@ func (s *Service) keyHead(ctx context.Context, d *Delivery) (string, error) {
 		return "", err
 	}
 	return res.Docs[0].ID, nil
+}
+
+// stillPending reports whether d's row is still pending at the version this
+// node knows (errors count as yes: the row is looked at again later).
+func (s *Service) stillPending(ctx context.Context, d *Delivery) bool {
+	doc, err := s.store.Get(ctx, SystemDB, outboxColl+"/"+d.ID)
+	if errors.Is(err, collections.ErrNotFound) {
+		return false
+	}
+	return err != nil || (doc.Version == d.version && str(doc.Data[fStatus]) == StatusPending)
 }
 
 // attempt makes one delivery attempt of j and records it.

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -88,7 +89,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
-	trig, err := openTriggers(ctx, cfg, store, "http://"+ln.Addr().String(), logger, reg)
+	trig, err := openTriggers(ctx, cfg, store, selfURL(ln.Addr()), logger, reg)
 	if err != nil {
 		return err
 	}
@@ -164,6 +165,22 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 		return nil, err
 	}
 	return svc, nil
+}
+
+// selfURL is the server's own base URL (LOOM_URL's default): a wildcard
+// listen address is reached on IPv4 loopback.
+func selfURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return "http://" + addr.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		// ":8080" listens on both stacks; 127.0.0.1 is what the shipped
+		// [webhooks] allow list names.
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
 }
 
 // reloadOnHUP re-reads triggers.json on SIGHUP (a bad file keeps the
