@@ -66,6 +66,7 @@ func check(t *testing.T, s *rules.Set, req rules.Request, g rules.Getter, want b
 
 func TestSet_Allow_Default(t *testing.T) {
 	s := rules.Default()
+	svc := &rules.Auth{UID: "key:agents", Roles: []string{"service"}}
 	ops := []rules.Op{rules.OpGet, rules.OpList, rules.OpCreate, rules.OpUpdate, rules.OpDelete}
 	tests := []struct {
 		name string
@@ -83,6 +84,10 @@ func TestSet_Allow_Default(t *testing.T) {
 		{"outside users deep", alice, "teams/alice/notes/n1", false},
 		{"anonymous outside", nil, "public/p1", false},
 		{"system", alice, "_users/alice", false},
+		{"service key", svc, "users/alice/orch-chats/c1/messages/m1", true},
+		{"service key, user doc itself", svc, "users/alice", false},
+		{"service key outside users", svc, "posts/p1", false},
+		{"other role", &rules.Auth{UID: "key:x", Roles: []string{"reader"}}, "users/alice/notes/n1", false},
 	}
 	for _, tt := range tests {
 		for _, op := range ops {

@@ -205,12 +205,18 @@ func (s *Set) MayList(auth *Auth, collection string) bool {
 
 // DefaultSource is the TOML of the built-in rules: a signed-in user may read
 // and write every document below users/{their uid}/ (not users/{uid} itself:
-// {rest=**} needs at least one segment). Everything else is denied, which
-// leaves it to the admin key.
+// {rest=**} needs at least one segment), and so may a service key with the
+// "service" role (the agent runtime's handlers write into users' chats).
+// Everything else is denied, which leaves it to the admin key.
 const DefaultSource = `[[rule]]
 match = "users/{userId}/{rest=**}"
 allow = ["read", "write"]
 if    = "request.auth != null && request.auth.uid == userId"
+
+[[rule]]
+match = "users/{userId}/{rest=**}"
+allow = ["read", "write"]
+if    = "request.auth != null && 'service' in request.auth.roles"
 `
 
 var defaultSet = sync.OnceValue(func() *Set {
