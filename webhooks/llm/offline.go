@@ -1,0 +1,203 @@
+package llm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"unicode"
+)
+
+// OfflinePrefix starts every content the offline model writes.
+const OfflinePrefix = "[offline model] "
+
+// Offline returns the deterministic offline model: no network, every content
+// it writes starts with OfflinePrefix. It decides by the tools it is offered:
+//
+//   - "delegate_task" offered (the orchestrator): "/tool <name> <json args>" in
+//     the last user message → one run_tool call; a short greeting → a plain
+//     reply; anything else → one delegate_task call to the researcher.
+//   - other tools offered (a sub-agent): before any tool result after the last
+//     user message: "ask me" → ask_user; an arithmetic expression with
+//     "calculator" offered → calculator; "current_time" offered →
+//     current_time; else a direct answer. Once tool results are in → the final
+//     answer "Result: <tool results joined by '; '>".
+//   - no tools (summaries): "Summary: " + the last user message (200 chars).
+//
+// Tool call ids are "call_" + 12 hex of sha256(conversation + tool name);
+// usage counts ceil(len(text)/4) tokens.
+func Offline() Model { return offline{} }
+
+type offline struct{}
+
+func (offline) Name() string { return "offline" }
+
+var (
+	arithRe    = regexp.MustCompile(`[0-9(][0-9+\-*/(). ]*[0-9)]`)
+	greetWords = map[string]bool{"hi": true, "hello": true, "hey": true}
+)
+
+func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	offered := map[string]bool{}
+	for _, t := range req.Tools {
+		offered[t.Name] = true
+	}
+	lastUser := -1
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == "user" {
+			lastUser = i
+			break
+		}
+	}
+	userText := ""
+	if lastUser >= 0 {
+		userText = req.Messages[lastUser].Content
+	} else if n := len(req.Messages); n > 0 {
+		userText = req.Messages[n-1].Content
+	}
+
+	var content string
+	var call *ToolCall
+	switch {
+	case len(req.Tools) == 0:
+		content = OfflinePrefix + "Summary: " + truncate(userText, 200)
+	case offered["delegate_task"]:
+		text := strings.TrimSpace(userText)
+		if name, args, ok := parseToolCommand(text); ok {
+			content = OfflinePrefix + "Running tool " + name + "."
+			call = o.call(req, "run_tool", map[string]any{"name": name, "args": args})
+		} else if isGreeting(text) {
+			content = OfflinePrefix + "Hello! Ask me something and I will delegate it to a researcher."
+		} else {
+			content = OfflinePrefix + "Delegating to the researcher."
+			call = o.call(req, "delegate_task", map[string]any{"agent": "researcher", "instruction": userText})
+		}
+	default:
+		var results []string
+		for _, m := range req.Messages[lastUser+1:] {
+			if m.Role == "tool" {
+				results = append(results, m.Content)
+			}
+		}
+		expr := arithmetic(userText)
+		switch {
+		case len(results) > 0:
+			content = OfflinePrefix + "Result: " + strings.Join(results, "; ")
+		case offered["ask_user"] && strings.Contains(strings.ToLower(userText), "ask me"):
+			call = o.call(req, "ask_user", map[string]any{"question": OfflinePrefix + "What exactly should I look into?"})
+		case expr != "" && offered["calculator"]:
+			call = o.call(req, "calculator", map[string]any{"expression": expr})
+		case offered["current_time"]:
+			call = o.call(req, "current_time", map[string]any{})
+		default:
+			content = OfflinePrefix + "Answer: " + truncate(userText, 200)
+		}
+	}
+
+	resp := &Response{Content: content, Model: "offline", FinishReason: "stop"}
+	completion := content
+	if call != nil {
+		resp.ToolCalls = []ToolCall{*call}
+		resp.FinishReason = "tool_calls"
+		completion += call.Name + call.Arguments
+	}
+	prompt := 0
+	for _, m := range req.Messages {
+		n := len(m.Content)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.Name) + len(tc.Arguments)
+		}
+		prompt += n
+	}
+	resp.Usage.PromptTokens = ceilDiv4(prompt)
+	resp.Usage.CompletionTokens = ceilDiv4(len(completion))
+	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
+	return resp, nil
+}
+
+// call builds a tool call whose id is derived from the conversation so far
+// and the tool name.
+func (offline) call(req Request, name string, args map[string]any) *ToolCall {
+	b, _ := json.Marshal(args)
+	h := sha256.New()
+	for _, m := range req.Messages {
+		h.Write([]byte(m.Role))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Content))
+		h.Write([]byte{0})
+		h.Write([]byte(m.ToolCallID))
+		h.Write([]byte{0})
+		for _, tc := range m.ToolCalls {
+			h.Write([]byte(tc.ID + "\x00" + tc.Name + "\x00" + tc.Arguments + "\x00"))
+		}
+		h.Write([]byte{1})
+	}
+	h.Write([]byte(name))
+	return &ToolCall{ID: "call_" + hex.EncodeToString(h.Sum(nil))[:12], Name: name, Arguments: string(b)}
+}
+
+// parseToolCommand parses "/tool <name> <json args>".
+func parseToolCommand(text string) (name string, args any, ok bool) {
+	rest, found := strings.CutPrefix(text, "/tool")
+	if !found || (rest != "" && !unicode.IsSpace(rune(rest[0]))) {
+		return "", nil, false
+	}
+	rest = strings.TrimSpace(rest)
+	if rest == "" {
+		return "", nil, false
+	}
+	raw := ""
+	name = rest
+	if i := strings.IndexFunc(rest, unicode.IsSpace); i >= 0 {
+		name, raw = rest[:i], strings.TrimSpace(rest[i:])
+	}
+	switch {
+	case raw == "":
+		args = map[string]any{}
+	case json.Valid([]byte(raw)):
+		args = json.RawMessage(raw)
+	default:
+		args = raw // not JSON: pass the text, the tool's schema check reports it
+	}
+	return name, args, true
+}
+
+func isGreeting(text string) bool {
+	words := strings.Fields(strings.ToLower(text))
+	if len(words) == 0 || len(words) > 3 {
+		return false
+	}
+	for _, w := range words {
+		if greetWords[strings.TrimFunc(w, func(r rune) bool { return !unicode.IsLetter(r) })] {
+			return true
+		}
+	}
+	return false
+}
+
+// arithmetic returns the first arithmetic expression (digits, + - * / ( ) and
+// spaces, with at least one operator) in text, or "".
+func arithmetic(text string) string {
+	for _, m := range arithRe.FindAllString(text, -1) {
+		m = strings.TrimSpace(m)
+		if strings.ContainsAny(m, "+-*/") && strings.ContainsAny(m, "0123456789") {
+			return m
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n])
+}
+
+func ceilDiv4(n int) int { return (n + 3) / 4 }
