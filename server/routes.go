@@ -52,6 +52,10 @@ func (s *Server) routes() *gin.Engine {
 	s.realtimeRoutes(r)
 	s.rxdbRoutes(r)
 	s.triggerRoutes(r)
+	if s.webhooks != nil {
+		// Signed deliveries, not API calls: no API-key authentication.
+		r.POST("/webhooks/*name", gin.WrapH(s.webhooks))
+	}
 
 	db := r.Group(routeDatabase, s.authenticate, s.database)
 	db.GET(routeDocuments, s.getDocuments)

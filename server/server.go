@@ -92,6 +92,9 @@ type Config struct {
 	// Triggers serves the triggers admin API (/admin/v1/triggers,
 	// /admin/v1/deliveries); nil: those routes answer 404.
 	Triggers *triggers.Service
+	// Webhooks serves /webhooks/* (the agent runtime's handlers, which
+	// authenticate deliveries by their signature); nil: 404.
+	Webhooks http.Handler
 }
 
 // Server is the HTTP surface over one Store.
@@ -112,6 +115,7 @@ type Server struct {
 	rt              *realtimeServer
 	rxdb            RxDBConfig
 	triggers        *triggers.Service
+	webhooks        http.Handler
 	engine          *gin.Engine
 }
 
@@ -153,6 +157,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		rulesFile:       cfg.RulesFile,
 		rxdb:            cfg.RxDB,
 		triggers:        cfg.Triggers,
+		webhooks:        cfg.Webhooks,
 	}
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()

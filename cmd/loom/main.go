@@ -18,6 +18,7 @@ const usage = `Loom — realtime document database with trigger webhooks.
 
 Usage:
   loom serve [flags]     run the server (loom serve -h for flags)
+  loom agents [flags]    run the agent runtime's webhook handlers alone against a remote Loom (loom agents -h)
   loom bench [flags]     load-test a server over REST (loom bench -h)
   loom version           print the version
 `
@@ -38,6 +39,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stdout, stderr)
+	case "agents":
+		err = agents(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = bench(ctx, args[1:], stdout)
 	case "version", "--version", "-v":

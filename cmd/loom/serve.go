@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 	"github.com/loomdb/loom/triggers"
+	"github.com/loomdb/loom/webhooks/loomclient"
 )
 
 const adminKeyFile = "admin.key"
@@ -89,9 +91,34 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
-	trig, err := openTriggers(ctx, cfg, store, selfURL(ln.Addr()), logger, reg)
+	self := selfURL(ln.Addr())
+	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
+	if err != nil {
+		return fmt.Errorf("config [webhooks]: %w", err)
+	}
+	whSecret, err := loadWebhookSecret(cfg.Data)
 	if err != nil {
 		return err
+	}
+	trig, err := openTriggers(ctx, cfg, store, guard, map[string]string{"LOOM_URL": self, "LOOM_WEBHOOK_SECRET": whSecret}, logger, reg)
+	if err != nil {
+		return err
+	}
+	var agentHandlers http.Handler
+	if agentsEnabled(cfg) {
+		key, err := agentsKey(ctx, authSvc)
+		if err != nil {
+			return err
+		}
+		docs, err := loomclient.New(loomclient.Config{BaseURL: self, APIKey: key})
+		if err != nil {
+			return err
+		}
+		h, err := buildAgents(cfg, docs, guard.Transport(), whSecret, logger)
+		if err != nil {
+			return err
+		}
+		agentHandlers = h
 	}
 
 	srv, err := server.New(store, server.Config{
@@ -107,6 +134,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Registry:        reg,
 		Version:         version,
 		Triggers:        trig,
+		Webhooks:        agentHandlers,
 	})
 	if err != nil {
 		return err
@@ -139,11 +167,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // openTriggers loads triggers.json (a bad file refuses to start) and builds
 // the delivery pipeline with the SSRF guard from [webhooks].
-func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, selfURL string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
-	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
-	if err != nil {
-		return nil, fmt.Errorf("config [webhooks]: %w", err)
-	}
+func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, guard *ssrf.Guard, envDefaults map[string]string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
 	node, err := loadNodeID(cfg.Data)
 	if err != nil {
 		return nil, err
@@ -151,7 +175,7 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 	svc, err := triggers.New(ctx, triggers.Config{
 		Store:            store,
 		File:             cfg.Triggers,
-		Expand:           triggers.EnvExpander(map[string]string{"LOOM_URL": selfURL}),
+		Expand:           triggers.EnvExpander(envDefaults),
 		Transport:        guard.Transport(),
 		NodeID:           node,
 		Workers:          cfg.Webhooks.Workers,

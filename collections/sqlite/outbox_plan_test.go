@@ -19,7 +19,9 @@ func TestOutboxQueriesUseTheirIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	eq := func(f string, v any) collections.Filter { return collections.Filter{Field: f, Op: collections.OpEq, Value: v} }
+	eq := func(f string, v any) collections.Filter {
+		return collections.Filter{Field: f, Op: collections.OpEq, Value: v}
+	}
 	cases := []struct {
 		name string
 		q    collections.Query

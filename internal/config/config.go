@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/tools"
 )
 
 // Defaults.
@@ -43,6 +44,8 @@ type Config struct {
 	Security Security            `toml:"security"`
 	Webhooks Webhooks            `toml:"webhooks"`
 	LLM      LLM                 `toml:"llm"`
+	Agents   Agents              `toml:"agents"`
+	Tools    []tools.Def         `toml:"tool"`
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
 	Indexes  []collections.Index `toml:"index"`
@@ -81,11 +84,27 @@ type Webhooks struct {
 	Retention Duration `toml:"retention"`
 }
 
-// LLM configures the agent runtime's model endpoint.
+// LLM configures the agent runtime's model endpoint: any OpenAI-compatible
+// chat-completions API. Without BaseURL the offline model runs.
 type LLM struct {
-	BaseURL string `toml:"base_url"`
-	APIKey  string `toml:"api_key"`
-	Model   string `toml:"model"`
+	BaseURL string   `toml:"base_url"`
+	APIKey  string   `toml:"api_key"`
+	Model   string   `toml:"model"`
+	Timeout Duration `toml:"timeout"`
+}
+
+// Agents tunes the agent runtime.
+type Agents struct {
+	// Enabled serves the built-in handlers under /webhooks/* (default on).
+	Enabled *bool `toml:"enabled"`
+	// MaxIterations bounds LLM steps per sub-agent (default 10).
+	MaxIterations int `toml:"max_iterations"`
+	// TokenBudget is a sub-agent's context size in prompt tokens above
+	// which older messages are summarised (default 8000).
+	TokenBudget int `toml:"token_budget"`
+	// ToolsFile is a JSON array of tool definitions (default ./tools.json
+	// when present); [[tool]] entries add to it.
+	ToolsFile string `toml:"tools_file"`
 }
 
 // Limits bounds request and document sizes.
@@ -193,6 +212,7 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.Auth.JWTSecret, "", "LOOM_JWT_SECRET")
 	set(&cfg.LLM.BaseURL, "", "LOOM_LLM_BASE_URL")
 	set(&cfg.LLM.APIKey, "", "LOOM_LLM_API_KEY")
+	set(&cfg.LLM.Model, "", "LOOM_LLM_MODEL")
 	if cfg.Triggers == "" {
 		if _, err := os.Stat(DefaultTriggersFile); err == nil {
 			cfg.Triggers = DefaultTriggersFile

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/internal/ssrf"
+	"github.com/loomdb/loom/triggers"
+	"github.com/loomdb/loom/webhooks"
+	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/loomclient"
+	"github.com/loomdb/loom/webhooks/tools"
+)
+
+const (
+	webhookSecretFile = "webhook.secret"
+	agentsKeyName     = "loom-agents"
+	defaultToolsFile  = "./tools.json"
+)
+
+// agentsEnabled reports whether loom serve mounts the built-in handlers.
+func agentsEnabled(cfg config.Config) bool {
+	return cfg.Agents.Enabled == nil || *cfg.Agents.Enabled
+}
+
+// buildAgents builds the agent runtime's handlers over docs (Loom's HTTP
+// API with a service key).
+func buildAgents(cfg config.Config, docs webhooks.Docs, transport http.RoundTripper, secret string, logger *slog.Logger) (*webhooks.Handlers, error) {
+	model, err := llm.New(llm.Config{
+		BaseURL: cfg.LLM.BaseURL,
+		APIKey:  cfg.LLM.APIKey,
+		Model:   cfg.LLM.Model,
+		Timeout: cfg.LLM.Timeout.Duration,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("config [llm]: %w", err)
+	}
+	defs, err := loadTools(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := tools.New(defs, tools.Deps{Query: docs.Query, Transport: transport})
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	if model.Name() == "offline" {
+		logger.Warn("no [llm] base_url configured: the agent runtime uses the offline model (deterministic, labelled \"[offline model]\")")
+	}
+	return webhooks.New(webhooks.Config{
+		Docs:          docs,
+		Model:         model,
+		Tools:         reg,
+		Secret:        secret,
+		MaxIterations: cfg.Agents.MaxIterations,
+		TokenBudget:   cfg.Agents.TokenBudget,
+		Logger:        logger,
+	})
+}
+
+// loadTools reads the tools file (configured, or ./tools.json when present)
+// and appends the [[tool]] entries of the config.
+func loadTools(cfg config.Config) ([]tools.Def, error) {
+	file, explicit := cfg.Agents.ToolsFile, true
+	if file == "" {
+		file, explicit = defaultToolsFile, false
+	}
+	defs, err := tools.LoadFile(file)
+	if err != nil {
+		if !explicit && errors.Is(err, fs.ErrNotExist) {
+			defs = nil
+		} else {
+			return nil, err
+		}
+	}
+	return append(defs, cfg.Tools...), nil
+}
+
+// loadWebhookSecret returns LOOM_WEBHOOK_SECRET, or the secret kept in the
+// data directory (generated on first start). It signs the built-in
+// triggers' deliveries and the handlers verify it.
+func loadWebhookSecret(dir string) (string, error) {
+	if s := os.Getenv("LOOM_WEBHOOK_SECRET"); s != "" {
+		return s, nil
+	}
+	path := filepath.Join(dir, webhookSecretFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("webhook secret: %w", err)
+	}
+	s := triggers.NewSecret()
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("webhook secret: %w", err)
+	}
+	return s, nil
+}
+
+// agentsKey issues a fresh service key for the built-in handlers (the
+// previous one is revoked): only its hash is stored, so each start makes a
+// new one.
+func agentsKey(ctx context.Context, a *auth.Service) (string, error) {
+	key, err := a.CreateServiceKey(ctx, agentsKeyName, []string{"service"})
+	if errors.Is(err, auth.ErrServiceKeyExists) {
+		if err := a.RevokeServiceKey(ctx, agentsKeyName); err != nil {
+			return "", err
+		}
+		key, err = a.CreateServiceKey(ctx, agentsKeyName, []string{"service"})
+	}
+	if err != nil {
+		return "", fmt.Errorf("agents service key: %w", err)
+	}
+	return key, nil
+}
+
+// agents runs the handlers alone against a remote Loom: `loom agents
+// --loom-url URL --api-key KEY`. The remote server's triggers must point
+// at this process and sign with the same secret.
+func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("loom agents", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	addr := fset.String("addr", "127.0.0.1:8081", "listen address for /webhooks/*")
+	loomURL := fset.String("loom-url", os.Getenv("LOOM_URL"), "Loom base URL (env LOOM_URL)")
+	apiKey := fset.String("api-key", os.Getenv("LOOM_API_KEY"), "service key with the service role (env LOOM_API_KEY)")
+	secret := fset.String("secret", os.Getenv("LOOM_WEBHOOK_SECRET"), "Standard Webhooks secret of the triggers (env LOOM_WEBHOOK_SECRET)")
+	cfgFile := fset.String("config", "", "TOML config for [llm], [agents], [[tool]] and [webhooks] (env LOOM_CONFIG, default ./loom.toml when present)")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if *loomURL == "" || *apiKey == "" || *secret == "" {
+		return errors.New("loom agents needs --loom-url, --api-key and --secret (or LOOM_URL, LOOM_API_KEY, LOOM_WEBHOOK_SECRET)")
+	}
+	cfg, err := config.Load(config.Flags{Config: *cfgFile}, os.Getenv)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stderr, os.Getenv("LOOM_LOG_LEVEL"))
+	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
+	if err != nil {
+		return fmt.Errorf("config [webhooks]: %w", err)
+	}
+	docs, err := loomclient.New(loomclient.Config{BaseURL: *loomURL, APIKey: *apiKey})
+	if err != nil {
+		return err
+	}
+	h, err := buildAgents(cfg, docs, guard.Transport(), *secret, logger)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/webhooks/", h)
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "Loom agents %s serving http://%s/webhooks/* for %s\n", version, ln.Addr(), *loomURL)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

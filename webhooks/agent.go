@@ -1,0 +1,378 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/tools"
+)
+
+// keepRecent is how many recent messages a compression leaves verbatim.
+const keepRecent = 6
+
+// maxContextMessages bounds the messages one loop step reads.
+const maxContextMessages = 1000
+
+var askUserTool = llm.Tool{
+	Name:        "ask_user",
+	Description: "Ask the user a question when you cannot continue without their answer. The task waits until they reply.",
+	Parameters: map[string]any{"type": "object", "required": []any{"question"}, "properties": map[string]any{
+		"question": map[string]any{"type": "string"},
+	}},
+}
+
+func toolsCall(uid string) tools.Call { return tools.Call{UserID: uid} }
+
+func ignoreConflict(err error) error {
+	if errors.Is(err, collections.ErrPreconditionFailed) {
+		return nil
+	}
+	return err
+}
+
+// roleOf reads the role from a task name such as "agent:researcher".
+func (h *Handlers) roleOf(task *collections.Document) string {
+	role := strings.TrimPrefix(str(task, "name"), "agent:")
+	if _, ok := h.cfg.Roles[role]; !ok {
+		return "general"
+	}
+	return role
+}
+
+// agentInit starts a sub-agent for a new agent task: the sub-agent, its
+// system prompt, the task marked running, and last the instruction as its
+// first user message (which starts the loop).
+func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
+	c, err := chatOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	task := ev.Doc
+	if str(task, "type") != "agent" {
+		return nil
+	}
+	sa := task.ID // one sub-agent per task, named after it
+	role := h.roleOf(task)
+	if _, err := h.createOnce(ctx, c.subAgent(sa), map[string]any{
+		"userId": c.uid, "chatId": c.id, "taskId": task.ID, "role": role, "status": "active",
+		"iterationCount": 0, "tokenBudget": h.cfg.TokenBudget, "tokensUsed": 0,
+	}); err != nil {
+		return err
+	}
+	if _, err := h.createOnce(ctx, c.subMessages(sa)+"/"+msgID(0), map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "system", "content": h.cfg.Roles[role].SystemPrompt, "seq": 0,
+	}); err != nil {
+		return err
+	}
+	cur, err := h.docs.Get(ctx, task.Path)
+	if err != nil {
+		return err
+	}
+	if str(cur, "status") == "pending" {
+		if _, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "subAgentId": sa}, cur.Version); ignoreConflict(err) != nil {
+			return err
+		}
+	}
+	_, err = h.createOnce(ctx, c.subMessages(sa)+"/"+msgID(1), map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,
+	})
+	return err
+}
+
+// lastSubMessage returns a sub-agent's message with the highest seq.
+func (h *Handlers) lastSubMessage(ctx context.Context, c chat, sa string) (*collections.Document, error) {
+	docs, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.subMessages(sa),
+		OrderBy:    []collections.Order{{Field: "seq", Direction: "desc"}},
+		Limit:      1,
+	})
+	if err != nil || len(docs) == 0 {
+		return nil, err
+	}
+	return docs[0], nil
+}
+
+// agentLoop runs one LLM step of a sub-agent when a user or tool message
+// arrives: it waits until every tool call of the last step has its result,
+// then asks the model and writes the assistant message, its tool calls, or
+// the task's end.
+func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
+	c, err := chatOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	sa, err := subAgentOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	agent, err := h.getOpt(ctx, c.subAgent(sa))
+	if err != nil || agent == nil {
+		return err
+	}
+	msgs, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.subMessages(sa),
+		OrderBy:    []collections.Order{{Field: "seq"}},
+		Limit:      maxContextMessages,
+	})
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	last := msgs[len(msgs)-1]
+	// A redelivery after the step was written: finish its follow-ups.
+	if str(last, "role") == "assistant" {
+		if str(last, "inReplyTo") == ev.ID {
+			return h.followUp(ctx, c, sa, agent, last)
+		}
+		return nil
+	}
+	if str(agent, "status") != "active" {
+		return nil // waiting for the user, or finished
+	}
+	if pendingCalls(msgs) {
+		return nil // parallel tool calls: the last result runs the step
+	}
+	task, err := h.docs.Get(ctx, c.tasks()+"/"+str(agent, "taskId"))
+	if err != nil {
+		return err
+	}
+	if int(num(agent, "iterationCount")) >= h.cfg.MaxIterations {
+		return h.finishTask(ctx, c, sa, agent, task, "", fmt.Sprintf("max iterations (%d) reached", h.cfg.MaxIterations))
+	}
+	if num(agent, "contextTokens") > int64(h.cfg.TokenBudget) {
+		if agent, err = h.compress(ctx, c, sa, agent, msgs); err != nil {
+			return err
+		}
+	}
+	role := h.roleOf(task)
+	toolDefs := []llm.Tool{askUserTool}
+	for _, name := range h.cfg.Roles[role].Tools {
+		if d, ok := h.tools.Get(name); ok {
+			toolDefs = append(toolDefs, llm.Tool{Name: d.Name, Description: d.Description, Parameters: d.InputSchema})
+		}
+	}
+	res, err := h.model.Complete(ctx, llm.Request{Messages: buildContext(agent, msgs), Tools: toolDefs})
+	if err != nil {
+		return fmt.Errorf("agent model: %w", err)
+	}
+	seq := num(last, "seq") + 1
+	calls := make([]any, len(res.ToolCalls))
+	for i, tc := range res.ToolCalls {
+		calls[i] = map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
+	}
+	data := map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "assistant", "content": res.Content, "seq": seq,
+		"inReplyTo": ev.ID, "finishReason": res.FinishReason,
+	}
+	if len(calls) > 0 {
+		data["toolCalls"] = calls
+	}
+	step, err := h.docs.Create(ctx, c.subMessages(sa)+"/"+msgID(seq), data)
+	if errors.Is(err, collections.ErrAlreadyExists) {
+		return nil // another delivery wrote this step
+	}
+	if err != nil {
+		return err
+	}
+	agent, err = h.docs.Update(ctx, agent.Path, map[string]any{
+		"iterationCount": num(agent, "iterationCount") + 1,
+		"tokensUsed":     num(agent, "tokensUsed") + int64(res.Usage.TotalTokens),
+		"contextTokens":  res.Usage.PromptTokens,
+	}, 0)
+	if err != nil {
+		return err
+	}
+	return h.followUp(ctx, c, sa, agent, step)
+}
+
+// pendingCalls reports whether the last assistant message has tool calls
+// (other than ask_user) without a tool result yet.
+func pendingCalls(msgs []*collections.Document) bool {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if str(m, "role") != "assistant" {
+			continue
+		}
+		answered := map[string]bool{}
+		for _, r := range msgs[i+1:] {
+			if str(r, "role") == "tool" {
+				answered[str(r, "toolCallId")] = true
+			}
+		}
+		for _, tc := range toolCallsOf(m) {
+			if tc.Name != askUserTool.Name && !answered[tc.ID] {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
+
+// toolCallsOf reads the OpenAI-shaped toolCalls of an assistant message.
+func toolCallsOf(m *collections.Document) []llm.ToolCall {
+	raw, _ := m.Data["toolCalls"].([]any)
+	out := make([]llm.ToolCall, 0, len(raw))
+	for _, r := range raw {
+		o, _ := r.(map[string]any)
+		fn, _ := o["function"].(map[string]any)
+		id, _ := o["id"].(string)
+		name, _ := fn["name"].(string)
+		args, _ := fn["arguments"].(string)
+		out = append(out, llm.ToolCall{ID: id, Name: name, Arguments: args})
+	}
+	return out
+}
+
+// followUp carries out a written step: tool-call documents for its calls,
+// the wait for the user for ask_user, or the task's end for a final
+// answer. Every write is idempotent.
+func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step *collections.Document) error {
+	calls := toolCallsOf(step)
+	task, err := h.docs.Get(ctx, c.tasks()+"/"+str(agent, "taskId"))
+	if err != nil {
+		return err
+	}
+	if len(calls) == 0 {
+		content := str(step, "content")
+		if content == "" && str(step, "finishReason") == "length" {
+			return h.finishTask(ctx, c, sa, agent, task, "", "the model stopped at its token limit without an answer")
+		}
+		return h.finishTask(ctx, c, sa, agent, task, content, "")
+	}
+	var question string
+	for i, tc := range calls {
+		if tc.Name == askUserTool.Name {
+			var a struct {
+				Question string `json:"question"`
+			}
+			_ = json.Unmarshal([]byte(tc.Arguments), &a)
+			question = a.Question
+			if question == "" {
+				question = "Could you tell me more?"
+			}
+			continue
+		}
+		data := map[string]any{
+			"userId": c.uid, "subAgentId": sa, "toolName": tc.Name, "callId": tc.ID, "argsJson": tc.Arguments,
+			"status": "pending", "assistantSeq": num(step, "seq"), "index": i,
+		}
+		var args any
+		if json.Unmarshal([]byte(tc.Arguments), &args) == nil {
+			data["args"] = args
+		}
+		if d, ok := h.tools.Get(tc.Name); ok {
+			data["visibility"] = d.Visibility
+		}
+		if _, err := h.createOnce(ctx, c.toolCalls(sa)+"/"+validID(tc.ID), data); err != nil {
+			return err
+		}
+	}
+	if question != "" && str(task, "status") != "waiting" && str(agent, "status") == "active" {
+		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "waiting_for_user"}, 0); err != nil {
+			return err
+		}
+		if _, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "waiting", "question": question}, task.Version); ignoreConflict(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishTask ends a sub-agent's task with a result or an error.
+func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, task *collections.Document, result, failure string) error {
+	agentStatus, patch := "completed", map[string]any{"status": "success", "result": result}
+	if failure != "" {
+		agentStatus, patch = "failed", map[string]any{"status": "failed", "error": failure}
+	}
+	if st := str(task, "status"); st == "success" || st == "failed" {
+		return nil
+	}
+	if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0); err != nil {
+		return err
+	}
+	_, err := h.docs.Update(ctx, task.Path, patch, task.Version)
+	return ignoreConflict(err)
+}
+
+// buildContext turns a sub-agent's stored messages into the model's
+// context: the system prompt, the summary of compressed messages, then the
+// messages after it. An ask_user call is answered in the context by a tool
+// message, since the user's reply comes as a user message.
+func buildContext(agent *collections.Document, msgs []*collections.Document) []llm.Message {
+	var out []llm.Message
+	through := num(agent, "summaryThroughSeq")
+	summary := str(agent, "summary")
+	for _, m := range msgs {
+		seq, role := num(m, "seq"), str(m, "role")
+		if role == "system" {
+			out = append(out, llm.Message{Role: "system", Content: str(m, "content")})
+			if summary != "" {
+				out = append(out, llm.Message{Role: "system", Content: "Summary of the earlier conversation:\n" + summary})
+			}
+			continue
+		}
+		if summary != "" && seq <= through {
+			continue
+		}
+		msg := llm.Message{Role: role, Content: str(m, "content"), ToolCallID: str(m, "toolCallId"), Name: str(m, "name")}
+		if role == "assistant" {
+			msg.ToolCalls = toolCallsOf(m)
+		}
+		out = append(out, msg)
+		for _, tc := range msg.ToolCalls {
+			if tc.Name == askUserTool.Name {
+				out = append(out, llm.Message{Role: "tool", ToolCallID: tc.ID, Name: tc.Name, Content: "The question was sent to the user; their reply follows."})
+			}
+		}
+	}
+	return out
+}
+
+// compress summarises the messages before the most recent ones into the
+// sub-agent's summary (one model call), cutting only before a user message
+// so no tool call is separated from its result.
+func (h *Handlers) compress(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document) (*collections.Document, error) {
+	cut := int64(-1)
+	for i := len(msgs) - 1 - keepRecent; i > 0; i-- {
+		if str(msgs[i], "role") == "user" {
+			cut = num(msgs[i], "seq") - 1
+			break
+		}
+	}
+	if cut <= num(agent, "summaryThroughSeq") {
+		return agent, nil // nothing (new) to compress
+	}
+	var b strings.Builder
+	if prev := str(agent, "summary"); prev != "" {
+		b.WriteString("Earlier summary: " + prev + "\n")
+	}
+	for _, m := range msgs {
+		seq := num(m, "seq")
+		if seq == 0 || seq > cut || seq <= num(agent, "summaryThroughSeq") {
+			continue
+		}
+		fmt.Fprintf(&b, "%s: %s\n", str(m, "role"), str(m, "content"))
+		for _, tc := range toolCallsOf(m) {
+			fmt.Fprintf(&b, "  called %s(%s)\n", tc.Name, tc.Arguments)
+		}
+	}
+	res, err := h.model.Complete(ctx, llm.Request{Messages: []llm.Message{
+		{Role: "system", Content: "Summarise this agent conversation for the agent itself: keep facts, results, decisions and open questions. Be brief."},
+		{Role: "user", Content: b.String()},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("compress: %w", err)
+	}
+	return h.docs.Update(ctx, agent.Path, map[string]any{
+		"summary": res.Content, "summaryThroughSeq": cut, "contextTokens": 0,
+		"tokensUsed": num(agent, "tokensUsed") + int64(res.Usage.TotalTokens),
+	}, 0)
+}

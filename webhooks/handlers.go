@@ -1,0 +1,235 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/tools"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxIterations = 10
+	DefaultTokenBudget   = 8000
+	DefaultHistory       = 20
+	maxBody              = 4 << 20
+)
+
+// Role is a sub-agent role: its system prompt and the tools it is offered
+// (besides ask_user).
+type Role struct {
+	SystemPrompt string
+	Tools        []string
+}
+
+// DefaultRoles are the roles the orchestrator can delegate to.
+func DefaultRoles() map[string]Role {
+	return map[string]Role{
+		"researcher": {
+			SystemPrompt: "You are a careful researcher working for a user. Use the tools to find facts, then answer concisely with what you found. If the request is ambiguous, ask the user with ask_user.",
+			Tools:        []string{"current_time", "calculator", "http_get", "query_documents"},
+		},
+		"general": {
+			SystemPrompt: "You are a helpful assistant working on one task for a user. Use tools when they help, then give a short final answer. If you need more information, ask the user with ask_user.",
+			Tools:        []string{"current_time", "calculator", "query_documents"},
+		},
+	}
+}
+
+// Config configures the handlers.
+type Config struct {
+	Docs  Docs
+	Model llm.Model
+	Tools *tools.Registry
+	// Secret verifies the Standard Webhooks signature of every delivery.
+	Secret string
+	Roles  map[string]Role // nil: DefaultRoles
+	// MaxIterations bounds LLM steps per sub-agent (default 10).
+	MaxIterations int
+	// TokenBudget is a sub-agent's context size (prompt tokens) above which
+	// older messages are compressed into a summary (default 8000).
+	TokenBudget int
+	// History is how many chat messages the orchestrator reads (default 20).
+	History int
+	Logger  *slog.Logger
+}
+
+// Handlers serves the agent runtime's webhooks.
+type Handlers struct {
+	cfg    Config
+	docs   Docs
+	model  llm.Model
+	tools  *tools.Registry
+	wh     *standardwebhooks.Webhook
+	log    *slog.Logger
+	routes map[string]func(context.Context, *Event) error
+}
+
+// New builds the handlers.
+func New(cfg Config) (*Handlers, error) {
+	if cfg.Docs == nil || cfg.Model == nil || cfg.Tools == nil {
+		return nil, errors.New("webhooks: Docs, Model and Tools are required")
+	}
+	wh, err := standardwebhooks.NewWebhook(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: secret: %w", err)
+	}
+	if cfg.Roles == nil {
+		cfg.Roles = DefaultRoles()
+	}
+	for name, r := range cfg.Roles {
+		for _, t := range r.Tools {
+			if _, ok := cfg.Tools.Get(t); !ok {
+				return nil, fmt.Errorf("webhooks: role %s: unknown tool %q", name, t)
+			}
+		}
+	}
+	if cfg.MaxIterations <= 0 {
+		cfg.MaxIterations = DefaultMaxIterations
+	}
+	if cfg.TokenBudget <= 0 {
+		cfg.TokenBudget = DefaultTokenBudget
+	}
+	if cfg.History <= 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handlers{cfg: cfg, docs: cfg.Docs, model: cfg.Model, tools: cfg.Tools, wh: wh,
+		log: cfg.Logger.With("component", "agents")}
+	h.routes = map[string]func(context.Context, *Event) error{
+		"orchestrator":          h.orchestrator,
+		"agent-init":            h.agentInit,
+		"agent-loop":            h.agentLoop,
+		"tool-runner":           h.toolRunner,
+		"orchestrator-finalize": h.finalize,
+		"orchestrator-notify":   h.notify,
+	}
+	return h, nil
+}
+
+// ServeHTTP serves POST /webhooks/{name}.
+func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, ok := cutPrefix(r.URL.Path, "/webhooks/")
+	fn := h.routes[name]
+	if !ok || fn == nil {
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": "no webhook handler " + r.URL.Path})
+		return
+	}
+	if r.Method != http.MethodPost {
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "use POST"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body too large"})
+		return
+	}
+	if err := h.wh.Verify(body, r.Header); err != nil {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "invalid webhook signature"})
+		return
+	}
+	ev, err := decodeEvent(body)
+	if err != nil {
+		// A signed body we cannot read will not get better on retry, but
+		// a 4xx other than 410 is retried anyway: say so loudly.
+		h.log.Error("undecodable webhook", "handler", name, "err", err)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": err.Error()})
+		return
+	}
+	start := time.Now()
+	if err := fn(r.Context(), ev); err != nil {
+		h.log.Warn("webhook handler failed; the delivery will be retried", "handler", name, "event", ev.EventID, "path", ev.Path, "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
+		return
+	}
+	h.log.Debug("webhook handled", "handler", name, "event", ev.EventID, "path", ev.Path, "ms", time.Since(start).Milliseconds())
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) < len(p) || s[:len(p)] != p {
+		return "", false
+	}
+	return s[len(p):], true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Event is the part of a trigger delivery the handlers use.
+type Event struct {
+	EventID   string
+	TriggerID string
+	Type      string // create | update | delete
+	Path      string
+	ID        string
+	Params    map[string]string
+	Doc       *collections.Document // the document after the change
+	Before    *collections.Document // nil on create
+}
+
+type wireDoc struct {
+	ID         string         `json:"id"`
+	Collection string         `json:"collection"`
+	Path       string         `json:"path"`
+	Version    int64          `json:"version"`
+	CreatedAt  int64          `json:"createdAt"`
+	UpdatedAt  int64          `json:"updatedAt"`
+	Data       map[string]any `json:"data"`
+}
+
+func (w *wireDoc) doc() *collections.Document {
+	if w == nil {
+		return nil
+	}
+	return &collections.Document{ID: w.ID, Collection: w.Collection, Path: w.Path, Version: w.Version,
+		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt, Data: w.Data}
+}
+
+func decodeEvent(body []byte) (*Event, error) {
+	var p struct {
+		ID        string `json:"id"`
+		TriggerID string `json:"triggerId"`
+		Event     struct {
+			Type     string            `json:"type"`
+			Path     string            `json:"path"`
+			ID       string            `json:"id"`
+			Params   map[string]string `json:"params"`
+			Document *wireDoc          `json:"document"`
+			Before   *wireDoc          `json:"before"`
+		} `json:"event"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("webhook body: %w", err)
+	}
+	if p.Event.Document == nil || p.Event.Path == "" {
+		return nil, errors.New("webhook body has no event document")
+	}
+	ev := &Event{EventID: p.ID, TriggerID: p.TriggerID, Type: p.Event.Type, Path: p.Event.Path, ID: p.Event.ID,
+		Params: p.Event.Params, Doc: p.Event.Document.doc(), Before: p.Event.Before.doc()}
+	if ev.Doc.Data == nil {
+		ev.Doc.Data = map[string]any{}
+	}
+	if ev.Doc.Path == "" {
+		ev.Doc.Path = ev.Path
+	}
+	return ev, nil
+}

@@ -1,0 +1,255 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
+)
+
+const orchestratorPrompt = `You are the orchestrator of a team of agents answering a user in a chat.
+For anything that needs research, several steps or tools, delegate with delegate_task
+(agent "researcher" for finding facts, "general" for everything else); you may delegate
+several tasks at once. To run one tool directly, use run_tool. For small talk, answer
+directly in plain text. Tell the user briefly what you are doing.`
+
+// orchestratorTools are the tools the orchestrator is offered.
+func (h *Handlers) orchestratorTools() []llm.Tool {
+	agents := make([]any, 0, len(h.cfg.Roles))
+	for name := range h.cfg.Roles {
+		agents = append(agents, name)
+	}
+	slices.SortFunc(agents, func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
+	return []llm.Tool{
+		{Name: "delegate_task", Description: "Delegate a task to a sub-agent that works on it with tools and reports back.",
+			Parameters: map[string]any{"type": "object", "required": []any{"agent", "instruction"}, "properties": map[string]any{
+				"agent":       map[string]any{"type": "string", "enum": agents},
+				"instruction": map[string]any{"type": "string", "description": "What the sub-agent should do, self-contained."},
+			}}},
+		{Name: "run_tool", Description: "Run one tool directly. Tools: " + strings.Join(h.tools.Names(), ", ") + ".",
+			Parameters: map[string]any{"type": "object", "required": []any{"name", "args"}, "properties": map[string]any{
+				"name": map[string]any{"type": "string"},
+				"args": map[string]any{"type": "object"},
+			}}},
+	}
+}
+
+// orchestrator handles a user message in a chat: it answers, delegates
+// tasks, runs a tool, or routes the message to a sub-agent that is
+// waiting for the user's answer.
+func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
+	c, err := chatOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	msg := ev.Doc
+	if routed, err := h.routeToWaiting(ctx, c, msg); err != nil || routed {
+		return err
+	}
+	replyPath := c.messages() + "/" + msg.ID + "-reply"
+	reply, err := h.getOpt(ctx, replyPath)
+	if err != nil {
+		return err
+	}
+	if reply == nil {
+		// The model's decision is stored (in the reply's plan) before it is
+		// acted on, so a redelivery carries it out instead of asking again.
+		history, err := h.chatHistory(ctx, c, msg)
+		if err != nil {
+			return err
+		}
+		res, err := h.model.Complete(ctx, llm.Request{
+			Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
+			Tools:    h.orchestratorTools(),
+		})
+		if err != nil {
+			return fmt.Errorf("orchestrator model: %w", err)
+		}
+		plan := make([]any, len(res.ToolCalls))
+		taskIDs := make([]any, 0, len(res.ToolCalls))
+		for i, tc := range res.ToolCalls {
+			plan[i] = map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}
+			taskIDs = append(taskIDs, msg.ID+"-t"+strconv.Itoa(i))
+		}
+		content := res.Content
+		if content == "" && len(plan) > 0 {
+			content = "Working on it."
+		}
+		status := "done"
+		if len(plan) > 0 {
+			status = "delegated"
+		}
+		reply, err = h.createOnce(ctx, replyPath, map[string]any{
+			"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
+			"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	plan, _ := reply.Data["plan"].([]any)
+	for i, p := range plan {
+		call, _ := p.(map[string]any)
+		if err := h.startTask(ctx, c, msg, i, call); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chatHistory returns the chat's recent messages, oldest first, ending with
+// msg.
+func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Document) ([]llm.Message, error) {
+	docs, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.messages(),
+		OrderBy:    []collections.Order{{Field: collections.FieldCreatedAt, Direction: "desc"}},
+		Limit:      h.cfg.History,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []llm.Message
+	seen := false
+	for i := len(docs) - 1; i >= 0; i-- {
+		d := docs[i]
+		if d.CreatedAt > msg.CreatedAt {
+			continue // written after this message: not part of its context
+		}
+		role := str(d, "role")
+		if role != "user" && role != "assistant" {
+			continue
+		}
+		seen = seen || d.ID == msg.ID
+		out = append(out, llm.Message{Role: role, Content: str(d, "content")})
+	}
+	if !seen {
+		out = append(out, llm.Message{Role: "user", Content: str(msg, "content")})
+	}
+	return out, nil
+}
+
+// startTask creates the task of one planned call (idempotent). A run_tool
+// task runs its tool right here; its completion is reported like an
+// agent's.
+func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Document, i int, call map[string]any) error {
+	name, _ := call["name"].(string)
+	argsText, _ := call["arguments"].(string)
+	var args map[string]any
+	argErr := json.Unmarshal([]byte(argsText), &args)
+	path := c.tasks() + "/" + msg.ID + "-t" + strconv.Itoa(i)
+	base := map[string]any{"userId": c.uid, "chatId": c.id, "triggerMessageId": msg.ID, "status": "pending"}
+	switch name {
+	case "delegate_task":
+		agent, _ := args["agent"].(string)
+		if _, ok := h.cfg.Roles[agent]; !ok {
+			agent = "general"
+		}
+		instr, _ := args["instruction"].(string)
+		if argErr != nil || instr == "" {
+			instr = str(msg, "content")
+		}
+		base["type"], base["name"], base["instruction"] = "agent", "agent:"+agent, instr
+		_, err := h.createOnce(ctx, path, base)
+		return err
+	case "run_tool":
+		tool, _ := args["name"].(string)
+		toolArgs, _ := json.Marshal(args["args"])
+		if args["args"] == nil {
+			toolArgs = []byte("{}")
+		}
+		base["type"], base["name"], base["instruction"], base["status"] = "tool", "tool:"+tool, string(toolArgs), "running"
+		task, err := h.createOnce(ctx, path, base)
+		if err != nil || str(task, "status") != "running" {
+			return err
+		}
+		result, runErr := h.tools.Run(ctx, tool, string(toolArgs), toolsCall(c.uid))
+		patch := map[string]any{"status": "success"}
+		if runErr != nil {
+			patch["status"], patch["error"] = "failed", runErr.Error()
+		} else {
+			b, _ := json.Marshal(result)
+			patch["result"] = string(b)
+		}
+		_, err = h.docs.Update(ctx, path, patch, task.Version)
+		return ignoreConflict(err)
+	default:
+		// A call the orchestrator was not offered: record it as a failed
+		// task so the user sees it.
+		base["type"], base["name"], base["instruction"], base["status"] = "tool", "tool:"+name, argsText, "failed"
+		base["error"] = fmt.Sprintf("unknown orchestrator tool %q", name)
+		_, err := h.createOnce(ctx, path, base)
+		return err
+	}
+}
+
+// routeToWaiting hands a user message to the sub-agent of a task of this
+// chat that waits for the user, as its answer.
+func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.Document) (bool, error) {
+	// A redelivery finds the message routed already.
+	tasks, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.tasks(),
+		Filters:    []collections.Filter{eq("status", "waiting")},
+		Limit:      1,
+	})
+	if err != nil {
+		return false, err
+	}
+	var task *collections.Document
+	if len(tasks) > 0 {
+		task = tasks[0]
+	} else {
+		// Routed before a crash: the task is running again; find it by the
+		// answer it got.
+		routed, err := h.docs.Query(ctx, collections.Query{
+			Collection: c.tasks(),
+			Filters:    []collections.Filter{eq("answerMessageId", msg.ID)},
+			Limit:      1,
+		})
+		if err != nil || len(routed) == 0 {
+			return false, err
+		}
+		task = routed[0]
+	}
+	sa := str(task, "subAgentId")
+	if sa == "" {
+		return false, nil
+	}
+	// Wake the sub-agent before its new message triggers the loop.
+	if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "active"}, 0); err != nil {
+		return false, err
+	}
+	if str(task, "status") == "waiting" {
+		if _, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "answerMessageId": msg.ID}, task.Version); ignoreConflict(err) != nil {
+			return false, err
+		}
+	}
+	last, err := h.lastSubMessage(ctx, c, sa)
+	if err != nil {
+		return false, err
+	}
+	// The answer's id derives from the chat message, so a redelivery does
+	// not write it twice; its seq follows the sub-agent's last message.
+	answerPath := c.subMessages(sa) + "/" + "answer-" + msg.ID
+	if existing, err := h.getOpt(ctx, answerPath); err != nil || existing != nil {
+		return true, err
+	}
+	_, err = h.createOnce(ctx, answerPath, map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(msg, "content"),
+		"seq": num(last, "seq") + 1, "chatMessageId": msg.ID,
+	})
+	return true, err
+}
+
+// llmSummaryRequest asks the model to turn a task result into the chat
+// answer.
+func llmSummaryRequest(instruction, result string) llm.Request {
+	return llm.Request{Messages: []llm.Message{
+		{Role: "system", Content: "You write the final answer to the user from a sub-agent's result. Be concise and faithful to the result."},
+		{Role: "user", Content: "Task: " + instruction + "\n\nResult:\n" + result},
+	}}
+}

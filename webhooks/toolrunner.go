@@ -1,0 +1,150 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/tools"
+)
+
+// maxResultChars bounds a tool result as the model sees it.
+const maxResultChars = 16 << 10
+
+// toolRunner executes a pending tool call, records the outcome on the
+// tool-call document and writes the tool message that answers the call
+// (which wakes the agent loop). Bad arguments are a tool error the model
+// sees, not a handler failure.
+func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
+	c, err := chatOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	sa, err := subAgentOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	tc, err := h.getOpt(ctx, ev.Path)
+	if err != nil || tc == nil {
+		return err
+	}
+	if str(tc, "status") == "pending" {
+		start := time.Now()
+		result, runErr := h.tools.Run(ctx, str(tc, "toolName"), str(tc, "argsJson"), toolsCall(c.uid))
+		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
+			return runErr // cancelled: retry the delivery
+		}
+		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
+		if runErr != nil {
+			patch["status"], patch["error"] = "failed", runErr.Error()
+		} else {
+			b, err := json.Marshal(result)
+			if err != nil {
+				patch["status"], patch["error"] = "failed", "result is not JSON: "+err.Error()
+			} else {
+				patch["result"] = string(b)
+			}
+		}
+		updated, err := h.docs.Update(ctx, tc.Path, patch, tc.Version)
+		if errors.Is(err, collections.ErrPreconditionFailed) {
+			updated, err = h.docs.Get(ctx, tc.Path) // a concurrent delivery recorded it
+		}
+		if err != nil {
+			return err
+		}
+		tc = updated
+	}
+	content := str(tc, "result")
+	if str(tc, "status") == "failed" {
+		content = "error: " + str(tc, "error")
+	}
+	if len(content) > maxResultChars {
+		content = content[:maxResultChars] + "…(truncated)"
+	}
+	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
+	if _, err := h.createOnce(ctx, c.subMessages(sa)+"/"+msgID(seq), map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
+		"toolCallId": str(tc, "callId"), "name": str(tc, "toolName"),
+	}); err != nil {
+		return err
+	}
+	return h.mirror(ctx, c, tc, content)
+}
+
+// mirror shows a tool call in the user's chat as its visibility says:
+// visible (call and result), result-only, or hidden (nothing).
+func (h *Handlers) mirror(ctx context.Context, c chat, tc *collections.Document, content string) error {
+	var text string
+	switch str(tc, "visibility") {
+	case "hidden":
+		return nil
+	case "result-only":
+		text = content
+	default:
+		text = fmt.Sprintf("%s(%s) → %s", str(tc, "toolName"), str(tc, "argsJson"), content)
+	}
+	_, err := h.createOnce(ctx, c.messages()+"/tool-"+tc.ID, map[string]any{
+		"userId": c.uid, "chatId": c.id, "role": "assistant", "kind": "tool", "content": text,
+		"toolName": str(tc, "toolName"), "toolCallId": tc.ID,
+	})
+	return err
+}
+
+// finalize writes the answer of a finished task into the chat: the result,
+// summarised by the model when one is configured.
+func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
+	c, err := chatOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	task := ev.Doc
+	path := c.messages() + "/" + task.ID + "-result"
+	if existing, err := h.getOpt(ctx, path); err != nil || existing != nil {
+		return err
+	}
+	status := str(task, "status")
+	var content string
+	switch status {
+	case "success":
+		content = str(task, "result")
+		if h.model.Name() != "offline" && content != "" {
+			res, err := h.model.Complete(ctx, llmSummaryRequest(str(task, "instruction"), content))
+			if err != nil {
+				return fmt.Errorf("finalize model: %w", err)
+			}
+			if res.Content != "" {
+				content = res.Content
+			}
+		}
+	case "failed":
+		content = fmt.Sprintf("The task %q failed: %s", str(task, "name"), str(task, "error"))
+	default:
+		return nil
+	}
+	_, err = h.createOnce(ctx, path, map[string]any{
+		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
+		"taskId": task.ID, "replyTo": str(task, "triggerMessageId"), "status": status,
+	})
+	return err
+}
+
+// notify writes a waiting task's question into the chat.
+func (h *Handlers) notify(ctx context.Context, ev *Event) error {
+	c, err := chatOf(ev.Path)
+	if err != nil {
+		return err
+	}
+	task := ev.Doc
+	if str(task, "status") != "waiting" {
+		return nil
+	}
+	// One question per wait: the id carries the task version of the wait.
+	_, err = h.createOnce(ctx, fmt.Sprintf("%s/%s-q%d", c.messages(), task.ID, task.Version), map[string]any{
+		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": str(task, "question"),
+		"taskId": task.ID, "kind": "question", "status": "waiting",
+	})
+	return err
+}
