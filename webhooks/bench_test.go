@@ -1,0 +1,125 @@
+package webhooks_test
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// BenchmarkAgentHop measures the runtime's overhead per hop — a document
+// write, its trigger, the handler's reads and writes over the REST API, up
+// to the next document write — with the offline model (no LLM time). A run
+// has six hops; each is timed from the commit time of the document that
+// fired it to the commit time of the first document the handler wrote
+// (server timestamps, ms). Environment: LOOM_AGENT_RUNS (30) chats,
+// LOOM_AGENT_CONC (1) at a time.
+//
+//	go test -run '^$' -bench AgentHop -benchtime 1x ./webhooks/
+func BenchmarkAgentHop(b *testing.B) {
+	runs := envInt("LOOM_AGENT_RUNS", 30)
+	conc := envInt("LOOM_AGENT_CONC", 1)
+	for i := 0; i < b.N; i++ {
+		s := startStack(b, stackOpts{})
+		var mu sync.Mutex
+		hops := map[string][]time.Duration{}
+		var total []time.Duration
+		sem := make(chan struct{}, conc)
+		var wg sync.WaitGroup
+		b.ResetTimer()
+		start := time.Now()
+		for r := 0; r < runs; r++ {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				chat := "b" + strconv.Itoa(r)
+				t0 := time.Now()
+				s.say(chat, "m1", "What is 6*7?")
+				s.waitFor("run "+chat, 30*time.Second, func() bool { return s.get(s.chat(chat)+"/messages/m1-t0-result") != nil })
+				h, err := runHops(s, chat)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				for k, v := range h {
+					hops[k] = append(hops[k], v)
+				}
+				total = append(total, time.Since(t0))
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		b.StopTimer()
+		var all []time.Duration
+		for name, ds := range hops {
+			slices.Sort(ds)
+			all = append(all, ds...)
+			b.Logf("hop %-34s p50 %4d ms  p99 %4d ms", name, pct(ds, 0.5).Milliseconds(), pct(ds, 0.99).Milliseconds())
+		}
+		slices.Sort(all)
+		slices.Sort(total)
+		b.ReportMetric(float64(pct(all, 0.5).Microseconds())/1000, "hop-p50-ms")
+		b.ReportMetric(float64(pct(all, 0.99).Microseconds())/1000, "hop-p99-ms")
+		b.ReportMetric(float64(pct(total, 0.5).Microseconds())/1000, "run-p50-ms")
+		b.ReportMetric(float64(runs)/elapsed.Seconds(), "runs/s")
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func pct(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+// runHops reads the six hops of a finished run from document timestamps.
+func runHops(s *stack, chat string) (map[string]time.Duration, error) {
+	c := s.chat(chat)
+	sa := c + "/sub-agents/m1-t0"
+	get := func(p string) (*collections.Document, error) {
+		d := s.get(p)
+		if d == nil {
+			return nil, fmt.Errorf("%s missing", p)
+		}
+		return d, nil
+	}
+	paths := []string{c + "/messages/m1", c + "/messages/m1-reply", c + "/tasks/m1-t0", sa + "/messages/m000001",
+		sa + "/messages/m000002", sa + "/messages/m000003", sa + "/messages/m000004", c + "/messages/m1-t0-result"}
+	d := make([]*collections.Document, len(paths))
+	for i, p := range paths {
+		var err error
+		if d[i], err = get(p); err != nil {
+			return nil, err
+		}
+	}
+	calls := s.docs(sa + "/tool-calls")
+	if len(calls) != 1 {
+		return nil, fmt.Errorf("%d tool calls", len(calls))
+	}
+	ms := func(from, to int64) time.Duration { return time.Duration(to-from) * time.Millisecond }
+	msg, reply, task, first, step, tool, final, result := d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]
+	return map[string]time.Duration{
+		"user message → orchestrator reply":  ms(msg.CreatedAt, reply.CreatedAt),
+		"task → agent-init (sub-agent user)": ms(task.CreatedAt, first.CreatedAt),
+		"user → agent-loop step":             ms(first.CreatedAt, step.CreatedAt),
+		"tool call → tool-runner result":     ms(calls[0].CreatedAt, tool.CreatedAt),
+		"tool result → agent-loop final":     ms(tool.CreatedAt, final.CreatedAt),
+		"task done → finalize answer":        ms(task.UpdatedAt, result.CreatedAt),
+	}, nil
+}
