@@ -248,5 +248,3 @@ func field(d *collections.Document, f string) string {
 	s, _ := d.Data[f].(string)
 	return s
 }
-
-
