@@ -84,19 +84,6 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	return err
 }
 
-// lastSubMessage returns a sub-agent's message with the highest seq.
-func (h *Handlers) lastSubMessage(ctx context.Context, c chat, sa string) (*collections.Document, error) {
-	docs, err := h.docs.Query(ctx, collections.Query{
-		Collection: c.subMessages(sa),
-		OrderBy:    []collections.Order{{Field: "seq", Direction: "desc"}},
-		Limit:      1,
-	})
-	if err != nil || len(docs) == 0 {
-		return nil, err
-	}
-	return docs[0], nil
-}
-
 // agentLoop runs one LLM step of a sub-agent when a user or tool message
 // arrives: it waits until every tool call of the last step has its result,
 // then asks the model and writes the assistant message, its tool calls, or
@@ -337,12 +324,15 @@ func buildContext(agent *collections.Document, msgs []*collections.Document) []l
 }
 
 // compress summarises the messages before the most recent ones into the
-// sub-agent's summary (one model call), cutting only before a user message
-// so no tool call is separated from its result.
+// sub-agent's summary (one model call), cutting only before a user or an
+// assistant message (never before a tool message), so no tool call is
+// separated from its result. (A sub-agent usually has a single user
+// message, its instruction: cutting only before user messages would never
+// compress a tool loop.)
 func (h *Handlers) compress(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document) (*collections.Document, error) {
 	cut := int64(-1)
 	for i := len(msgs) - 1 - keepRecent; i > 0; i-- {
-		if str(msgs[i], "role") == "user" {
+		if r := str(msgs[i], "role"); r == "user" || r == "assistant" {
 			cut = num(msgs[i], "seq") - 1
 			break
 		}

@@ -109,7 +109,10 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1})
+	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1,
+		// Idle keep-alive connections that never carried a request hold a
+		// graceful shutdown for 5 s (net/http StateNew): do not wait that long.
+		ShutdownTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,21 +228,45 @@ func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.
 			return false, err
 		}
 	}
-	last, err := h.lastSubMessage(ctx, c, sa)
-	if err != nil {
-		return false, err
-	}
 	// The answer's id derives from the chat message, so a redelivery does
-	// not write it twice; its seq follows the sub-agent's last message.
+	// not write it twice; its seq follows the sub-agent's last message and
+	// the seqs reserved for the tool results of the last step (a call of
+	// the step that asked may still be running).
 	answerPath := c.subMessages(sa) + "/" + "answer-" + msg.ID
 	if existing, err := h.getOpt(ctx, answerPath); err != nil || existing != nil {
 		return true, err
 	}
+	seq, err := h.nextFreeSeq(ctx, c, sa)
+	if err != nil {
+		return false, err
+	}
 	_, err = h.createOnce(ctx, answerPath, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(msg, "content"),
-		"seq": num(last, "seq") + 1, "chatMessageId": msg.ID,
+		"seq": seq, "chatMessageId": msg.ID,
 	})
 	return true, err
+}
+
+// nextFreeSeq returns the seq after a sub-agent's last message and after
+// the seqs its last assistant step reserved for tool results (seq+1+index).
+func (h *Handlers) nextFreeSeq(ctx context.Context, c chat, sa string) (int64, error) {
+	recent, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.subMessages(sa),
+		OrderBy:    []collections.Order{{Field: "seq", Direction: "desc"}},
+		Limit:      64,
+	})
+	if err != nil {
+		return 0, err
+	}
+	var top int64
+	for _, m := range recent {
+		top = max(top, num(m, "seq"))
+		if str(m, "role") == "assistant" {
+			top = max(top, num(m, "seq")+int64(len(toolCallsOf(m))))
+			break
+		}
+	}
+	return top + 1, nil
 }
 
 // llmSummaryRequest asks the model to turn a task result into the chat
