@@ -55,7 +55,14 @@ func TestAgents_OfflineModelRunsTheWholePipeline(t *testing.T) {
 	if len(calls) != 1 || field(calls[0], "toolName") != "calculator" || field(calls[0], "status") != "success" {
 		t.Fatalf("tool calls %v", s.dump())
 	}
-	// Every delivery succeeded on its first attempt.
+	// Every delivery succeeded on its first attempt (the last ones may
+	// still be recording their outcome when the answer appears).
+	var ds []*triggers.Delivery
+	s.waitFor("every delivery recorded", 5*time.Second, func() bool {
+		var err error
+		ds, _, err = s.trig.Deliveries(context.Background(), triggers.DeliveryQuery{Status: triggers.StatusPending, Limit: 100})
+		return err == nil && len(ds) == 0
+	})
 	ds, _, err := s.trig.Deliveries(context.Background(), triggers.DeliveryQuery{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
