@@ -22,22 +22,14 @@ import (
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
+	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/loomclient"
 )
 
 const adminKey = "test-admin-key-0123456789"
 
-// docs mirrors webhooks.Docs. The assertion against webhooks.Docs itself
-// belongs here too once package webhooks builds (loomclient does not import
-// webhooks, so there is no cycle): var _ webhooks.Docs = (*loomclient.Client)(nil).
-type docs interface {
-	Get(ctx context.Context, path string) (*collections.Document, error)
-	Create(ctx context.Context, path string, data map[string]any) (*collections.Document, error)
-	Update(ctx context.Context, path string, data map[string]any, ifVersion int64) (*collections.Document, error)
-	Query(ctx context.Context, q collections.Query) ([]*collections.Document, error)
-}
-
-var _ docs = (*loomclient.Client)(nil)
+// The client is what the agent runtime's handlers use.
+var _ webhooks.Docs = (*loomclient.Client)(nil)
 
 type env struct {
 	URL   string
