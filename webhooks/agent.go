@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/loomdb/loom/collections"
@@ -27,6 +28,20 @@ var askUserTool = llm.Tool{
 }
 
 func toolsCall(uid string) tools.Call { return tools.Call{UserID: uid} }
+
+// permanentModelError reports a model error that a retry of the same
+// request will not fix: the token limit with nothing produced, or a 4xx
+// other than timeout and rate limiting (a bad request, a bad key).
+func permanentModelError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, llm.ErrLength) {
+		return true
+	}
+	code := llm.StatusCode(err)
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
+}
 
 func ignoreConflict(err error) error {
 	if errors.Is(err, collections.ErrPreconditionFailed) {
@@ -146,6 +161,11 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 		}
 	}
 	res, err := h.model.Complete(ctx, llm.Request{Messages: buildContext(agent, msgs), Tools: toolDefs})
+	if permanentModelError(err) {
+		// Retrying the same request cannot help: end the task so the user
+		// hears about it instead of waiting on dead deliveries.
+		return h.finishTask(ctx, c, sa, agent, task, "", "the model failed: "+err.Error())
+	}
 	if err != nil {
 		return fmt.Errorf("agent model: %w", err)
 	}

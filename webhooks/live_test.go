@@ -26,6 +26,17 @@ func TestAgents_ChatIsLiveOverWebSocket(t *testing.T) {
 	}
 	send(map[string]any{"id": "a", "type": "auth", "payload": map[string]any{"token": s.token}})
 	send(map[string]any{"id": "chat", "type": "subscribe", "payload": map[string]any{"query": map[string]any{"collection": s.chat("live") + "/messages"}}})
+	// Changes after the subscription's ack are delivered: wait for it.
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, raw, err := c.ReadMessage()
+		if err != nil {
+			t.Fatalf("waiting for the subscribe ack: %v", err)
+		}
+		if strings.Contains(string(raw), `"subscribe_ack"`) {
+			break
+		}
+	}
 	s.say("live", "m1", "What is 6*7?")
 
 	var seen []string

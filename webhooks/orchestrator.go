@@ -67,6 +67,14 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 			Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
 			Tools:    h.orchestratorTools(),
 		})
+		if permanentModelError(err) {
+			// Tell the user rather than retry a request that cannot succeed.
+			_, err = h.createOnce(ctx, replyPath, map[string]any{
+				"userId": c.uid, "chatId": c.id, "role": "assistant", "replyTo": msg.ID, "status": "failed",
+				"content": "Sorry, the model could not answer: " + err.Error(), "model": h.model.Name(),
+			})
+			return err
+		}
 		if err != nil {
 			return fmt.Errorf("orchestrator model: %w", err)
 		}

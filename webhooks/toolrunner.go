@@ -112,10 +112,12 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 		content = str(task, "result")
 		if h.model.Name() != "offline" && content != "" {
 			res, err := h.model.Complete(ctx, llmSummaryRequest(str(task, "instruction"), content))
-			if err != nil {
+			switch {
+			case permanentModelError(err):
+				// Keep the sub-agent's own answer.
+			case err != nil:
 				return fmt.Errorf("finalize model: %w", err)
-			}
-			if res.Content != "" {
+			case res.Content != "":
 				content = res.Content
 			}
 		}
