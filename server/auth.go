@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -30,6 +31,33 @@ type Caller struct {
 	Roles    []string
 	Claims   map[string]any
 }
+
+// expiry is when the caller's credential stops being valid: the exp claim
+// of a user or OIDC token; zero for credentials that do not expire (the
+// admin key, service keys, anonymous).
+func (c *Caller) expiry() time.Time {
+	switch v := c.Claims["exp"].(type) {
+	case float64:
+		return time.Unix(int64(v), 0)
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return time.Unix(n, 0)
+		}
+	}
+	return time.Time{}
+}
+
+// untilExpiry is how long a long-lived stream opened with the credential
+// may run before it must end (a year when it never expires).
+func untilExpiry(exp time.Time) time.Duration {
+	if exp.IsZero() {
+		return 365 * 24 * time.Hour
+	}
+	return max(time.Until(exp), 0)
+}
+
+// errTokenExpired ends realtime streams whose token expired.
+var errTokenExpired = errorf(http.StatusUnauthorized, codeUnauthenticated, "The token expired: reconnect with a fresh token and resume from your last resumeToken (on WebSocket, send auth with a fresh token before it expires).")
 
 const (
 	kindAnonymous = "anonymous"

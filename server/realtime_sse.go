@@ -124,6 +124,10 @@ func (s *Server) serveSSE(c *gin.Context) {
 
 	hb := time.NewTicker(rt.cfg.SSEHeartbeat)
 	defer hb.Stop()
+	// The stream ends when its token expires; EventSource reconnects with
+	// Last-Event-ID and must bring a fresh token.
+	expiry := time.NewTimer(untilExpiry(caller.expiry()))
+	defer expiry.Stop()
 	delivered := rt.delivered.WithLabelValues("sse")
 	var buf bytes.Buffer
 	for {
@@ -168,6 +172,14 @@ func (s *Server) serveSSE(c *gin.Context) {
 				return
 			}
 			w.Flush()
+		case <-expiry.C:
+			buf.Reset()
+			buf.WriteString("data: ")
+			buf.Write(errorMessage("", sseSubID, errTokenExpired))
+			buf.WriteString("\n\n")
+			_, _ = w.Write(buf.Bytes())
+			w.Flush()
+			return
 		case <-rt.stop:
 			return
 		case <-ctx.Done():

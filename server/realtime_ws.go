@@ -42,6 +42,12 @@ type wsConn struct {
 	waiting atomic.Int32 // writers waiting for wmu
 	wclosed bool         // guarded by wmu: no more writes (closed or failed)
 
+	// expires is when the connection's credential expires (unix ms, 0 =
+	// never); an auth message with a fresh token moves it and signals
+	// reauth. At expiry the connection is closed.
+	expires atomic.Int64
+	reauth  chan struct{}
+
 	// Reader goroutine only.
 	caller *Caller
 	db     string
@@ -110,8 +116,10 @@ func (s *Server) serveWS(c *gin.Context) {
 		s: s, rt: rt, ws: ws, req: c.Request, ctx: ctx, cancel: cancel,
 		bc:     hw.conn,
 		caller: caller, db: db,
-		subs: map[string]*wsSub{},
+		subs:   map[string]*wsSub{},
+		reauth: make(chan struct{}, 1),
 	}
+	conn.setExpiry(caller)
 	ws.SetReadLimit(wsReadLimit)
 	pongWait := max(60*time.Second, 2*rt.cfg.Heartbeat)
 	_ = ws.SetReadDeadline(time.Now().Add(pongWait))
@@ -236,8 +244,10 @@ func (c *wsConn) auth(m message) {
 		c.send(c.ctx, errorMessage(m.ID, "", err))
 		return
 	}
-	// Existing subscriptions keep the identity they were opened with.
+	// Existing subscriptions keep the identity they were opened with; the
+	// connection lives on until the new credential expires.
 	c.caller, c.db = caller, p.Database
+	c.setExpiry(caller)
 	c.send(c.ctx, encodeMessage(msgAuthAck, m.ID, nil))
 }
 
@@ -448,12 +458,24 @@ var heartbeatMessage = encodeMessage(msgHeartbeat, "", nil)
 func (c *wsConn) keep() {
 	hb := time.NewTicker(c.rt.cfg.Heartbeat)
 	defer hb.Stop()
+	expiry := time.NewTimer(c.untilExpiry())
+	defer expiry.Stop()
 	for {
 		select {
 		case <-hb.C:
 			if !c.send(c.ctx, heartbeatMessage) || !c.ping() {
 				return
 			}
+		case <-c.reauth:
+			expiry.Reset(c.untilExpiry())
+		case <-expiry.C:
+			if d := c.untilExpiry(); d > 0 {
+				expiry.Reset(d) // re-authenticated meanwhile
+				continue
+			}
+			c.send(c.ctx, errorMessage("", "", errTokenExpired))
+			c.close(websocket.ClosePolicyViolation, "token expired")
+			return
 		case <-c.rt.stop:
 			c.close(websocket.CloseGoingAway, "server shutting down")
 			return
@@ -461,6 +483,27 @@ func (c *wsConn) keep() {
 			return
 		}
 	}
+}
+
+// setExpiry records the credential's expiry and wakes keep.
+func (c *wsConn) setExpiry(caller *Caller) {
+	var ms int64
+	if exp := caller.expiry(); !exp.IsZero() {
+		ms = exp.UnixMilli()
+	}
+	c.expires.Store(ms)
+	select {
+	case c.reauth <- struct{}{}:
+	default:
+	}
+}
+
+func (c *wsConn) untilExpiry() time.Duration {
+	ms := c.expires.Load()
+	if ms == 0 {
+		return untilExpiry(time.Time{})
+	}
+	return untilExpiry(time.UnixMilli(ms))
 }
 
 func (c *wsConn) ping() bool {

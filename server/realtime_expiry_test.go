@@ -1,0 +1,121 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/server"
+)
+
+// newShortTokenEnv is a server whose access tokens live ttl.
+func newShortTokenEnv(t *testing.T, ttl time.Duration) *testEnv {
+	t.Helper()
+	store := MustOpenStore(t)
+	svc, err := auth.New(context.Background(), store, auth.Config{
+		Secret:     []byte("0123456789abcdef0123456789abcdef-test"),
+		BcryptCost: bcrypt.MinCost,
+		AccessTTL:  ttl,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	return MustStartServer(t, store, server.Config{Auth: svc})
+}
+
+// freshToken logs in again for a token with a new expiry.
+func (e *testEnv) freshToken(t *testing.T, name string) string {
+	t.Helper()
+	r := e.Do(t, "POST", "/auth/v1/login", fmt.Sprintf(`{"username":%q,"password":"correct horse battery"}`, name), anon)
+	if r.Status != http.StatusOK {
+		t.Fatalf("login: %d %s", r.Status, r.Body)
+	}
+	var tok struct {
+		Access string `json:"access_token"`
+	}
+	_ = json.Unmarshal(r.Body, &tok)
+	return tok.Access
+}
+
+// A WebSocket opened with a user token ends when the token expires — with
+// an UNAUTHENTICATED error and a policy-violation close — unless the
+// client sends auth with a fresh token first.
+func TestRealtime_WSEndsAtTokenExpiry(t *testing.T) {
+	// Token expiry has one-second resolution: a 3 s token expires 2–3 s
+	// after it is issued, and one issued 1.2 s later expires a second
+	// after it at the earliest.
+	e := newShortTokenEnv(t, 3*time.Second)
+	u := e.signup(t, "expiring")
+	expire := e.dialWS(t, "", map[string]string{"Authorization": "Bearer " + u.Access})
+	renew := e.dialWS(t, "", map[string]string{"Authorization": "Bearer " + u.Access})
+	for _, w := range []*wsClient{expire, renew} {
+		w.send("s", "subscribe", map[string]any{"query": map[string]any{"collection": "users/" + u.UID + "/notes"}})
+	}
+	// renew re-authenticates with a token that expires later.
+	time.Sleep(1200 * time.Millisecond)
+	renew.send("a", "auth", map[string]any{"token": e.freshToken(t, "expiring")})
+
+	start := time.Now()
+	code, msgs := readUntilClose(t, expire.conn, 5*time.Second)
+	if code != websocket.ClosePolicyViolation || !strings.Contains(msgs, "UNAUTHENTICATED") || !strings.Contains(msgs, "expired") {
+		t.Fatalf("close %d after %s, messages %s", code, time.Since(start), msgs)
+	}
+	// The renewed connection still serves.
+	renew.send("p", "ping", nil)
+	_ = renew.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for {
+		_, m, err := renew.conn.ReadMessage()
+		if err != nil {
+			t.Fatalf("renewed connection: %v", err)
+		}
+		if strings.Contains(string(m), `"pong"`) {
+			break
+		}
+	}
+	code, _ = readUntilClose(t, renew.conn, 5*time.Second)
+	if code != websocket.ClosePolicyViolation {
+		t.Fatalf("renewed connection closed with %d", code)
+	}
+}
+
+func readUntilClose(t *testing.T, c *websocket.Conn, d time.Duration) (int, string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var msgs []string
+	for {
+		_, m, err := c.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				return ce.Code, strings.Join(msgs, "\n")
+			}
+			t.Fatalf("no close within %s: %v (messages %v)", d, err, msgs)
+		}
+		msgs = append(msgs, string(m))
+	}
+}
+
+// An SSE stream ends with an UNAUTHENTICATED error event when its token
+// expires.
+func TestRealtime_SSEEndsAtTokenExpiry(t *testing.T) {
+	e := newShortTokenEnv(t, time.Second)
+	u := e.signup(t, "sseexp")
+	s := e.openSSE(t, "collection=users/"+u.UID+"/notes&access_token="+u.Access, map[string]string{"Authorization": ""})
+	ev := s.event()
+	if !strings.Contains(ev.data, "UNAUTHENTICATED") || !strings.Contains(ev.data, "expired") {
+		t.Fatalf("event %+v", ev)
+	}
+	if _, err := s.next(); err == nil {
+		t.Fatal("the stream went on after the token expired")
+	}
+}
