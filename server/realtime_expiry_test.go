@@ -119,3 +119,39 @@ func TestRealtime_SSEEndsAtTokenExpiry(t *testing.T) {
 		t.Fatal("the stream went on after the token expired")
 	}
 }
+
+// Authenticating a connection as someone else ends the subscriptions it
+// opened as the previous identity.
+func TestRealtime_WSReauthAsAnotherUserEndsSubscriptions(t *testing.T) {
+	e := newShortTokenEnv(t, time.Hour)
+	a := e.signup(t, "first")
+	b := e.signup(t, "second")
+	w := e.dialWS(t, "", map[string]string{"Authorization": "Bearer " + a.Access})
+	w.send("s", "subscribe", map[string]any{"query": map[string]any{"collection": "users/" + a.UID + "/notes"}})
+	w.send("a", "auth", map[string]any{"token": b.Access})
+	_ = w.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		_, m, err := w.conn.ReadMessage()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if strings.Contains(string(m), `"error"`) && strings.Contains(string(m), "someone else") {
+			break
+		}
+	}
+	// a's note no longer reaches the connection.
+	e.MustDo(t, 201, "PUT", api+"/documents/users/"+a.UID+"/notes/n1", `{"doc":{"x":1}}`)
+	w.send("p", "ping", nil)
+	for {
+		_, m, err := w.conn.ReadMessage()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if strings.Contains(string(m), `"event"`) {
+			t.Fatalf("event after the identity switch: %s", m)
+		}
+		if strings.Contains(string(m), `"pong"`) {
+			return
+		}
+	}
+}

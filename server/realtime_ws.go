@@ -244,8 +244,19 @@ func (c *wsConn) auth(m message) {
 		c.send(c.ctx, errorMessage(m.ID, "", err))
 		return
 	}
-	// Existing subscriptions keep the identity they were opened with; the
-	// connection lives on until the new credential expires.
+	// Existing subscriptions keep the identity they were opened with, so a
+	// switch to another identity ends them (the new credential must not
+	// extend the old one's streams); the connection lives on until the new
+	// credential expires.
+	if caller.UID != c.caller.UID || caller.Admin != c.caller.Admin {
+		for id, sub := range c.subs {
+			sub.cancel()
+			<-sub.done
+			sub.sub.Close()
+			delete(c.subs, id)
+			c.send(c.ctx, errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
+		}
+	}
 	c.caller, c.db = caller, p.Database
 	c.setExpiry(caller)
 	c.send(c.ctx, encodeMessage(msgAuthAck, m.ID, nil))
