@@ -16,16 +16,21 @@ import (
 // sseSubID is the subId of SSE events (one subscription per stream).
 const sseSubID = "sse"
 
+// queryToken lets an event stream carry its token in the query
+// (?access_token=): EventSource cannot send headers. A header wins.
+func queryToken(r *http.Request) {
+	if tok := r.URL.Query().Get("access_token"); tok != "" && r.Header.Get("Authorization") == "" {
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+}
+
 // serveSSE streams one subscription as Server-Sent Events: "id: <token>" and
 // "data: <the WebSocket event message>" per event, so Last-Event-ID resumes.
 // A SLOW_CONSUMER error or a reset is sent as data and ends the stream.
 func (s *Server) serveSSE(c *gin.Context) {
 	r := c.Request
 	qs := r.URL.Query()
-	// EventSource cannot send headers: the token may come in the query.
-	if tok := qs.Get("access_token"); tok != "" && r.Header.Get("Authorization") == "" {
-		r.Header.Set("Authorization", "Bearer "+tok)
-	}
+	queryToken(r)
 	caller, err := s.resolveCaller(r)
 	if err != nil {
 		s.writeError(c, err)

@@ -63,9 +63,18 @@ func (s *Server) rxdbRoutes(r *gin.Engine) {
 	if s.rxdb.Heartbeat <= 0 {
 		s.rxdb.Heartbeat = DefaultRxDBHeartbeat
 	}
-	g := r.Group(routeRxDB, rxdbErrorFlag, s.authenticate, s.database)
+	g := r.Group(routeRxDB, rxdbErrorFlag, rxdbStreamToken, s.authenticate, s.database)
 	g.GET("/*rest", s.rxdbGet)
 	g.POST("/*rest", s.rxdbPost)
+}
+
+// rxdbStreamToken accepts ?access_token= on pullStream, for browsers
+// whose EventSource cannot send an Authorization header.
+func rxdbStreamToken(c *gin.Context) {
+	if c.Request.Method == http.MethodGet && strings.HasSuffix(c.Request.URL.Path, "/pullStream") {
+		queryToken(c.Request)
+	}
+	c.Next()
 }
 
 // rxdbErrorFlag marks error bodies the way rxdb-server's client needs them.

@@ -388,6 +388,11 @@ func TestRxDB_Rules(t *testing.T) {
 		wantRx(t, "bad token "+ep.url, env.Do(t, ep.method, ep.url, ep.body, map[string]string{"Authorization": "Bearer nope"}), http.StatusUnauthorized)
 	}
 	wantRx(t, "system collection", env.Do(t, "GET", rxBase("_users")+"/pull", "", alice.h()), http.StatusForbidden)
+	// pullStream takes the token in the query too (browser EventSource).
+	wantRx(t, "bob streams alice's via the query", env.Do(t, "GET", rxBase(aliceColl)+"/pullStream?access_token="+bob.Access, "", anon), http.StatusForbidden)
+	wantRx(t, "bad token in the query", env.Do(t, "GET", rxBase(aliceColl)+"/pullStream?access_token=nope", "", anon), http.StatusUnauthorized)
+	wantRx(t, "query token on pull", env.Do(t, "GET", rxBase(aliceColl)+"/pull?lwt=0&id=&limit=10&access_token="+alice.Access, "", anon), http.StatusUnauthorized)
+	openStreamQuery(t, env, nil, aliceColl, "access_token="+alice.Access)
 	if got := env.Head(t); got != head {
 		t.Fatalf("denied requests wrote: head %d → %d", head, got)
 	}
@@ -461,10 +466,20 @@ type sseReader struct {
 }
 
 func openStream(t *testing.T, env *testEnv, h map[string]string, collection string) *sseReader {
+	return openStreamQuery(t, env, h, collection, "")
+}
+
+// openStreamQuery opens pullStream with a query string (e.g.
+// "access_token=...").
+func openStreamQuery(t *testing.T, env *testEnv, h map[string]string, collection, query string) *sseReader {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, "GET", env.URL+rxBase(collection)+"/pullStream", nil)
+	url := env.URL + rxBase(collection) + "/pullStream"
+	if query != "" {
+		url += "?" + query
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
