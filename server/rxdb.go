@@ -344,11 +344,18 @@ func parseRxDBPush(b []byte, collection string) ([]rxdbRow, error) {
 		return nil, errorf(http.StatusBadRequest, codeInvalidJSON, "The push body must be a JSON array of {newDocumentState, assumedMasterState?}.")
 	}
 	rows := make([]rxdbRow, len(arr))
+	seen := make(map[string]bool, len(arr))
 	for i, x := range arr {
 		row, err := parseRxDBRow(x, collection)
 		if err != nil {
 			return nil, withIndex(err, i)
 		}
+		// One push is one commit: a document can be in it once (RxDB sends
+		// each changed document's latest state once).
+		if seen[row.id] {
+			return nil, withIndex(errorf(http.StatusBadRequest, codeBadRequest, "Document %q appears twice in one push.", truncate(row.id, 64)), i)
+		}
+		seen[row.id] = true
 		rows[i] = row
 	}
 	return rows, nil
@@ -433,25 +440,10 @@ func (s *Server) rxdbPush(c *gin.Context, t *rxdbTarget) {
 		s.writeError(c, err)
 		return
 	}
-	var conflicts []*collections.Document
-	for i, row := range rows {
-		master, err := s.rxdbPushRow(c.Request.Context(), t, row)
-		if err != nil {
-			// A denied row ends the request (403: the client cancels);
-			// rows before it stay applied, each was atomic on its own.
-			var we *collections.WriteError
-			if errors.As(err, &we) {
-				err = we.Err
-			}
-			if toAPIError(err).Status < 500 {
-				err = withIndex(err, i)
-			}
-			s.writeError(c, err)
-			return
-		}
-		if master != nil {
-			conflicts = append(conflicts, master)
-		}
+	conflicts, err := s.rxdbPushRows(c.Request.Context(), t, rows)
+	if err != nil {
+		s.writeError(c, err)
+		return
 	}
 	buf := getBuf()
 	defer putBuf(buf)
@@ -471,65 +463,108 @@ func (s *Server) rxdbPush(c *gin.Context, t *rxdbTarget) {
 	sendJSON(c, http.StatusOK, buf.Bytes())
 }
 
-// maxPushAttempts bounds how often one push row is re-evaluated after a
-// concurrent writer won the compare-and-set (each retry sees the new master,
-// so the second attempt normally ends in a conflict).
+// maxPushAttempts bounds how often a push is planned again after a
+// concurrent writer won the compare-and-set (each retry sees the new
+// masters, so the second attempt normally ends in conflicts).
 const maxPushAttempts = 4
 
-// rxdbPushRow applies one row with RxDB's masterWrite rule and returns the
-// master document when the row conflicts (nil when it was accepted):
+// rxdbPushRows applies a push: every row is checked with RxDB's
+// masterWrite rule against its master (see rxdbPlanRow), and the rows that
+// do not conflict are written in one commit that checks the rules of every
+// write before any is applied — a denied row fails the whole push (403)
+// with nothing written. The writes are pinned to the masters' versions: when
+// a concurrent writer moves one, the whole push is planned again.
+func (s *Server) rxdbPushRows(ctx context.Context, t *rxdbTarget, rows []rxdbRow) ([]*collections.Document, error) {
+	for attempt := 1; ; attempt++ {
+		var conflicts []*collections.Document
+		var writes []collections.Write
+		var rowOf []int // row index of each write
+		for i, row := range rows {
+			w, master, err := s.rxdbPlanRow(ctx, t, row)
+			if err != nil {
+				return nil, rowError(err, i)
+			}
+			switch {
+			case master != nil:
+				conflicts = append(conflicts, master)
+			case w != nil:
+				writes = append(writes, *w)
+				rowOf = append(rowOf, i)
+			}
+		}
+		if len(writes) == 0 {
+			return conflicts, nil
+		}
+		_, err := s.commitGuarded(ctx, t.caller, t.db, writes)
+		if err == nil {
+			return conflicts, nil
+		}
+		lost := errors.Is(err, collections.ErrPreconditionFailed) || errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrNotFound)
+		if lost && attempt < maxPushAttempts {
+			continue
+		}
+		var we *collections.WriteError
+		if errors.As(err, &we) && we.Index >= 0 && we.Index < len(rowOf) {
+			return nil, rowError(we.Err, rowOf[we.Index])
+		}
+		return nil, err
+	}
+}
+
+// rowError names the push row a client error is about (details.index).
+func rowError(err error, i int) error {
+	var we *collections.WriteError
+	if errors.As(err, &we) {
+		err = we.Err
+	}
+	if toAPIError(err).Status < 500 {
+		return withIndex(err, i)
+	}
+	return err
+}
+
+// rxdbPlanRow decides one row with RxDB's masterWrite rule: the write to
+// make, or the master document when the row conflicts (neither when there is
+// nothing to do):
 //
 //	no master                         → insert
 //	master, no assumedMasterState     → conflict
 //	master == assumedMasterState      → write (delete when _deleted)
 //	otherwise                         → conflict
 //
-// A tombstone is a master with _deleted true. The write is pinned to the
-// master's version, so a concurrent writer makes it fail and the row is
-// re-evaluated against the new master instead of overwriting it.
-func (s *Server) rxdbPushRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*collections.Document, error) {
+// A tombstone is a master with _deleted true. A write is pinned to the
+// master's version (a create over nothing fails if someone creates first).
+func (s *Server) rxdbPlanRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*collections.Write, *collections.Document, error) {
 	path := t.collection + "/" + row.id
-	for attempt := 1; ; attempt++ {
-		master, err := s.rxdbMaster(ctx, t.db, t.collection, path, row.id)
-		if err != nil {
-			return nil, err
-		}
-		var w collections.Write
-		switch {
-		case master != nil && (!row.hasAssum || !rxdbEqual(rxdbForm(master), row.assumed)):
-			// A conflict hands the master to the caller: only if they may
-			// read it (else a blind push would read any document).
-			ok, err := s.readable(ctx, t.caller, t.db, rules.OpGet, master)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				return nil, denied(t.caller, "read "+path)
-			}
-			return master, nil
-		case master == nil || master.Deleted:
-			if row.deleted {
-				return nil, nil // nothing to delete: the states already agree
-			}
-			// Creating over a tombstone continues its version count; a
-			// concurrent create makes this fail with ErrAlreadyExists.
-			w = collections.Write{Type: collections.WriteCreate, Path: path, Data: row.data}
-		default:
-			pin := []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: json.Number(strconv.FormatInt(master.Version, 10))}}
-			w = collections.Write{Type: collections.WriteReplace, Path: path, Data: row.data, IfMatch: pin}
-			if row.deleted {
-				w = collections.Write{Type: collections.WriteDelete, Path: path, IfMatch: pin}
-			}
-		}
-		_, err = s.commitGuarded(ctx, t.caller, t.db, []collections.Write{w})
-		if err == nil {
-			return nil, nil
-		}
-		lost := errors.Is(err, collections.ErrPreconditionFailed) || errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrNotFound)
-		if !lost || attempt == maxPushAttempts {
-			return nil, err
-		}
+	master, err := s.rxdbMaster(ctx, t.db, t.collection, path, row.id)
+	if err != nil {
+		return nil, nil, err
 	}
+	switch {
+	case master != nil && (!row.hasAssum || !rxdbEqual(rxdbForm(master), row.assumed)):
+		// A conflict hands the master to the caller: only if they may read
+		// it (else a blind push would read any document).
+		ok, err := s.readable(ctx, t.caller, t.db, rules.OpGet, master)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			return nil, nil, denied(t.caller, "read "+path)
+		}
+		return nil, master, nil
+	case master == nil || master.Deleted:
+		if row.deleted {
+			return nil, nil, nil // nothing to delete: the states already agree
+		}
+		// Creating over a tombstone continues its version count; a
+		// concurrent create makes the commit fail with ErrAlreadyExists.
+		return &collections.Write{Type: collections.WriteCreate, Path: path, Data: row.data}, nil, nil
+	}
+	pin := []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: json.Number(strconv.FormatInt(master.Version, 10))}}
+	if row.deleted {
+		return &collections.Write{Type: collections.WriteDelete, Path: path, IfMatch: pin}, nil, nil
+	}
+	return &collections.Write{Type: collections.WriteReplace, Path: path, Data: row.data, IfMatch: pin}, nil, nil
 }
 
 // rxdbMaster returns the server's state of a document: the live document,

@@ -624,3 +624,29 @@ func TestRxDB_PullStreamEndsOnShutdown(t *testing.T) {
 	for range st.lines { // the body ends
 	}
 }
+
+// A push is one commit: a row the rules deny fails the whole push (403,
+// details.index = that row) and no row of it is applied.
+func TestRxDB_PushIsAllOrNothing(t *testing.T) {
+	set, err := rules.Parse([]byte(rxSharedRules), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RateLimit: -1, Rules: set})
+	alice := env.signup(t, "alice")
+	head := env.Head(t)
+	body := fmt.Sprintf(`[{"newDocumentState":{"id":"s1","owner":%q,"_deleted":false}},{"newDocumentState":{"id":"s2","owner":"someone-else","_deleted":false}}]`, alice.UID)
+	r := env.Do(t, "POST", rxBase("shared")+"/push", body, alice.h())
+	wantRx(t, "push with a forbidden row", r, http.StatusForbidden)
+	if !strings.Contains(string(r.Body), `"index":1`) {
+		t.Fatalf("body %s: want details.index 1", r.Body)
+	}
+	if got := env.Head(t); got != head {
+		t.Fatalf("a denied push applied rows: head %d → %d", head, got)
+	}
+	// Without the forbidden row it goes through.
+	mustPush(t, env, alice.h(), "shared", fmt.Sprintf(`[{"newDocumentState":{"id":"s1","owner":%q,"_deleted":false}}]`, alice.UID))
+	// One document twice in one push is refused.
+	r = env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"newDocumentState":{"id":"s3","owner":%q,"_deleted":false}},{"newDocumentState":{"id":"s3","owner":%q,"_deleted":false}}]`, alice.UID, alice.UID), alice.h())
+	wantRx(t, "duplicate row", r, http.StatusBadRequest)
+}
