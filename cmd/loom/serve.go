@@ -135,6 +135,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Version:         version,
 		Triggers:        trig,
 		Webhooks:        agentHandlers,
+		RxDB:            server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
 	})
 	if err != nil {
 		return err

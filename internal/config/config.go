@@ -45,6 +45,7 @@ type Config struct {
 	Webhooks Webhooks            `toml:"webhooks"`
 	LLM      LLM                 `toml:"llm"`
 	Agents   Agents              `toml:"agents"`
+	RxDB     RxDB                `toml:"rxdb"`
 	Tools    []tools.Def         `toml:"tool"`
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
@@ -91,6 +92,13 @@ type LLM struct {
 	APIKey  string   `toml:"api_key"`
 	Model   string   `toml:"model"`
 	Timeout Duration `toml:"timeout"`
+}
+
+// RxDB tunes RxDB replication.
+type RxDB struct {
+	// MinSchemaVersion refuses clients of older schema versions with 426
+	// (default 0: every version).
+	MinSchemaVersion int `toml:"min_schema_version"`
 }
 
 // Agents tunes the agent runtime.

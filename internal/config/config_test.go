@@ -99,3 +99,15 @@ func TestLoad_Errors(t *testing.T) {
 		t.Fatal("unknown engine must be an error")
 	}
 }
+
+// The repository's loom.toml (what `make run` uses) loads: every key in it
+// is known.
+func TestShippedConfigLoads(t *testing.T) {
+	cfg, err := config.Load(config.Flags{Config: filepath.Join("..", "..", "loom.toml")}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Webhooks.AllowHosts) == 0 {
+		t.Fatal("the shipped config should allow the server's own loopback address for webhooks")
+	}
+}
