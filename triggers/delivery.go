@@ -72,12 +72,15 @@ type dispatcher struct {
 	s   *Service
 	sem chan struct{} // bounds concurrent requests
 
-	mu   sync.Mutex
-	held map[string]bool      // outbox row ids this node holds
-	keys map[string]*keyQueue // per trigger + ordering key
-	wg   sync.WaitGroup
-	ctx  context.Context
-	stop context.CancelFunc
+	mu       sync.Mutex
+	held     map[string]bool      // outbox row ids this node holds
+	keys     map[string]*keyQueue // per trigger + ordering key
+	inflight int                  // attempts between begin and end
+	draining bool
+	drained  chan struct{} // closed when the last attempt ends during a drain
+	wg       sync.WaitGroup
+	ctx      context.Context
+	stop     context.CancelFunc
 }
 
 func (d *dispatcher) init(s *Service) {
@@ -85,6 +88,7 @@ func (d *dispatcher) init(s *Service) {
 	d.sem = make(chan struct{}, s.cfg.Workers)
 	d.held = map[string]bool{}
 	d.keys = map[string]*keyQueue{}
+	d.drained = make(chan struct{})
 	d.ctx, d.stop = context.WithCancel(context.Background())
 }
 
@@ -142,11 +146,44 @@ func (d *dispatcher) submit(j *job) {
 	}()
 }
 
-// wait stops every held delivery and waits for them. Rows stay leased to
-// this node and are taken back at the next start.
-func (d *dispatcher) wait() {
+// wait drains: attempts in flight may finish (and record their outcome)
+// for up to timeout, no new one starts; then every held delivery stops.
+// Rows not finished stay leased to this node and are taken back at the next
+// start.
+func (d *dispatcher) wait(timeout time.Duration) {
+	d.mu.Lock()
+	d.draining = true
+	idle := d.inflight == 0
+	d.mu.Unlock()
+	if !idle {
+		select {
+		case <-d.drained:
+		case <-time.After(timeout):
+		}
+	}
 	d.stop()
 	d.wg.Wait()
+}
+
+// begin counts an attempt in; false once draining.
+func (d *dispatcher) begin() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.draining {
+		return false
+	}
+	d.inflight++
+	return true
+}
+
+// end counts an attempt out; the last one during a drain signals it.
+func (d *dispatcher) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.inflight--
+	if d.draining && d.inflight == 0 {
+		close(d.drained)
+	}
 }
 
 // runOne delivers a row without an ordering key until it is finished.
@@ -311,10 +348,15 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 	case <-ctx.Done():
 		return done
 	}
+	defer func() { <-s.d.sem }()
+	// A drain lets attempts already started finish; none starts after it.
+	if !s.d.begin() {
+		return done // shutting down: the row stays leased and is taken back at the next start
+	}
+	defer s.d.end()
 	a, retryAfter := s.post(ctx, e, d, keys)
-	<-s.d.sem
 	if !j.stored(ctx) || ctx.Err() != nil {
-		return done // shutting down: the row stays leased and is retried at the next start
+		return done
 	}
 	return s.record(ctx, j, e, a, retryAfter)
 }

@@ -16,6 +16,8 @@ const (
 	commitRows = 256
 	// idleRecheck bounds the wait for a commit notification.
 	idleRecheck = 5 * time.Second
+	// commitTimeout bounds one outbox commit.
+	commitTimeout = 30 * time.Second
 )
 
 // evaluate tails the change log from the durable cursor. For each change
@@ -221,7 +223,11 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 		j.d.CreatedAt = ms(now)
 		s.d.submit(j)
 	}
-	res, err := s.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{
+	// Shutdown does not interrupt the commit: its requests may already be
+	// out, and an abandoned commit leaves them unrecorded.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	res, err := s.store.Commit(cctx, SystemDB, writes, collections.CommitOptions{
 		Cursor: &collections.CursorAdvance{Name: cursorName, From: from, To: to},
 	})
 	byID := make(map[string]int64, len(res))

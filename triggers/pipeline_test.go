@@ -472,7 +472,8 @@ func TestRestartDeliversBacklogOnly(t *testing.T) {
 		}
 		return 200, nil
 	}
-	e := startEnv(t, "["+triggerJSON("a", rc.srv.URL, `, "timeout": "30s"`)+"]", triggers.Config{})
+	// A short drain: the hanging request is cut off at stop.
+	e := startEnv(t, "["+triggerJSON("a", rc.srv.URL, `, "timeout": "30s"`)+"]", triggers.Config{DrainTimeout: 100 * time.Millisecond})
 	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"x": "1"})
 	rc.waitFor(t, "the hanging first delivery", 5*time.Second, func(r []received) bool { return len(r) == 1 })
 	stopped := make(chan struct{})
@@ -498,5 +499,34 @@ func TestRestartDeliversBacklogOnly(t *testing.T) {
 	want := map[string]int{"a/m1": 1, "a/m2": 1, "a/m3": 1, "b/m3": 1}
 	if fmt.Sprint(count) != fmt.Sprint(want) {
 		t.Fatalf("after restart got %v, want %v", count, want)
+	}
+}
+
+// Stopping the service lets a request in flight finish and records it: a
+// restart does not deliver it again.
+func TestStopDrainsRequestsInFlight(t *testing.T) {
+	rc := newReceiver(t)
+	arrived := make(chan struct{}, 1)
+	rc.respond = func(received, int) (int, http.Header) {
+		arrived <- struct{}{}
+		time.Sleep(300 * time.Millisecond)
+		return http.StatusOK, nil
+	}
+	e := startEnv(t, "["+triggerJSON("drain", rc.srv.URL, "")+"]", triggers.Config{})
+	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"a": "b"})
+	<-arrived
+	e.stop()
+	ds, _, err := e.svc.Deliveries(context.Background(), triggers.DeliveryQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || ds[0].Status != triggers.StatusDelivered {
+		b, _ := json.Marshal(ds)
+		t.Fatalf("after stop: %s", b)
+	}
+	e.start(t, triggers.Config{})
+	time.Sleep(300 * time.Millisecond)
+	if n := len(rc.requests()); n != 1 {
+		t.Fatalf("%d requests after restart, want 1", n)
 	}
 }

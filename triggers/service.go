@@ -29,6 +29,7 @@ const (
 	DefaultDisableAfterDead = 20
 	DefaultMaxHeld          = 10000
 	DefaultRotationOverlap  = 24 * time.Hour
+	DefaultDrainTimeout     = 10 * time.Second
 )
 
 // Config configures a Service.
@@ -64,9 +65,12 @@ type Config struct {
 	// RotationOverlap is how long the previous secret keeps signing after
 	// a rotation.
 	RotationOverlap time.Duration
-	Registerer      prometheus.Registerer
-	Logger          *slog.Logger
-	Version         string
+	// DrainTimeout is how long Run, once its context ends, lets requests
+	// in flight finish and record their outcome (default 10 s).
+	DrainTimeout time.Duration
+	Registerer   prometheus.Registerer
+	Logger       *slog.Logger
+	Version      string
 }
 
 // ErrNotFound: no trigger or delivery with that id.
@@ -155,6 +159,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if cfg.RotationOverlap <= 0 {
 		cfg.RotationOverlap = DefaultRotationOverlap
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -405,7 +412,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	s.d.wait()
+	s.d.wait(s.cfg.DrainTimeout)
 	// Counters of the last moments.
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

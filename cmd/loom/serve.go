@@ -147,8 +147,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, ln.Addr(), cfg.Engine, cfg.Data)
 	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File, "triggers", cfg.Triggers)
 
-	// The trigger pipeline stops after the HTTP server: in-flight requests
-	// may still commit changes it should see.
+	// At shutdown the trigger pipeline drains first — deliveries in flight
+	// finish, the built-in handlers among them, which need the HTTP server
+	// — then the HTTP server shuts down. Changes committed after the drain
+	// are evaluated at the next start (the cursor is durable).
 	tctx, stopTriggers := context.WithCancel(context.WithoutCancel(ctx))
 	tdone := make(chan struct{})
 	go func() {
@@ -156,7 +158,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = trig.Run(tctx)
 	}()
 	go reloadOnHUP(tctx, trig)
-	serr := srv.Serve(ctx, ln)
+	sctx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+			stopTriggers()
+			<-tdone
+		case <-sctx.Done():
+		}
+		stopServer()
+	}()
+	serr := srv.Serve(sctx, ln)
+	stopServer()
 	stopTriggers()
 	<-tdone
 	if serr != nil {
