@@ -59,10 +59,25 @@ func buildAgents(cfg config.Config, docs webhooks.Docs, transport http.RoundTrip
 	if model.Name() == "offline" {
 		logger.Warn("no [llm] base_url configured: the agent runtime uses the offline model (deterministic, labelled \"[offline model]\")")
 	}
+	roles := webhooks.DefaultRoles()
+	for name, r := range cfg.Agents.Roles {
+		role := roles[name] // an override keeps what it does not set
+		if r.SystemPrompt != "" {
+			role.SystemPrompt = r.SystemPrompt
+		}
+		if r.Tools != nil {
+			role.Tools = r.Tools
+		}
+		if role.SystemPrompt == "" {
+			return nil, fmt.Errorf("config [agents.roles.%s]: system_prompt is required for a new role", name)
+		}
+		roles[name] = role
+	}
 	return webhooks.New(webhooks.Config{
 		Docs:          docs,
 		Model:         model,
 		Tools:         reg,
+		Roles:         roles,
 		Secret:        secret,
 		MaxIterations: cfg.Agents.MaxIterations,
 		TokenBudget:   cfg.Agents.TokenBudget,

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"log/slog"
 	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/webhooks/loomclient"
 )
 
 func TestSelfURL(t *testing.T) {
@@ -19,5 +26,38 @@ func TestSelfURL(t *testing.T) {
 		if got := selfURL(tt.addr); got != tt.want {
 			t.Errorf("selfURL(%v) = %q, want %q", tt.addr, got, tt.want)
 		}
+	}
+}
+
+func TestBuildAgentsRoles(t *testing.T) {
+	docs, err := loomclient.New(loomclient.Config{BaseURL: "http://127.0.0.1:1", APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Agents.ToolsFile = filepath.Join(t.TempDir(), "none.json")
+	t.Chdir(t.TempDir())
+	log := slog.New(slog.DiscardHandler)
+	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+	cfg.Agents.Roles = map[string]config.AgentRole{"writer": {SystemPrompt: "You write.", Tools: []string{"current_time"}}}
+	if _, err := buildAgents(cfg, docs, http.DefaultTransport, secret, log); err == nil || !strings.Contains(err.Error(), "none.json") {
+		t.Fatalf("a missing configured tools file: %v", err)
+	}
+	cfg.Agents.ToolsFile = ""
+	if _, err := buildAgents(cfg, docs, http.DefaultTransport, secret, log); err != nil {
+		t.Fatalf("a new role: %v", err)
+	}
+	cfg.Agents.Roles = map[string]config.AgentRole{"writer": {Tools: []string{"current_time"}}}
+	if _, err := buildAgents(cfg, docs, http.DefaultTransport, secret, log); err == nil || !strings.Contains(err.Error(), "system_prompt") {
+		t.Fatalf("a new role without a prompt: %v", err)
+	}
+	cfg.Agents.Roles = map[string]config.AgentRole{"researcher": {SystemPrompt: "Be brief."}}
+	if _, err := buildAgents(cfg, docs, http.DefaultTransport, secret, log); err != nil {
+		t.Fatalf("overriding a built-in prompt: %v", err)
+	}
+	cfg.Agents.Roles = map[string]config.AgentRole{"researcher": {Tools: []string{"no_such_tool"}}}
+	if _, err := buildAgents(cfg, docs, http.DefaultTransport, secret, log); err == nil || !strings.Contains(err.Error(), "no_such_tool") {
+		t.Fatalf("an unknown tool: %v", err)
 	}
 }

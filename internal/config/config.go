@@ -113,6 +113,16 @@ type Agents struct {
 	// ToolsFile is a JSON array of tool definitions (default ./tools.json
 	// when present); [[tool]] entries add to it.
 	ToolsFile string `toml:"tools_file"`
+	// Roles adds sub-agent roles or overrides the built-in ones
+	// (researcher, general): [agents.roles.<name>].
+	Roles map[string]AgentRole `toml:"roles"`
+}
+
+// AgentRole is a sub-agent role: its system prompt and the tools it is
+// offered (besides ask_user).
+type AgentRole struct {
+	SystemPrompt string   `toml:"system_prompt"`
+	Tools        []string `toml:"tools"`
 }
 
 // Limits bounds request and document sizes.
