@@ -37,8 +37,16 @@ func agentsEnabled(cfg config.Config) bool {
 }
 
 // buildAgents builds the agent runtime's handlers over docs (Loom's HTTP
-// API with a service key).
-func buildAgents(cfg config.Config, docs webhooks.Docs, transport http.RoundTripper, secret string, logger *slog.Logger) (*webhooks.Handlers, error) {
+// API with a service key). The tools' HTTP goes through its own SSRF guard
+// ([agents] allow_hosts / allow_cidrs, default none): the model chooses
+// those URLs, so the loopback that [webhooks] allows for the built-in
+// handlers must not be open to it.
+func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *slog.Logger) (*webhooks.Handlers, error) {
+	guard, err := ssrf.New(cfg.Agents.AllowHosts, cfg.Agents.AllowCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("config [agents]: %w", err)
+	}
+	transport := guard.Transport()
 	model, err := llm.New(llm.Config{
 		BaseURL: cfg.LLM.BaseURL,
 		APIKey:  cfg.LLM.APIKey,
@@ -165,15 +173,11 @@ func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	logger := newLogger(stderr, os.Getenv("LOOM_LOG_LEVEL"))
-	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
-	if err != nil {
-		return fmt.Errorf("config [webhooks]: %w", err)
-	}
 	docs, err := loomclient.New(loomclient.Config{BaseURL: *loomURL, APIKey: *apiKey})
 	if err != nil {
 		return err
 	}
-	h, err := buildAgents(cfg, docs, guard.Transport(), *secret, logger)
+	h, err := buildAgents(cfg, docs, *secret, logger)
 	if err != nil {
 		return err
 	}

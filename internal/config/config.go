@@ -116,6 +116,10 @@ type Agents struct {
 	// Roles adds sub-agent roles or overrides the built-in ones
 	// (researcher, general): [agents.roles.<name>].
 	Roles map[string]AgentRole `toml:"roles"`
+	// AllowHosts / AllowCIDRs open internal addresses to the tools' HTTP
+	// (http_get, http tools), whose URLs the model chooses. Default none.
+	AllowHosts []string `toml:"allow_hosts"`
+	AllowCIDRs []string `toml:"allow_cidrs"`
 }
 
 // AgentRole is a sub-agent role: its system prompt and the tools it is
