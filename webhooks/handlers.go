@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/loomdb/loom/collections"
@@ -63,6 +64,8 @@ type Config struct {
 	// History is how many chat messages the orchestrator reads (default 20).
 	History int
 	Logger  *slog.Logger
+	// Registerer receives the runtime's metrics (nil: not exported).
+	Registerer prometheus.Registerer
 }
 
 // Handlers serves the agent runtime's webhooks.
@@ -73,6 +76,7 @@ type Handlers struct {
 	tools  *tools.Registry
 	wh     *standardwebhooks.Webhook
 	log    *slog.Logger
+	m      *metrics
 	routes map[string]func(context.Context, *Event) error
 }
 
@@ -107,8 +111,15 @@ func New(cfg Config) (*Handlers, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Handlers{cfg: cfg, docs: cfg.Docs, model: cfg.Model, tools: cfg.Tools, wh: wh,
-		log: cfg.Logger.With("component", "agents")}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: metrics: %w", err)
+	}
+	h := &Handlers{cfg: cfg, docs: cfg.Docs, model: meteredModel{Model: cfg.Model, m: m}, tools: cfg.Tools, wh: wh,
+		log: cfg.Logger.With("component", "agents"), m: m}
 	h.routes = map[string]func(context.Context, *Event) error{
 		"orchestrator":          h.orchestrator,
 		"agent-init":            h.agentInit,
@@ -151,10 +162,12 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	if err := fn(r.Context(), ev); err != nil {
+		h.m.handled.WithLabelValues(name, "error").Observe(time.Since(start).Seconds())
 		h.log.Warn("webhook handler failed; the delivery will be retried", "handler", name, "event", ev.EventID, "path", ev.Path, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 		return
 	}
+	h.m.handled.WithLabelValues(name, "ok").Observe(time.Since(start).Seconds())
 	h.log.Debug("webhook handled", "handler", name, "event", ev.EventID, "path", ev.Path, "ms", time.Since(start).Milliseconds())
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }

@@ -15,6 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
@@ -41,7 +44,7 @@ func agentsEnabled(cfg config.Config) bool {
 // ([agents] allow_hosts / allow_cidrs, default none): the model chooses
 // those URLs, so the loopback that [webhooks] allows for the built-in
 // handlers must not be open to it.
-func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *slog.Logger) (*webhooks.Handlers, error) {
+func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *slog.Logger, metrics prometheus.Registerer) (*webhooks.Handlers, error) {
 	guard, err := ssrf.New(cfg.Agents.AllowHosts, cfg.Agents.AllowCIDRs)
 	if err != nil {
 		return nil, fmt.Errorf("config [agents]: %w", err)
@@ -87,6 +90,7 @@ func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *s
 		Tools:         reg,
 		Roles:         roles,
 		Secret:        secret,
+		Registerer:    metrics,
 		MaxIterations: cfg.Agents.MaxIterations,
 		TokenBudget:   cfg.Agents.TokenBudget,
 		Logger:        logger,
@@ -177,13 +181,15 @@ func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	h, err := buildAgents(cfg, docs, *secret, logger)
+	reg := prometheus.NewRegistry()
+	h, err := buildAgents(cfg, docs, *secret, logger, reg)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/webhooks/", h)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

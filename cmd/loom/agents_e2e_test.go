@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -324,6 +325,22 @@ func TestServe_AgentDemoOffline(t *testing.T) {
 	noErrorLogs(t, p)
 	if !strings.Contains(p.errors(), "offline model") {
 		t.Errorf("serve did not say it uses the offline model:\n%s", p.errors())
+	}
+	// The runtime's metrics are on /metrics.
+	res2, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res2.Body)
+	res2.Body.Close()
+	for _, want := range []string{
+		`loom_agent_handler_duration_seconds_count{handler="orchestrator",outcome="ok"}`,
+		`loom_agent_tool_runs_total{outcome="success",tool="calculator"} 1`,
+		`loom_agent_llm_request_duration_seconds_count{outcome="ok"}`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

@@ -114,7 +114,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		h, err := buildAgents(cfg, docs, whSecret, logger)
+		h, err := buildAgents(cfg, docs, whSecret, logger, reg)
 		if err != nil {
 			return err
 		}

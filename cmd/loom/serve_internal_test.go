@@ -40,23 +40,23 @@ func TestBuildAgentsRoles(t *testing.T) {
 	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 	cfg.Agents.Roles = map[string]config.AgentRole{"writer": {SystemPrompt: "You write.", Tools: []string{"current_time"}}}
-	if _, err := buildAgents(cfg, docs, secret, log); err == nil || !strings.Contains(err.Error(), "none.json") {
+	if _, err := buildAgents(cfg, docs, secret, log, nil); err == nil || !strings.Contains(err.Error(), "none.json") {
 		t.Fatalf("a missing configured tools file: %v", err)
 	}
 	cfg.Agents.ToolsFile = ""
-	if _, err := buildAgents(cfg, docs, secret, log); err != nil {
+	if _, err := buildAgents(cfg, docs, secret, log, nil); err != nil {
 		t.Fatalf("a new role: %v", err)
 	}
 	cfg.Agents.Roles = map[string]config.AgentRole{"writer": {Tools: []string{"current_time"}}}
-	if _, err := buildAgents(cfg, docs, secret, log); err == nil || !strings.Contains(err.Error(), "system_prompt") {
+	if _, err := buildAgents(cfg, docs, secret, log, nil); err == nil || !strings.Contains(err.Error(), "system_prompt") {
 		t.Fatalf("a new role without a prompt: %v", err)
 	}
 	cfg.Agents.Roles = map[string]config.AgentRole{"researcher": {SystemPrompt: "Be brief."}}
-	if _, err := buildAgents(cfg, docs, secret, log); err != nil {
+	if _, err := buildAgents(cfg, docs, secret, log, nil); err != nil {
 		t.Fatalf("overriding a built-in prompt: %v", err)
 	}
 	cfg.Agents.Roles = map[string]config.AgentRole{"researcher": {Tools: []string{"no_such_tool"}}}
-	if _, err := buildAgents(cfg, docs, secret, log); err == nil || !strings.Contains(err.Error(), "no_such_tool") {
+	if _, err := buildAgents(cfg, docs, secret, log, nil); err == nil || !strings.Contains(err.Error(), "no_such_tool") {
 		t.Fatalf("an unknown tool: %v", err)
 	}
 }
