@@ -187,18 +187,14 @@ func (d *dispatcher) end() {
 }
 
 // runOne delivers a row without an ordering key until it is finished.
+//
+// A row waiting for a retry is not held: it is released, and the poller
+// claims it when it is due. Memory then holds only requests in flight, so a
+// receiver that is down for hours cannot fill MaxHeld and starve the first
+// attempts of every other trigger.
 func (d *dispatcher) runOne(j *job) {
 	defer d.release(j.d.ID)
-	for {
-		switch d.s.attempt(d.ctx, j) {
-		case done:
-			return
-		case retry:
-			if !d.s.sleep(d.ctx, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
-				return
-			}
-		}
-	}
+	d.s.attempt(d.ctx, j)
 }
 
 // runKey delivers the rows of one ordering key in seq order: the next row

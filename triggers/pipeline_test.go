@@ -530,3 +530,24 @@ func TestStopDrainsRequestsInFlight(t *testing.T) {
 		t.Fatalf("%d requests after restart, want 1", n)
 	}
 }
+
+// A receiver that is down does not starve other triggers: rows waiting for
+// a retry are not held in memory, so new rows keep getting delivered even
+// with a tiny MaxHeld.
+func TestFailingReceiverDoesNotStarveOthers(t *testing.T) {
+	bad := newReceiver(t)
+	bad.respond = func(received, int) (int, http.Header) { return http.StatusInternalServerError, nil }
+	good := newReceiver(t)
+	files := "[" + fmt.Sprintf(`{"triggerId": "bad", "collection": "bad", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1h", "maxBackoff": "1h"}}`, bad.srv.URL, testSecret) +
+		"," + fmt.Sprintf(`{"triggerId": "good", "collection": "good", "events": ["create"], "url": %q, "secret": %q}`, good.srv.URL, testSecret) + "]"
+	e := startEnv(t, files, triggers.Config{MaxHeld: 2})
+	for i := 0; i < 6; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("bad/b%d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
+	}
+	bad.waitFor(t, "the failing first attempts", 10*time.Second, func(r []received) bool { return len(r) >= 2 })
+	for i := 0; i < 4; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("good/g%d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
+	}
+	good.waitFor(t, "every good delivery", 10*time.Second, func(r []received) bool { return len(r) == 4 })
+	bad.waitFor(t, "one failed attempt per bad row", 10*time.Second, func(r []received) bool { return len(r) == 6 })
+}
