@@ -58,6 +58,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAuthenticate -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzRefresh -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzCheckIP -fuzztime 20s ./internal/ssrf/
+	$(GO) test -run '^$$' -fuzz FuzzCalculator -fuzztime 20s ./webhooks/tools/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 20s ./webhooks/
 
 clean:
 	rm -rf bin
