@@ -116,11 +116,7 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	if err != nil || agent == nil {
 		return err
 	}
-	msgs, err := h.docs.Query(ctx, collections.Query{
-		Collection: c.subMessages(sa),
-		OrderBy:    []collections.Order{{Field: "seq"}},
-		Limit:      maxContextMessages,
-	})
+	msgs, err := h.subMessages(ctx, c, sa)
 	if err != nil {
 		return err
 	}
@@ -197,6 +193,34 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 		return err
 	}
 	return h.followUp(ctx, c, sa, agent, step)
+}
+
+// subMessages returns a sub-agent's most recent messages in seq order (at
+// most maxContextMessages; older ones live on in the summary), always
+// starting with its system prompt.
+func (h *Handlers) subMessages(ctx context.Context, c chat, sa string) ([]*collections.Document, error) {
+	desc, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.subMessages(sa),
+		OrderBy:    []collections.Order{{Field: "seq", Direction: "desc"}},
+		Limit:      maxContextMessages,
+	})
+	if err != nil || len(desc) == 0 {
+		return nil, err
+	}
+	msgs := make([]*collections.Document, 0, len(desc)+1)
+	if oldest := desc[len(desc)-1]; num(oldest, "seq") != 0 {
+		sys, err := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(0))
+		if err != nil {
+			return nil, err
+		}
+		if sys != nil {
+			msgs = append(msgs, sys)
+		}
+	}
+	for i := len(desc) - 1; i >= 0; i-- {
+		msgs = append(msgs, desc[i])
+	}
+	return msgs, nil
 }
 
 // pendingCalls reports whether the last assistant message has tool calls
