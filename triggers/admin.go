@@ -37,9 +37,7 @@ func (s *Service) infoLocked(e *entry) Info {
 	if !on {
 		in.Status, in.DisabledReason = "disabled", e.st.DisabledReason
 	}
-	if d := s.deltas[def.ID]; d != nil {
-		in.Counts.add(*d)
-	}
+	in.Counts.add(s.pendingDelta(def.ID))
 	if e.st.PrevSecret != "" && e.st.PrevUntil > ms(time.Now()) {
 		in.SecretRotatingUntil = e.st.PrevUntil
 	}
@@ -201,7 +199,7 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	delete(s.entries, id)
-	delete(s.deltas, id)
+	s.takeDeltaOf(id)
 	s.publishLocked()
 	return nil
 }

@@ -108,7 +108,8 @@ type Service struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
-	deltas  map[string]*Counts
+	deltaMu sync.Mutex
+	deltas  map[string]*Counts // guarded by deltaMu
 	fileErr string
 	// active is the evaluator's view: enabled triggers sorted by id.
 	active atomic.Pointer[[]activeTrigger]
@@ -426,15 +427,42 @@ func (s *Service) entry(id string) *entry {
 }
 
 // count adds to a trigger's counters (flushed to its state every second).
+// It has its own lock: a delivery never waits for a flush's store write.
 func (s *Service) count(id string, d Counts) {
-	s.mu.Lock()
+	s.deltaMu.Lock()
 	c := s.deltas[id]
 	if c == nil {
 		c = &Counts{}
 		s.deltas[id] = c
 	}
 	c.add(d)
-	s.mu.Unlock()
+	s.deltaMu.Unlock()
+}
+
+// takeDeltas removes and returns the counter deltas.
+func (s *Service) takeDeltas() map[string]*Counts {
+	s.deltaMu.Lock()
+	defer s.deltaMu.Unlock()
+	d := s.deltas
+	s.deltas = map[string]*Counts{}
+	return d
+}
+
+// takeDeltaOf drops a trigger's unflushed counters (it was deleted).
+func (s *Service) takeDeltaOf(id string) {
+	s.deltaMu.Lock()
+	delete(s.deltas, id)
+	s.deltaMu.Unlock()
+}
+
+// pendingDelta is the not yet flushed part of a trigger's counters.
+func (s *Service) pendingDelta(id string) Counts {
+	s.deltaMu.Lock()
+	defer s.deltaMu.Unlock()
+	if d := s.deltas[id]; d != nil {
+		return *d
+	}
+	return Counts{}
 }
 
 func (s *Service) flushLoop(ctx context.Context) {
@@ -450,15 +478,19 @@ func (s *Service) flushLoop(ctx context.Context) {
 	}
 }
 
-// flushCounts adds the counter deltas to the stored states.
+// flushCounts adds the counter deltas to the stored states. Deltas that
+// fail to save are put back for the next flush.
 func (s *Service) flushCounts(ctx context.Context) {
+	deltas := s.takeDeltas()
+	if len(deltas) == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	changed := false
-	for id, d := range s.deltas {
+	for id, d := range deltas {
 		cur := s.entries[id]
 		if cur == nil {
-			delete(s.deltas, id)
 			continue
 		}
 		ne := *cur
@@ -466,11 +498,11 @@ func (s *Service) flushCounts(ctx context.Context) {
 		v, err := s.saveEntryLocked(ctx, id, &ne)
 		if err != nil {
 			s.log.Warn("saving trigger counters", "trigger", id, "err", err)
+			s.count(id, *d)
 			continue
 		}
 		ne.ver = v
 		s.entries[id] = &ne
-		delete(s.deltas, id)
 		changed = true
 	}
 	if changed {
