@@ -28,6 +28,7 @@ const (
 	DefaultWSHeartbeat      = 30 * time.Second
 	DefaultSSEHeartbeat     = 15 * time.Second
 	DefaultMaxSubscriptions = 100
+	DefaultMaxStreamsPerIP  = 1000
 	// maxWSMessage is the largest inbound message answered normally;
 	// larger ones get an error reply. wsReadLimit is where the connection
 	// is cut instead (reading a huge frame just to reject it costs memory
@@ -56,6 +57,59 @@ type RealtimeConfig struct {
 	// MaxSubscriptions bounds the subscriptions of one WebSocket
 	// connection (DefaultMaxSubscriptions).
 	MaxSubscriptions int
+	// MaxStreamsPerIP bounds the open WebSocket, SSE and RxDB pullStream
+	// connections from one client address (DefaultMaxStreamsPerIP;
+	// negative: no limit). The admin key is not limited.
+	MaxStreamsPerIP int
+}
+
+// streamLimiter counts open streams per client address.
+type streamLimiter struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+// acquire counts a stream in; false when the address is at its limit.
+func (l *streamLimiter) acquire(ip string) bool {
+	if l.max < 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[ip] >= l.max {
+		return false
+	}
+	l.n[ip]++
+	return true
+}
+
+func (l *streamLimiter) release(ip string) {
+	if l.max < 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n[ip]--; l.n[ip] <= 0 {
+		delete(l.n, ip)
+	}
+}
+
+// openStream counts a long-lived stream of caller in; it answers 429 and
+// returns nil when the client address has too many open. The returned
+// func counts it out.
+func (s *Server) openStream(c *gin.Context, caller *Caller) func() {
+	if caller.Admin {
+		return func() {}
+	}
+	ip := remoteIP(c.Request)
+	if !s.rt.streams.acquire(ip) {
+		e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many open streams from this address (limit %d); close some first.", s.rt.streams.max)
+		e.retryAfter = time.Second
+		s.writeError(c, e)
+		return nil
+	}
+	return func() { s.rt.streams.release(ip) }
 }
 
 // realtimeServer is the server's realtime state.
@@ -66,6 +120,7 @@ type realtimeServer struct {
 	stopOnce sync.Once
 	conns    sync.WaitGroup // WebSocket connections (hijacked: http.Server does not wait for them)
 
+	streams     *streamLimiter
 	connections *prometheus.GaugeVec
 	delivered   *prometheus.CounterVec
 	slow        *prometheus.CounterVec
@@ -81,10 +136,14 @@ func newRealtimeServer(s *Server, cfg RealtimeConfig, reg *prometheus.Registry) 
 	if cfg.MaxSubscriptions <= 0 {
 		cfg.MaxSubscriptions = DefaultMaxSubscriptions
 	}
+	if cfg.MaxStreamsPerIP == 0 {
+		cfg.MaxStreamsPerIP = DefaultMaxStreamsPerIP
+	}
 	rt := &realtimeServer{
-		hub:  realtime.New(s.store, realtime.Config{QueueSize: cfg.QueueSize, Logger: s.log}),
-		cfg:  cfg,
-		stop: make(chan struct{}),
+		streams: &streamLimiter{max: cfg.MaxStreamsPerIP, n: map[string]int{}},
+		hub:     realtime.New(s.store, realtime.Config{QueueSize: cfg.QueueSize, Logger: s.log}),
+		cfg:     cfg,
+		stop:    make(chan struct{}),
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "loom_realtime_connections",
 			Help: "Open realtime connections by transport (ws, sse).",

@@ -155,3 +155,42 @@ func TestRealtime_WSReauthAsAnotherUserEndsSubscriptions(t *testing.T) {
 		}
 	}
 }
+
+// One address may hold at most MaxStreamsPerIP open streams (WebSocket,
+// SSE, pullStream together); the admin key is not limited.
+func TestRealtime_StreamsPerAddressAreLimited(t *testing.T) {
+	store := MustOpenStore(t)
+	svc, err := auth.New(context.Background(), store, auth.Config{Secret: []byte("0123456789abcdef0123456789abcdef-test"), BcryptCost: bcrypt.MinCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	e := MustStartServer(t, store, server.Config{Auth: svc, Realtime: server.RealtimeConfig{MaxStreamsPerIP: 2}})
+	u := e.signup(t, "streamer")
+	h := map[string]string{"Authorization": "Bearer " + u.Access}
+	a := e.dialWS(t, "", h)
+	e.openSSE(t, "collection=users/"+u.UID+"/notes", h)
+	if _, res, err := e.tryDialWS("", h); err == nil || res == nil || res.StatusCode != http.StatusTooManyRequests {
+		status := 0
+		if res != nil {
+			status = res.StatusCode
+		}
+		t.Fatalf("third stream: err %v status %d, want 429", err, status)
+	}
+	// The admin key is not counted.
+	e.dialWS(t, "", nil)
+	// Closing one frees its place.
+	a.conn.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, _, err := e.tryDialWS("", h)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the place of a closed stream was not freed: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

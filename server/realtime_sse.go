@@ -39,6 +39,11 @@ func (s *Server) serveSSE(c *gin.Context) {
 	if !s.allowRate(c, caller) {
 		return
 	}
+	done := s.openStream(c, caller)
+	if done == nil {
+		return
+	}
+	defer done()
 	p := subParams{db: qs.Get("database"), includeData: qs.Get("includeData") != "false"}
 	if p.db == "" {
 		p.db = "default"

@@ -71,6 +71,11 @@ func (s *Server) serveWS(c *gin.Context) {
 	if !s.allowRate(c, caller) {
 		return
 	}
+	done := s.openStream(c, caller)
+	if done == nil {
+		return
+	}
+	defer done()
 	db := c.Query("database")
 	if db == "" {
 		db = "default"

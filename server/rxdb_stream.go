@@ -30,6 +30,11 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		s.writeError(c, err)
 		return
 	}
+	done := s.openStream(c, t.caller)
+	if done == nil {
+		return
+	}
+	defer done()
 	ctx := c.Request.Context()
 	// Take the notification channel before reading the head, so a commit
 	// between the two is not missed.

@@ -136,6 +136,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Triggers:        trig,
 		Webhooks:        agentHandlers,
 		RxDB:            server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
+		Realtime:        server.RealtimeConfig{MaxStreamsPerIP: cfg.Limits.MaxStreamsPerIP},
 	})
 	if err != nil {
 		return err

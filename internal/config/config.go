@@ -138,6 +138,9 @@ type Limits struct {
 	// never limited.
 	RateLimit float64 `toml:"rate_limit"`
 	RateBurst int     `toml:"rate_burst"`
+	// MaxStreamsPerIP bounds open WebSocket/SSE/pullStream connections per
+	// client address (0 = the server default, 1000; negative = off).
+	MaxStreamsPerIP int `toml:"max_streams_per_ip"`
 }
 
 // Changes configures the change log.
