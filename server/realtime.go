@@ -114,11 +114,12 @@ func (s *Server) openStream(c *gin.Context, caller *Caller) func() {
 
 // realtimeServer is the server's realtime state.
 type realtimeServer struct {
-	hub      *realtime.Hub
-	cfg      RealtimeConfig
-	stop     chan struct{} // closed when Serve shuts down
-	stopOnce sync.Once
-	conns    sync.WaitGroup // WebSocket connections (hijacked: http.Server does not wait for them)
+	hub     *realtime.Hub
+	cfg     RealtimeConfig
+	stop    chan struct{}  // closed when Serve shuts down
+	mu      sync.Mutex     // orders enter against shutdown
+	stopped bool           // guarded by mu
+	conns   sync.WaitGroup // WebSocket connections (hijacked: http.Server does not wait for them)
 
 	streams     *streamLimiter
 	connections *prometheus.GaugeVec
@@ -172,7 +173,12 @@ func newRealtimeServer(s *Server, cfg RealtimeConfig, reg *prometheus.Registry) 
 // shutdown ends every stream (WebSockets get a close frame) and stops the
 // hub; it waits for the WebSocket connections until ctx ends.
 func (rt *realtimeServer) shutdown(ctx context.Context) {
-	rt.stopOnce.Do(func() { close(rt.stop) })
+	rt.mu.Lock()
+	if !rt.stopped {
+		rt.stopped = true
+		close(rt.stop)
+	}
+	rt.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		rt.conns.Wait()
@@ -183,6 +189,18 @@ func (rt *realtimeServer) shutdown(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	rt.hub.Close()
+}
+
+// enter counts a WebSocket connection in; false once shutdown started
+// (the WaitGroup must not grow while shutdown waits on it).
+func (rt *realtimeServer) enter() bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.stopped {
+		return false
+	}
+	rt.conns.Add(1)
+	return true
 }
 
 // realtimeRoutes registers the realtime endpoints.

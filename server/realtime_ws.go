@@ -111,7 +111,10 @@ func (s *Server) serveWS(c *gin.Context) {
 		ws.Close()
 		return
 	}
-	rt.conns.Add(1)
+	if !rt.enter() {
+		ws.Close() // shutting down
+		return
+	}
 	defer rt.conns.Done()
 	rt.connections.WithLabelValues("ws").Inc()
 	defer rt.connections.WithLabelValues("ws").Dec()
