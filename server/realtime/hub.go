@@ -43,6 +43,8 @@ const (
 	// DefaultReadBatch bounds one ReadChanges call of the tailer and of a
 	// catch-up.
 	DefaultReadBatch = 512
+	// DefaultSnapshotReads bounds concurrent snapshot page reads.
+	DefaultSnapshotReads = 8
 	// retryDelay is how long the tailer waits after a failed read.
 	retryDelay = 500 * time.Millisecond
 )
@@ -73,6 +75,10 @@ type Config struct {
 	QueueSize int
 	// ReadBatch bounds one change-log read (DefaultReadBatch when 0).
 	ReadBatch int
+	// SnapshotReads bounds the snapshot pages read at once across all
+	// subscriptions (DefaultSnapshotReads when 0): each page is up to
+	// collections.MaxLimit documents in memory.
+	SnapshotReads int
 	// Logger receives tailer errors; nil discards.
 	Logger *slog.Logger
 }
@@ -80,6 +86,7 @@ type Config struct {
 // Hub is the fan-out of one Store's change log. It starts its tailer on the
 // first Subscribe and stops it on Close.
 type Hub struct {
+	snapshots chan struct{} // semaphore of snapshot page reads
 	store     collections.Store
 	log       *slog.Logger
 	queueSize int
@@ -116,8 +123,12 @@ func New(store collections.Store, cfg Config) *Hub {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.SnapshotReads <= 0 {
+		cfg.SnapshotReads = DefaultSnapshotReads
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{
+		snapshots: make(chan struct{}, cfg.SnapshotReads),
 		store:     store,
 		log:       cfg.Logger.With("component", "realtime"),
 		queueSize: cfg.QueueSize,

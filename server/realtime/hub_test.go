@@ -386,3 +386,30 @@ func TestHub_CheckFiltersEvents(t *testing.T) {
 		t.Fatalf("after hub Close: err=%v, want ErrClosed", err)
 	}
 }
+
+// Snapshot pages are read a bounded number at a time; with a bound of one,
+// many concurrent snapshots still all complete, each whole.
+func TestHub_SnapshotReadsAreBounded(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{SnapshotReads: 1})
+	for i := 0; i < 30; i++ {
+		put(t, st, fmt.Sprintf("snap/d%02d", i), map[string]any{"n": num(i)})
+	}
+	q := collections.Query{Collection: "snap"}
+	if err := q.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := mustSub(t, h, realtime.Request{DB: "default", Query: q, Snapshot: true})
+			ev := next(t, s)
+			if !ev.IsSnapshot() || len(ev.Snapshot) != 30 || ev.More {
+				t.Errorf("snapshot of %d documents (more %v), want 30", len(ev.Snapshot), ev.More)
+			}
+		}()
+	}
+	wg.Wait()
+}

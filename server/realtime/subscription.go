@@ -388,7 +388,13 @@ func (s *Subscription) nextSnapshot(ctx context.Context) (Event, error) {
 	q := s.query
 	q.Limit = collections.MaxLimit
 	q.StartAfter = s.snap.cursor
+	select {
+	case s.hub.snapshots <- struct{}{}:
+	case <-ctx.Done():
+		return Event{}, ctx.Err()
+	}
 	res, err := s.hub.store.Query(ctx, s.db, q)
+	<-s.hub.snapshots
 	if err != nil {
 		return Event{}, err
 	}
