@@ -106,6 +106,30 @@ func (d *Document) Clone() *Document {
 	return &c
 }
 
+// Int64 reads an integer stored in a document: a json.Number after a round
+// trip through an engine (an integral float form such as "3.0" counts), or
+// an int64/int/float64 the process put there itself.
+func Int64(v any) (int64, bool) {
+	switch t := v.(type) {
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i, true
+		}
+		f, err := t.Float64()
+		if err != nil || f != float64(int64(f)) {
+			return 0, false
+		}
+		return int64(f), true
+	case int64:
+		return t, true
+	case int:
+		return int64(t), true
+	case float64:
+		return int64(t), t == float64(int64(t))
+	}
+	return 0, false
+}
+
 // CloneValue deep-copies a decoded JSON value.
 func CloneValue(v any) any {
 	switch t := v.(type) {

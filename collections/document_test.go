@@ -280,3 +280,27 @@ func TestIsEnvelopeField(t *testing.T) {
 		}
 	}
 }
+
+func TestInt64(t *testing.T) {
+	for _, tt := range []struct {
+		v    any
+		want int64
+		ok   bool
+	}{
+		{json.Number("42"), 42, true},
+		{json.Number("3.0"), 3, true},
+		{json.Number("1e3"), 1000, true},
+		{json.Number("1.5"), 0, false},
+		{int64(-7), -7, true},
+		{9, 9, true},
+		{2.0, 2, true},
+		{2.5, 2, false},
+		{"3", 0, false},
+		{nil, 0, false},
+	} {
+		got, ok := collections.Int64(tt.v)
+		if ok != tt.ok || (ok && got != tt.want) {
+			t.Errorf("Int64(%#v) = %d, %v; want %d, %v", tt.v, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -18,6 +18,7 @@ const (
 	outboxColl  = "_outbox"
 	triggerColl = "_triggers"
 	metaPath    = "_trigger_meta/evaluator"
+	leasePath   = "_trigger_meta/evaluator-lease"
 	cursorName  = "triggers"
 )
 
@@ -158,24 +159,10 @@ func attemptsValue(as []Attempt) []any {
 	return out
 }
 
-// num reads an integer stored in a document (json.Number after a round
-// trip, int64 when the value came from this process).
+// num reads an integer stored in a document (0 when absent).
 func num(v any) int64 {
-	switch t := v.(type) {
-	case json.Number:
-		if i, err := t.Int64(); err == nil {
-			return i
-		}
-		f, _ := t.Float64()
-		return int64(f)
-	case int64:
-		return t
-	case int:
-		return int64(t)
-	case float64:
-		return int64(t)
-	}
-	return 0
+	n, _ := collections.Int64(v)
+	return n
 }
 
 func ms(t time.Time) int64 { return t.UnixMilli() }

@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -74,21 +73,8 @@ func num(d *collections.Document, f string) int64 {
 	if d == nil {
 		return 0
 	}
-	switch v := d.Data[f].(type) {
-	case json.Number:
-		if i, err := v.Int64(); err == nil {
-			return i
-		}
-		fl, _ := v.Float64()
-		return int64(fl)
-	case int64:
-		return v
-	case int:
-		return int64(v)
-	case float64:
-		return int64(v)
-	}
-	return 0
+	n, _ := collections.Int64(d.Data[f])
+	return n
 }
 
 // validID turns a model-chosen id (a tool call id) into a document id.

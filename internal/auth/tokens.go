@@ -227,17 +227,7 @@ func (s *Service) Logout(ctx context.Context, refreshToken string) error {
 	return nil
 }
 
-// int64Field reads an integer field of stored data (json.Number after a
-// round trip through the store).
+// int64Field reads an integer field of stored data.
 func int64Field(data map[string]any, name string) (int64, bool) {
-	switch v := data[name].(type) {
-	case json.Number:
-		i, err := v.Int64()
-		return i, err == nil
-	case int64:
-		return v, true
-	case float64:
-		return int64(v), true
-	}
-	return 0, false
+	return collections.Int64(data[name])
 }
