@@ -23,20 +23,36 @@ const (
 // evaluate tails the change log from the durable cursor. For each change
 // it evaluates the enabled triggers and inserts one outbox row per match
 // in the same transaction that advances the cursor, so a crash at any point
-// neither loses nor duplicates a row. The cursor advance is a
-// compare-and-set: two evaluators (two nodes) never both insert a change's
-// rows; the loser re-reads the cursor and goes on.
+// neither loses nor duplicates a row. One node evaluates at a time: it
+// holds the evaluator lease (spec 00), so the other nodes' evaluators do
+// not race it (and send no early requests for rows they would lose). The
+// cursor advance is a compare-and-set besides, so even two evaluators
+// during a lease handover never both insert a change's rows.
 func (s *Service) evaluate(ctx context.Context) {
-	pos, err := s.store.Cursor(ctx, cursorName)
-	for err != nil {
-		if !s.sleep(ctx, time.Second) {
-			return
-		}
-		s.log.Error("reading the trigger cursor", "err", err)
-		pos, err = s.store.Cursor(ctx, cursorName)
-	}
-	ev := &evalState{durable: pos, pos: pos}
+	var ev *evalState
+	var lease time.Time // until when this node holds the evaluator lease
 	for ctx.Err() == nil {
+		if time.Until(lease) < evalLease/2 {
+			until, err := s.claimEvaluator(ctx)
+			if err != nil {
+				if !errors.Is(err, collections.ErrPreconditionFailed) && ctx.Err() == nil {
+					s.log.Warn("claiming the trigger evaluator lease", "err", err)
+				}
+				ev = nil // another node evaluates; re-read the cursor when we take over
+				s.sleep(ctx, evalLease/4)
+				continue
+			}
+			lease = until
+		}
+		if ev == nil {
+			pos, err := s.store.Cursor(ctx, cursorName)
+			if err != nil {
+				s.log.Error("reading the trigger cursor", "err", err)
+				s.sleep(ctx, time.Second)
+				continue
+			}
+			ev = &evalState{durable: pos, pos: pos}
+		}
 		wake := s.store.Notify()
 		before := ev.pos
 		err := s.evaluateBatch(ctx, ev)
@@ -49,7 +65,7 @@ func (s *Service) evaluate(ctx context.Context) {
 				select {
 				case <-ctx.Done():
 				case <-wake:
-				case <-time.After(idleRecheck):
+				case <-time.After(min(idleRecheck, time.Until(lease)-evalLease/2)):
 				}
 				continue
 			}
@@ -79,11 +95,34 @@ func (s *Service) evaluate(ctx context.Context) {
 			s.sleep(ctx, time.Second)
 		}
 	}
-	if ev.pos > ev.durable {
+	if ev != nil && ev.pos > ev.durable {
 		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.advance(actx, ev)
 	}
+}
+
+// evalLease is how long the evaluator lease lasts; the holder renews it at
+// half time, and another node takes over at most this long after the holder
+// died.
+const evalLease = 10 * time.Second
+
+// claimEvaluator takes or renews the evaluator lease (collections.Claim on
+// the lease document) and returns its end; ErrPreconditionFailed when
+// another node holds it.
+func (s *Service) claimEvaluator(ctx context.Context) (time.Time, error) {
+	now := time.Now()
+	_, err := collections.Claim(ctx, s.store, SystemDB, leasePath, s.cfg.NodeID, evalLease, now)
+	if errors.Is(err, collections.ErrNotFound) {
+		_, err = s.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteCreate, Path: leasePath, Data: map[string]any{}}}, collections.CommitOptions{})
+		if err == nil || errors.Is(err, collections.ErrAlreadyExists) {
+			_, err = collections.Claim(ctx, s.store, SystemDB, leasePath, s.cfg.NodeID, evalLease, now)
+		}
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return now.Add(evalLease), nil
 }
 
 // evalState is the evaluator's position. durable is the stored cursor;

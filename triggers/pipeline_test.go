@@ -551,3 +551,44 @@ func TestFailingReceiverDoesNotStarveOthers(t *testing.T) {
 	good.waitFor(t, "every good delivery", 10*time.Second, func(r []received) bool { return len(r) == 4 })
 	bad.waitFor(t, "one failed attempt per bad row", 10*time.Second, func(r []received) bool { return len(r) == 6 })
 }
+
+// Two nodes on one store: each change is matched once (by whichever
+// evaluator wins the cursor) and delivered once, and both nodes' counters
+// add up in the stored trigger state although they write it concurrently.
+func TestTwoNodesShareTheWorkAndTheCounters(t *testing.T) {
+	rc := newReceiver(t)
+	e := startEnv(t, "["+triggerJSON("n", rc.srv.URL, "")+"]", triggers.Config{NodeID: "node-a"})
+	b := &pipeEnv{store: e.store, file: e.file}
+	b.start(t, triggers.Config{NodeID: "node-b"})
+	const n = 40
+	for i := 0; i < n; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u1/chats/c1/messages/m%02d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
+	}
+	got := rc.waitFor(t, "every delivery", 10*time.Second, func(r []received) bool { return len(r) >= n })
+	ids := map[string]bool{}
+	for _, r := range got {
+		ids[r.ID] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct webhook-ids for %d changes", len(ids), n)
+	}
+	waitDeliveries(t, e.svc, triggers.DeliveryQuery{Status: triggers.StatusDelivered, Limit: 100}, func(ds []*triggers.Delivery) bool { return len(ds) == n })
+	// Node b changes the trigger's state while node a still has counts to
+	// flush: a's flush conflicts with b's write and must keep its counts.
+	if err := b.svc.Disable(context.Background(), "n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.svc.Enable(context.Background(), "n"); err != nil {
+		t.Fatal(err)
+	}
+	b.stop()
+	e.stop() // both flush their counters
+	doc, err := e.store.Get(context.Background(), triggers.SystemDB, "_triggers/n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, _ := doc.Data["counts"].(map[string]any)
+	if fmt.Sprint(counts["matched"]) != fmt.Sprint(n) || fmt.Sprint(counts["delivered"]) != fmt.Sprint(n) {
+		t.Fatalf("stored counts %v, want matched and delivered %d", counts, n)
+	}
+}

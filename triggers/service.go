@@ -318,7 +318,7 @@ func (s *Service) setFileTriggers(ctx context.Context, list []*Compiled, states 
 			e.st.Secret = NewSecret()
 		}
 		if e.ver == 0 || old == nil {
-			v, err := s.saveEntryLocked(ctx, id, e)
+			v, err := s.saveEntryLocked(ctx, id, e, Counts{})
 			if err != nil {
 				return err
 			}
@@ -335,9 +335,10 @@ func (s *Service) setFileTriggers(ctx context.Context, list []*Compiled, states 
 	return nil
 }
 
-// saveEntryLocked stores e.st, retrying on a concurrent change from
-// another node by re-reading the counters and switches it owns.
-func (s *Service) saveEntryLocked(ctx context.Context, id string, e *entry) (int64, error) {
+// saveEntryLocked stores e.st, retrying once on a concurrent change from
+// another node: the stored counters win, plus added (the counts this save
+// adds), and our change of everything else is kept.
+func (s *Service) saveEntryLocked(ctx context.Context, id string, e *entry, added Counts) (int64, error) {
 	v, err := saveState(ctx, s.store, id, &e.st, e.ver)
 	if errors.Is(err, errStateConflict) {
 		cur, ver, rerr := readState(ctx, s.store, id)
@@ -345,9 +346,8 @@ func (s *Service) saveEntryLocked(ctx context.Context, id string, e *entry) (int
 			return 0, rerr
 		}
 		if cur != nil {
-			// Another node wrote in between: take its counters, keep our
-			// change of everything else.
 			e.st.Counts = cur.Counts
+			e.st.Counts.add(added)
 		}
 		return saveState(ctx, s.store, id, &e.st, ver)
 	}
@@ -495,7 +495,7 @@ func (s *Service) flushCounts(ctx context.Context) {
 		}
 		ne := *cur
 		ne.st.Counts.add(*d)
-		v, err := s.saveEntryLocked(ctx, id, &ne)
+		v, err := s.saveEntryLocked(ctx, id, &ne, *d)
 		if err != nil {
 			s.log.Warn("saving trigger counters", "trigger", id, "err", err)
 			s.count(id, *d)
@@ -524,7 +524,7 @@ func (s *Service) updateEntry(ctx context.Context, id string, fn func(e *entry) 
 	if err := fn(&ne); err != nil {
 		return nil, err
 	}
-	v, err := s.saveEntryLocked(ctx, id, &ne)
+	v, err := s.saveEntryLocked(ctx, id, &ne, Counts{})
 	if err != nil {
 		return nil, err
 	}

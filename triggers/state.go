@@ -32,8 +32,6 @@ func (c *Counts) add(d Counts) {
 	c.EvalErrors += d.EvalErrors
 }
 
-func (c Counts) zero() bool { return c == Counts{} }
-
 // state is what Loom keeps about one trigger in _triggers/{id}: the
 // definition of a registered trigger, and for every trigger its switches,
 // secrets and counters.
