@@ -649,6 +649,11 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if _, ok := list["f2"]; !ok {
 		t.Fatalf("f2 not listed after reload: %v", list)
 	}
+	// The reload itself does not use up the new trigger's one showing of
+	// its generated secret.
+	if sec := list["f2"].Secret; sec == nil || !strings.HasPrefix(*sec, "whsec_") {
+		t.Fatalf("f2's generated secret was not shown after the reload: %+v", list["f2"])
+	}
 	if _, ok := list["f1"]; ok {
 		t.Fatal("f1 still listed after reload")
 	}

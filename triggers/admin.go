@@ -76,6 +76,9 @@ func (s *Service) List(ctx context.Context) (list []Info, secrets map[string]str
 	return list, secrets, nil
 }
 
+// Len is the number of triggers (file and registered).
+func (s *Service) Len() int { return len(*s.snap.Load()) }
+
 // Get returns one trigger, and its generated secret if it was never shown.
 func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
 	var secret string
