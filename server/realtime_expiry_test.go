@@ -139,20 +139,36 @@ func TestRealtime_WSReauthAsAnotherUserEndsSubscriptions(t *testing.T) {
 			break
 		}
 	}
-	// a's note no longer reaches the connection.
-	e.MustDo(t, 201, "PUT", api+"/documents/users/"+a.UID+"/notes/n1", `{"doc":{"x":1}}`)
-	w.send("p", "ping", nil)
+	// a's note no longer reaches the connection; b's, written after it, does.
+	w.send("s2", "subscribe", map[string]any{"query": map[string]any{"collection": "users/" + b.UID + "/notes"}})
 	for {
 		_, m, err := w.conn.ReadMessage()
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
+		if strings.Contains(string(m), `"subscribe_ack"`) {
+			break
+		}
+	}
+	e.MustDo(t, 201, "PUT", api+"/documents/users/"+a.UID+"/notes/n1", `{"doc":{"x":1}}`)
+	e.MustDo(t, 201, "PUT", api+"/documents/users/"+b.UID+"/notes/n1", `{"doc":{"x":2}}`)
+	sawB := false
+	_ = w.conn.SetReadDeadline(time.Now().Add(time.Second))
+	for {
+		_, m, err := w.conn.ReadMessage()
+		if err != nil {
+			break // the quiet second after b's event is over
+		}
 		if strings.Contains(string(m), `"event"`) {
-			t.Fatalf("event after the identity switch: %s", m)
+			if strings.Contains(string(m), "users/"+a.UID) {
+				t.Fatalf("event of the previous identity after the switch: %s", m)
+			}
+			sawB = true
+			_ = w.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		}
-		if strings.Contains(string(m), `"pong"`) {
-			return
-		}
+	}
+	if !sawB {
+		t.Fatal("the new identity's subscription got no event")
 	}
 }
 
