@@ -99,6 +99,13 @@ func SplitDocPath(p string) (collection, id string) {
 // starts with "_").
 func IsSystemPath(p string) bool { return strings.HasPrefix(p, "_") }
 
+// WildRoot reports whether a pattern's first segment is "*". Such a
+// pattern never selects system collections (MatchCollection); every engine
+// must exclude them where it selects documents, not only in Go.
+func WildRoot(pattern string) bool {
+	return pattern == "*" || strings.HasPrefix(pattern, "*/")
+}
+
 // IsPattern reports whether a collection path contains a wildcard segment.
 func IsPattern(p string) bool {
 	return p == "*" || strings.HasPrefix(p, "*/") || strings.HasSuffix(p, "/*") || strings.Contains(p, "/*/")
@@ -120,10 +127,17 @@ func Shape(collection string) string {
 }
 
 // MatchCollection reports whether a concrete collection path matches a
-// pattern whose "*" segments match exactly one segment each.
+// pattern whose "*" segments match exactly one segment each. A wildcard
+// first segment never matches a system collection: Loom's own state
+// (password hashes, keys, refresh tokens, outbox) is reached only by
+// naming it, so no pattern a client sends — query, subscription, trigger —
+// can select it. Engines apply the same rule when they select documents.
 func MatchCollection(pattern, collection string) bool {
 	if pattern == collection {
 		return true
+	}
+	if WildRoot(pattern) && IsSystemPath(collection) {
+		return false
 	}
 	for {
 		pi := strings.IndexByte(pattern, '/')

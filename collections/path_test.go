@@ -216,6 +216,14 @@ func TestMatchCollection(t *testing.T) {
 		{"rooms/*/m", "rooms/r/mm", false},
 		{"rooms/r/m", "rooms/r/m", true},
 		{"rooms/r/m", "rooms/s/m", false},
+		// A wildcard never reaches a system collection; naming one does.
+		{"*", "_users", false},
+		{"*", "_outbox", false},
+		{"*/u1/sessions", "_users/u1/sessions", false},
+		{"*/*/sessions", "_users/u1/sessions", false},
+		{"_users", "_users", true},
+		{"_users/*/sessions", "_users/u1/sessions", true},
+		{"*", "a_b", true},
 	} {
 		if got := collections.MatchCollection(tc.pattern, tc.coll); got != tc.want {
 			t.Errorf("MatchCollection(%q, %q)=%v, want %v", tc.pattern, tc.coll, got, tc.want)

@@ -206,6 +206,10 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	} else if shape, ok := shapeLiteral(q.Collection); ok {
 		p.where = append(p.where, "shape = "+shape)
 	}
+	if collections.WildRoot(q.Collection) {
+		// A wildcard never reaches Loom's own state (collections.MatchCollection).
+		p.where = append(p.where, "substr(collection, 1, 1) <> '_'")
+	}
 	if !q.ShowDeleted {
 		p.where = append(p.where, "deleted = 0")
 	}

@@ -55,6 +55,7 @@ func Run(t *testing.T, f Factory) {
 		{"Batch", testBatch},
 		{"Query", testQuery},
 		{"QueryModel", testQueryModel},
+		{"WildcardSystem", testWildcardSystem},
 		{"ChangedSince", testChangedSince},
 		{"ChangeLog", testChangeLog},
 		{"ConcurrentTail", testConcurrentTail},
