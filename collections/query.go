@@ -75,6 +75,20 @@ type QueryResult struct {
 // ParseQuery decodes and validates a query body. Unknown keys are an error so
 // that a typo never silently widens a query.
 func ParseQuery(b []byte) (Query, error) {
+	q, err := DecodeQuery(b)
+	if err != nil {
+		return Query{}, err
+	}
+	if err := q.Normalize(); err != nil {
+		return Query{}, err
+	}
+	return q, nil
+}
+
+// DecodeQuery is ParseQuery without Normalize, for callers whose startAfter
+// is not an engine cursor (the server's sealed cursors): they set the
+// engine cursor before normalizing.
+func DecodeQuery(b []byte) (Query, error) {
 	var q Query
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -86,9 +100,6 @@ func ParseQuery(b []byte) (Query, error) {
 	// ends a query body.
 	if _, err := dec.Token(); err != io.EOF {
 		return Query{}, invalidQuery("unexpected data after the query object")
-	}
-	if err := q.Normalize(); err != nil {
-		return Query{}, err
 	}
 	return q, nil
 }

@@ -63,7 +63,7 @@ func (s *Server) listCollection(c *gin.Context, p string) {
 // listQuery builds the query of a collection listing from the URL:
 //
 //	limit=N            default 100, at most 1000
-//	startAfter=CURSOR  a nextCursor from the previous page (same orderBy)
+//	startAfter=CURSOR  a nextCursor from the previous page of the same listing
 //	orderBy=a,b:desc,-c,d:asc
 //	showDeleted=true   include tombstones
 //
@@ -95,10 +95,7 @@ func listQuery(c *gin.Context, collection string) (collections.Query, error) {
 		}
 		q.ShowDeleted = b
 	}
-	if err := q.Normalize(); err != nil {
-		return q, err
-	}
-	return q, nil
+	return q, nil // serveQuery normalizes it
 }
 
 // parseOrderTerm parses one orderBy term: "field", "field:asc",

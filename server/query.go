@@ -7,8 +7,8 @@ import (
 )
 
 // query serves POST /query: the body is a query object (spec 01 §Query),
-// parsed strictly by collections.ParseQuery (unknown keys and operators are
-// 400 INVALID_QUERY, never dropped).
+// decoded strictly by collections.DecodeQuery (unknown keys and operators
+// are 400 INVALID_QUERY, never dropped) and normalized by serveQuery.
 func (s *Server) query(c *gin.Context) {
 	body, err := s.readBody(c)
 	if err != nil {
@@ -20,7 +20,7 @@ func (s *Server) query(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	q, err := collections.ParseQuery(body.Bytes())
+	q, err := collections.DecodeQuery(body.Bytes())
 	putBuf(body)
 	if err != nil {
 		s.writeError(c, err)
@@ -29,11 +29,17 @@ func (s *Server) query(c *gin.Context) {
 	s.serveQuery(c, q)
 }
 
-// serveQuery answers a query or a collection listing: the path-level check,
-// the rules check on the collection, then a page of readable documents.
+// serveQuery answers a query or a collection listing (q decoded, not yet
+// normalized; its startAfter is a sealed client cursor): the path-level
+// check, the rules check on the collection, then a page of readable
+// documents with a sealed nextCursor.
 func (s *Server) serveQuery(c *gin.Context, q collections.Query) {
 	db := c.Param("db")
 	caller := callerOf(c)
+	if err := s.openQueryCursor(db, caller, &q); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	if err := s.authorize(caller, ActionList, db, q.Collection); err != nil {
 		s.writeError(c, err)
 		return
@@ -43,6 +49,9 @@ func (s *Server) serveQuery(c *gin.Context, q collections.Query) {
 		return
 	}
 	res, err := s.queryReadable(c.Request.Context(), caller, db, q)
+	if err == nil {
+		res.NextCursor, err = s.sealQueryCursor(db, caller, &q, res.NextCursor)
+	}
 	if err != nil {
 		s.writeError(c, err)
 		return

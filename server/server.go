@@ -95,6 +95,12 @@ type Config struct {
 	// Webhooks serves /webhooks/* (the agent runtime's handlers, which
 	// authenticate deliveries by their signature); nil: 404.
 	Webhooks http.Handler
+	// CursorKey seals the query cursors handed to clients (at least
+	// MinCursorKeyBytes; see cursor.go). Every node serving the same data
+	// must use the same key, or a cursor from one node is refused by
+	// another. Nil: a random key per process (cursors do not survive a
+	// restart).
+	CursorKey []byte
 }
 
 // Server is the HTTP surface over one Store.
@@ -116,6 +122,7 @@ type Server struct {
 	rxdb            RxDBConfig
 	triggers        *triggers.Service
 	webhooks        http.Handler
+	cursors         *cursorSealer
 	engine          *gin.Engine
 }
 
@@ -159,6 +166,11 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		triggers:        cfg.Triggers,
 		webhooks:        cfg.Webhooks,
 	}
+	cursors, err := newCursorSealer(cfg.CursorKey)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.cursors = cursors
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()
 	}

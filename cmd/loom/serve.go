@@ -121,6 +121,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		agentHandlers = h
 	}
 
+	cursorKey, err := loadCursorKey(cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(store, server.Config{
 		AdminKeySHA256:  admin.hash,
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
@@ -137,6 +141,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Webhooks:        agentHandlers,
 		RxDB:            server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
 		Realtime:        server.RealtimeConfig{MaxStreamsPerIP: cfg.Limits.MaxStreamsPerIP},
+		CursorKey:       cursorKey,
 	})
 	if err != nil {
 		return err
@@ -319,6 +324,22 @@ func openAuth(ctx context.Context, cfg config.Config, store collections.Store, l
 }
 
 const jwtSecretFile = "jwt.secret"
+
+// loadCursorKey returns the key that seals query cursors: [security]
+// cursor_key / LOOM_CURSOR_KEY, else one generated once into the data
+// directory (so cursors survive a restart).
+func loadCursorKey(cfg config.Config) ([]byte, error) {
+	if cfg.Security.CursorKey != "" {
+		return []byte(cfg.Security.CursorKey), nil
+	}
+	key, err := auth.LoadOrCreateSecret(filepath.Join(cfg.Data, cursorKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("cursor key: %w", err)
+	}
+	return key, nil
+}
+
+const cursorKeyFile = "cursor.key"
 
 // adminKey is the admin credential as the server needs it.
 type adminKey struct {

@@ -67,7 +67,14 @@ type Security struct {
 	// CORSOrigins are the browser origins allowed to call the API (and to
 	// open WebSockets); same-origin is always allowed. Default: none.
 	CORSOrigins []string `toml:"cors_origins"`
+	// CursorKey seals the query cursors (nextCursor) handed to clients:
+	// at least MinCursorKeyBytes. Every node serving the same data must
+	// share it. Default: generated once into the data directory.
+	CursorKey string `toml:"cursor_key"`
 }
+
+// MinCursorKeyBytes is the shortest accepted [security] cursor_key.
+const MinCursorKeyBytes = 32
 
 // Webhooks configures outbound webhook delivery. Deliveries never connect
 // to loopback, private, link-local or other internal addresses unless the
@@ -235,6 +242,7 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.MongoURI, flags.MongoURI, "LOOM_MONGO_URI")
 	set(&cfg.Auth.AdminKey, "", "LOOM_ADMIN_KEY")
 	set(&cfg.Auth.JWTSecret, "", "LOOM_JWT_SECRET")
+	set(&cfg.Security.CursorKey, "", "LOOM_CURSOR_KEY")
 	set(&cfg.LLM.BaseURL, "", "LOOM_LLM_BASE_URL")
 	set(&cfg.LLM.APIKey, "", "LOOM_LLM_API_KEY")
 	set(&cfg.LLM.Model, "", "LOOM_LLM_MODEL")
@@ -276,6 +284,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxDocumentBytes <= 0 || c.Limits.MaxRequestBytes <= 0 {
 		return fmt.Errorf("config: [limits] values must be positive")
+	}
+	if k := c.Security.CursorKey; k != "" && len(k) < MinCursorKeyBytes {
+		return fmt.Errorf("config: [security] cursor_key holds %d bytes, need at least %d", len(k), MinCursorKeyBytes)
 	}
 	if int64(c.Limits.MaxDocumentBytes) > c.Limits.MaxRequestBytes {
 		return fmt.Errorf("config: [limits] max_document_bytes (%d) exceeds max_request_bytes (%d)", c.Limits.MaxDocumentBytes, c.Limits.MaxRequestBytes)

@@ -83,6 +83,7 @@ func TestLoad_Errors(t *testing.T) {
 		{"bad index", "[[index]]\ncollection = \"a/b\"\nfields = [\"x\"]\n", "index"},
 		{"doc over request", "[limits]\nmax_document_bytes = 10\nmax_request_bytes = 5\n", "max_document_bytes"},
 		{"syntax", "[auth\n", "loom.toml"},
+		{"short cursor key", "[security]\ncursor_key = \"short\"\n", "cursor_key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
