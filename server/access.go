@@ -48,6 +48,11 @@ func (g storeGetter) GetData(ctx context.Context, path string) (map[string]any, 
 	if err := collections.ValidateDocPath(path); err != nil {
 		return nil, false, err
 	}
+	if collections.IsSystemPath(path) {
+		// Rules decide for callers; a path built from a capture or from
+		// request data must not turn Loom's own state into an oracle.
+		return nil, false, nil
+	}
 	d, err := g.store.Get(ctx, g.db, path)
 	if errors.Is(err, collections.ErrNotFound) {
 		return nil, false, nil

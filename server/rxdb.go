@@ -148,6 +148,11 @@ func parseRxDBPath(rest string) (collection string, version int, action string, 
 	if err := collections.ValidateCollectionPath(collection); err != nil {
 		return "", 0, "", err
 	}
+	if collections.IsSystemPath(collection) {
+		// Not even for admins: Loom's own state is not replicated (and its
+		// writes have no change-log seq to pull by).
+		return "", 0, "", errorf(http.StatusForbidden, codePermissionDenied, "System collections cannot be replicated.")
+	}
 	return collection, version, action, nil
 }
 
@@ -253,26 +258,34 @@ func (s *Server) rxdbPull(c *gin.Context, t *rxdbTarget) {
 }
 
 // rxdbChanges reads up to limit documents the caller may read, in (seq, id)
-// order strictly after cp. It returns the checkpoint to continue from — the
-// last document examined, which may be one the rules hid, so hidden
-// documents are not scanned again — and whether more documents may follow.
+// order strictly after cp. It returns the checkpoint to continue from and
+// whether more documents may follow. The checkpoint moves past documents
+// the rules hid, so they are not scanned again, but never names one: past a
+// hidden document it is {lwt: its seq, id: the last readable id of that seq
+// or ""}, which re-examines at most the hidden documents of that one seq.
 //
 // A page comes back shorter than limit only at the end of the collection:
 // the RxDB client stops pulling on a short page, so a page shortened by the
 // rules would strand the documents after it. Pages are therefore refilled
 // until full or the end is reached.
 func (s *Server) rxdbChanges(ctx context.Context, caller *Caller, db, collection string, cp collections.Checkpoint, limit int) (docs []*collections.Document, next collections.Checkpoint, more bool, err error) {
-	next = cp
+	next, scan := cp, cp // scan: the last document examined
 	for {
-		page, err := s.store.ChangedSince(ctx, db, collection, next, limit)
+		page, err := s.store.ChangedSince(ctx, db, collection, scan, limit)
 		if err != nil {
 			return nil, cp, false, err
 		}
 		for _, d := range page {
-			next = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
+			scan = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
 			ok, err := s.readable(ctx, caller, db, rules.OpList, d)
 			if err != nil {
 				return nil, cp, false, err
+			}
+			switch {
+			case ok:
+				next = scan
+			case d.Seq != next.Seq:
+				next = collections.Checkpoint{Seq: d.Seq}
 			}
 			if ok {
 				docs = append(docs, d)
