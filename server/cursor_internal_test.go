@@ -1,0 +1,90 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// A sealed cursor's length tells only a size bucket, not the length of the
+// values it carries.
+func TestCursorSealer_LengthRevealsOnlyABucket(t *testing.T) {
+	cs, err := newCursorSealer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad := []byte("binding")
+	lengths := map[int]bool{}
+	for n := 1; n <= 100; n++ {
+		c := strings.Repeat("x", n)
+		s := cs.seal(c, ad)
+		lengths[len(s)] = true
+		if got, err := cs.open(s, ad); err != nil || got != c {
+			t.Fatalf("open(seal(%d bytes))=%q, %v", n, got, err)
+		}
+	}
+	if len(lengths) != 1 {
+		t.Fatalf("cursors of 1..100 bytes have %d different lengths, want one", len(lengths))
+	}
+	for _, n := range []int{1000, 5000, 100000} {
+		c := strings.Repeat("y", n)
+		if got, err := cs.open(cs.seal(c, ad), ad); err != nil || got != c {
+			t.Fatalf("round trip of %d bytes: %v", n, err)
+		}
+	}
+}
+
+// The binding separates every part of the query and the caller: no two of
+// these share a binding.
+func TestCursorBinding_Distinct(t *testing.T) {
+	base := collections.Query{Collection: "a", OrderBy: []collections.Order{{Field: "n", Direction: "asc"}}}
+	user := &Caller{Kind: "user", UID: "u1"}
+	type variant struct {
+		db     string
+		caller *Caller
+		q      collections.Query
+	}
+	with := func(f func(*collections.Query)) collections.Query {
+		q := base
+		q.OrderBy = append([]collections.Order(nil), base.OrderBy...)
+		f(&q)
+		return q
+	}
+	vs := []variant{
+		{"default", user, base},
+		{"other", user, base},
+		{"default", &Caller{Kind: "user", UID: "u2"}, base},
+		{"default", &Caller{Kind: "service-key", UID: "u1"}, base},
+		{"default", adminCaller, base},
+		{"default", anonymous, base},
+		{"default", user, with(func(q *collections.Query) { q.Collection = "b" })},
+		{"default", user, with(func(q *collections.Query) { q.ShowDeleted = true })},
+		{"default", user, with(func(q *collections.Query) { q.OrderBy[0].Direction = "desc" })},
+		{"default", user, with(func(q *collections.Query) { q.OrderBy = nil })},
+		{"default", user, with(func(q *collections.Query) {
+			q.Filters = []collections.Filter{{Field: "n", Op: collections.OpEq, Value: "x"}}
+		})},
+		// Length prefixes: moving a byte between parts changes the binding.
+		{"defaul", &Caller{Kind: "tuser", UID: "u1"}, base},
+	}
+	seen := map[string]int{}
+	for i, v := range vs {
+		ad, err := cursorBinding(nil, v.db, v.caller, &v.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, ok := seen[string(ad)]; ok {
+			t.Errorf("variants %d and %d share a binding", j, i)
+		}
+		seen[string(ad)] = i
+	}
+	// The limit and the cursor itself are not part of it.
+	q := base
+	q.Limit, q.StartAfter = 7, "x"
+	a, _ := cursorBinding(nil, "default", user, &base)
+	b, _ := cursorBinding(nil, "default", user, &q)
+	if string(a) != string(b) {
+		t.Error("the limit changes the binding")
+	}
+}
