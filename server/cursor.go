@@ -90,27 +90,41 @@ func padLen(n int) int {
 	return p
 }
 
-// seal returns the client form of the engine cursor c under binding ad.
+// seal returns the client form of the engine cursor c under binding ad:
+// base64url(version, nonce, sealed padded plaintext). It encrypts in place
+// in a pooled buffer: one allocation, the returned string.
 func (cs *cursorSealer) seal(c string, ad []byte) string {
-	head := binary.AppendUvarint(nil, uint64(len(c)))
-	plain := make([]byte, padLen(len(head)+len(c)))
-	copy(plain[copy(plain, head):], c)
-	out := make([]byte, 1+chacha20poly1305.NonceSizeX, cursorOverhead+len(plain))
-	out[0] = cursorVersion
-	rand.Read(out[1:]) // never fails
-	out = cs.aead.Seal(out, out[1:], plain, ad)
-	return base64.RawURLEncoding.EncodeToString(out)
+	const pre = 1 + chacha20poly1305.NonceSizeX
+	var head [binary.MaxVarintLen64]byte
+	h := binary.PutUvarint(head[:], uint64(len(c)))
+	n := padLen(h + len(c))
+	buf := getBuf()
+	defer putBuf(buf)
+	buf.Grow(pre + n + chacha20poly1305.Overhead + base64.RawURLEncoding.EncodedLen(pre+n+chacha20poly1305.Overhead))
+	b := buf.AvailableBuffer()[:pre+n]
+	b[0] = cursorVersion
+	rand.Read(b[1:pre]) // never fails
+	plain := b[pre:]
+	m := copy(plain, head[:h])
+	m += copy(plain[m:], c)
+	clear(plain[m:]) // the pooled buffer's old bytes must not be sealed in
+	b = cs.aead.Seal(b[:pre], b[1:pre], plain, ad)
+	return string(base64.RawURLEncoding.AppendEncode(b[len(b):], b))
 }
 
 // open returns the engine cursor sealed in s under binding ad, or
 // errBadCursor.
 func (cs *cursorSealer) open(s string, ad []byte) (string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
+	const pre = 1 + chacha20poly1305.NonceSizeX
+	buf := getBuf()
+	defer putBuf(buf)
+	buf.Grow(base64.RawURLEncoding.DecodedLen(len(s)))
+	raw, err := base64.RawURLEncoding.AppendDecode(buf.AvailableBuffer(), []byte(s))
 	if err != nil || len(raw) < cursorOverhead || raw[0] != cursorVersion {
 		return "", errBadCursor
 	}
-	nonce, sealed := raw[1:1+chacha20poly1305.NonceSizeX], raw[1+chacha20poly1305.NonceSizeX:]
-	plain, err := cs.aead.Open(sealed[:0], nonce, sealed, ad)
+	sealed := raw[pre:]
+	plain, err := cs.aead.Open(sealed[:0], raw[1:pre], sealed, ad)
 	if err != nil {
 		return "", errBadCursor
 	}
@@ -170,8 +184,9 @@ func (s *Server) openQueryCursor(db string, caller *Caller, q *collections.Query
 	if sealed == "" {
 		return nil
 	}
-	var scratch [256]byte
-	ad, err := cursorBinding(scratch[:0], db, caller, q)
+	buf := getBuf()
+	defer putBuf(buf)
+	ad, err := cursorBinding(buf.AvailableBuffer(), db, caller, q)
 	if err != nil {
 		return err
 	}
@@ -189,8 +204,9 @@ func (s *Server) sealQueryCursor(db string, caller *Caller, q *collections.Query
 	if next == "" {
 		return "", nil
 	}
-	var scratch [256]byte
-	ad, err := cursorBinding(scratch[:0], db, caller, q)
+	buf := getBuf()
+	defer putBuf(buf)
+	ad, err := cursorBinding(buf.AvailableBuffer(), db, caller, q)
 	if err != nil {
 		return "", err
 	}
