@@ -228,6 +228,9 @@ func TestCursor_RefusesForgedTamperedAndForeign(t *testing.T) {
 	if r.Status != http.StatusBadRequest || r.JSON(t)["code"] != "INVALID_QUERY" {
 		t.Errorf("group cursor on a listing: status=%d %s, want 400 INVALID_QUERY", r.Status, r.Body)
 	}
+	// A subscription ignores the cursor of the query object it reuses.
+	w := env.dialWS(t, "", alice.h())
+	w.subscribe("s", map[string]any{"query": map[string]any{"collection": "users/*/notes", "orderBy": []any{map[string]any{"field": "n"}}, "limit": 2, "startAfter": cursor}})
 }
 
 // permissiveRules is a custom rules file that lets anyone read every

@@ -304,7 +304,13 @@ func (c *wsConn) subscribe(m message) {
 		c.reject(id, errorf(http.StatusBadRequest, codeInvalidQuery, "payload.query is required."))
 		return
 	}
-	q, err := collections.ParseQuery(p.Query)
+	q, err := collections.DecodeQuery(p.Query)
+	if err == nil {
+		// A subscription ignores order, limit and cursor; a client may
+		// reuse a query object that carries a (sealed) nextCursor.
+		q.StartAfter = ""
+		err = q.Normalize()
+	}
 	if err != nil {
 		c.reject(id, err)
 		return
