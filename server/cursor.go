@@ -166,7 +166,8 @@ func cursorBinding(buf []byte, db string, caller *Caller, q *collections.Query) 
 		if err != nil {
 			return nil, fmt.Errorf("cursor binding: %w", err)
 		}
-		str(string(b))
+		buf = binary.AppendUvarint(buf, uint64(len(b)))
+		buf = append(buf, b...)
 	}
 	return buf, nil
 }
