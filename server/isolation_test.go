@@ -414,3 +414,23 @@ func TestRxDB_CheckpointNamesNoUnreadableDocument(t *testing.T) {
 		t.Fatalf("pull after the checkpoint=%+v, want a2 alone", b)
 	}
 }
+
+// TestSystemCollections_NotAnOracleForRules: a rule condition's get() and
+// exists() see system documents as absent, so a rule built from a capture
+// cannot be turned into a username (or key, or token) oracle.
+func TestSystemCollections_NotAnOracleForRules(t *testing.T) {
+	set, err := rules.Parse([]byte(`
+[[rule]]
+match = "probe/{name}"
+allow = ["get"]
+if    = "exists('_usernames/' + name) || get('_users/' + name) != null"
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RateLimit: -1, Rules: set})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	for _, name := range []string{"bob", bob.UID, "nobody"} {
+		wantStatus(t, "probe "+name, env.Do(t, "GET", api+"/documents/probe/"+name, "", alice.h()), http.StatusForbidden)
+	}
+}
