@@ -268,9 +268,66 @@ func (s *Server) commitGuarded(ctx context.Context, caller *Caller, db string, w
 		}
 		res, err := s.store.Commit(ctx, db, guarded, collections.CommitOptions{})
 		if err == nil || attempt == maxGuardRetries || !pinMoved(err, pins) {
+			if err != nil {
+				err = s.hideUnreadable(ctx, caller, db, err)
+			}
 			return res, err
 		}
 	}
+}
+
+// hiddenPrecondition is a failed precondition whose current document the
+// caller may not read: the 412 carries no details.current. (A write rule
+// that lets anyone update must not let them read the document back through
+// a deliberately wrong If-Match.)
+type hiddenPrecondition struct{ path string }
+
+func (e *hiddenPrecondition) Error() string { return "precondition failed on " + e.path }
+
+// Unwrap keeps errors.Is(err, collections.ErrPreconditionFailed) true, so
+// callers that retry on a lost race still do.
+func (e *hiddenPrecondition) Unwrap() error { return collections.ErrPreconditionFailed }
+
+// hideUnreadable replaces, in a commit error, the stored document a
+// precondition failure carries by a hiddenPrecondition when the caller may
+// not get that document now. Every other commit error names only the
+// caller's own input (path, index, sentinel), never stored values.
+func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, err error) error {
+	var pe *collections.PreconditionError
+	if !errors.As(err, &pe) || pe.Current == nil {
+		return err
+	}
+	ok, rerr := s.readable(ctx, caller, db, rules.OpGet, pe.Current)
+	if rerr != nil {
+		return rerr
+	}
+	if ok {
+		return err
+	}
+	hidden := &hiddenPrecondition{path: pe.Path}
+	var we *collections.WriteError
+	if errors.As(err, &we) {
+		return &collections.WriteError{Index: we.Index, Path: we.Path, Err: hidden}
+	}
+	return hidden
+}
+
+// writeView is what a write's response may show of the document it
+// produced: the whole document when the caller may get it now, else only
+// the envelope (id, collection, version, timestamps). A merge (PATCH or a
+// batch update) otherwise hands back stored fields the caller never sent
+// and may not read.
+func (s *Server) writeView(ctx context.Context, caller *Caller, db string, d *collections.Document) (*collections.Document, error) {
+	if d == nil || caller.Admin {
+		return d, nil
+	}
+	ok, err := s.readable(ctx, caller, db, rules.OpGet, d)
+	if err != nil || ok {
+		return d, err
+	}
+	envelope := *d
+	envelope.Data = nil
+	return &envelope, nil
 }
 
 // pinMoved reports whether a commit failed because a document moved away

@@ -25,6 +25,12 @@ type Request struct {
 	// Check reports whether the subscriber may read a document; nil allows
 	// everything. It is called on the consumer's goroutine (in Next).
 	Check func(ctx context.Context, d *collections.Document) (bool, error)
+	// CheckBefore makes an update also check the old state, for a
+	// subscriber that is sent it: an update whose old state it may not
+	// read becomes a create (it enters the subscriber's view) without the
+	// old state. Off, the old state is never checked for an update that
+	// stays readable (the event then must not carry it).
+	CheckBefore bool
 }
 
 // Event is one item of a subscription's stream.
@@ -39,6 +45,10 @@ type Event struct {
 	// Change is the underlying change (Op is the write); nil for a
 	// snapshot page. Change.Before matched the query unless Type is create.
 	Change *Change
+	// Hidden is true on a delete that the rules caused: the document
+	// changed so that the subscriber may no longer read it. The event must
+	// carry none of its data, old or new.
+	Hidden bool
 	// Snapshot is one page of the snapshot; More is true when more pages
 	// follow.
 	Snapshot []*collections.Document
@@ -57,11 +67,12 @@ type item struct {
 // Subscription is one subscriber's stream. Next must be called from one
 // goroutine at a time.
 type Subscription struct {
-	hub   *Hub
-	db    string
-	query collections.Query
-	check func(ctx context.Context, d *collections.Document) (bool, error)
-	start int64
+	hub         *Hub
+	db          string
+	query       collections.Query
+	check       func(ctx context.Context, d *collections.Document) (bool, error)
+	checkBefore bool
+	start       int64
 
 	q    chan item
 	done chan struct{} // closed (under hub.mu) when err is set
@@ -105,13 +116,14 @@ func (h *Hub) Subscribe(ctx context.Context, req Request) (*Subscription, error)
 		}
 	}
 	s := &Subscription{
-		hub:      h,
-		db:       req.DB,
-		query:    q,
-		check:    req.Check,
-		q:        make(chan item, h.queueSize),
-		done:     make(chan struct{}),
-		catching: true,
+		hub:         h,
+		db:          req.DB,
+		query:       q,
+		check:       req.Check,
+		checkBefore: req.CheckBefore,
+		q:           make(chan item, h.queueSize),
+		done:        make(chan struct{}),
+		catching:    true,
 	}
 	h.mu.Lock()
 	if h.closed {
@@ -321,17 +333,50 @@ func (s *Subscription) accept(ctx context.Context, c *Change, typ collections.Ch
 			return Event{}, false, nil // the snapshot already showed this state or a later one
 		}
 	}
-	if s.check != nil {
-		d := c.After
-		if typ == collections.OpDelete {
-			d = c.Before
-		}
-		ok, err := s.check(ctx, d)
-		if err != nil || !ok {
+	ev := Event{Seq: c.Seq, Type: typ, Change: c}
+	if s.check == nil {
+		return ev, true, nil
+	}
+	switch typ {
+	case collections.OpCreate:
+		ok, err := s.check(ctx, c.After)
+		return ev, ok && err == nil, err
+	case collections.OpDelete:
+		ok, err := s.check(ctx, c.Before)
+		return ev, ok && err == nil, err
+	}
+	return s.acceptUpdate(ctx, ev)
+}
+
+// acceptUpdate applies the rules to a change that stays in the result set,
+// as the subscriber sees it: readable before and after → update; only
+// after → create (the old state is not the subscriber's to see); only
+// before → a hidden delete (the document leaves its view, with no data);
+// neither → nothing.
+func (s *Subscription) acceptUpdate(ctx context.Context, ev Event) (Event, bool, error) {
+	c := ev.Change
+	after, err := s.check(ctx, c.After)
+	if err != nil {
+		return Event{}, false, err
+	}
+	if !after {
+		before, err := s.check(ctx, c.Before)
+		if err != nil || !before {
 			return Event{}, false, err
 		}
+		ev.Type, ev.Hidden = collections.OpDelete, true
+		return ev, true, nil
 	}
-	return Event{Seq: c.Seq, Type: typ, Change: c}, true, nil
+	if s.checkBefore {
+		before, err := s.check(ctx, c.Before)
+		if err != nil {
+			return Event{}, false, err
+		}
+		if !before {
+			ev.Type = collections.OpCreate
+		}
+	}
+	return ev, true, nil
 }
 
 // catchUp reads the next batch of changes up to the registration position
