@@ -147,14 +147,20 @@ func TestReadLeak_WriteResults(t *testing.T) {
 }
 
 // TestReadLeak_RealtimeBefore: a post switching private → public enters
-// bob's view with no old state; public → private leaves it with no data.
-// The owner still sees updates with their old state. WebSocket and SSE.
+// bob's view (a create) with no old state; public → private leaves it (a
+// delete) with nothing of the new state, exactly like a document leaving
+// his filters. The owner still sees updates with their old state.
+// WebSocket and SSE.
 func TestReadLeak_RealtimeBefore(t *testing.T) {
 	env, alice, bob := newLeakEnv(t)
 	putPost(t, env, alice, "p1", false)
 
 	ws := env.dialWS(t, "", bob.h())
 	ws.subscribe("posts", map[string]any{"query": q("posts")})
+	// Without data, the type alone must not tell that the private old
+	// state was in the result set.
+	ids := env.dialWS(t, "", bob.h())
+	ids.subscribe("ids", map[string]any{"query": q("posts"), "includeData": false})
 	owner := env.dialWS(t, "", alice.h())
 	owner.subscribe("posts", map[string]any{"query": q("posts")})
 	sse := env.openSSE(t, "collection=posts&access_token="+url.QueryEscape(bob.Access), map[string]string{"Authorization": ""})
@@ -183,10 +189,10 @@ func TestReadLeak_RealtimeBefore(t *testing.T) {
 			t.Fatalf("%s: unpublish event %s, want delete/update of posts/p1", who, raw)
 		}
 		if _, ok := d["document"]; ok || strings.Contains(raw, secret) {
-			t.Fatalf("%s: unpublish event shows data: %s", who, raw)
+			t.Fatalf("%s: unpublish event shows the new private state: %s", who, raw)
 		}
-		if _, ok := d["before"]; ok {
-			t.Fatalf("%s: unpublish event carries before: %s", who, raw)
+		if before, _ := d["before"].(map[string]any); before["public"] != true {
+			t.Fatalf("%s: unpublish event %s, want the old public state as before (as for any leave)", who, raw)
 		}
 		if d, raw = next(); d["path"] != "posts/z" {
 			t.Fatalf("%s: third event %s, want posts/z", who, raw)
@@ -208,6 +214,12 @@ func TestReadLeak_RealtimeBefore(t *testing.T) {
 		}
 		return m.Payload.Delta, ev.data
 	})
+
+	for i, want := range []string{"create/update posts/p1", "delete/update posts/p1", "create/create posts/z"} {
+		if m := ids.expect("event"); deltaKey(m) != want {
+			t.Fatalf("data-less event %d: %s, want %s", i, m, want)
+		}
+	}
 
 	// The owner sees plain updates, old state included.
 	for i, wantBefore := range []string{secret, "public"} {

@@ -237,9 +237,6 @@ func (s *Server) openSubscription(ctx context.Context, caller *Caller, p subPara
 		req.Check = func(ctx context.Context, d *collections.Document) (bool, error) {
 			return s.readable(ctx, caller, db, rules.OpList, d)
 		}
-		// An update event carries the old state only when data is
-		// included: only then must the rules see it too.
-		req.CheckBefore = p.includeData
 	}
 	sub, err := s.rt.hub.Subscribe(ctx, req)
 	switch {
@@ -360,7 +357,7 @@ func appendEvent(buf *bytes.Buffer, subID string, ev *realtime.Event, includeDat
 	}
 	// Everything after the subId is the same for every subscriber that
 	// sees this change with the same type and includeData: encode it once.
-	tail := ev.Change.Memo(memoSlot(ev, includeData), func() []byte {
+	tail := ev.Change.Memo(memoSlot(ev.Type, includeData), func() []byte {
 		return eventTail(ev, includeData)
 	})
 	buf.Grow(len(`{"type":"event","payload":{"subId":`) + len(subID) + 2 + len(tail))
@@ -369,14 +366,12 @@ func appendEvent(buf *bytes.Buffer, subID string, ev *realtime.Event, includeDat
 	buf.Write(tail)
 }
 
-func memoSlot(ev *realtime.Event, includeData bool) int {
+func memoSlot(typ collections.ChangeOp, includeData bool) int {
 	slot := 0
-	switch {
-	case ev.Type == collections.OpUpdate:
+	switch typ {
+	case collections.OpUpdate:
 		slot = 2
-	case ev.Type == collections.OpDelete && ev.Hidden:
-		slot = 6
-	case ev.Type == collections.OpDelete:
+	case collections.OpDelete:
 		slot = 4
 	}
 	if includeData {
@@ -406,9 +401,7 @@ func eventTail(ev *realtime.Event, includeData bool) []byte {
 	rtString(&buf, c.Path)
 	buf.WriteString(`,"collection":`)
 	rtString(&buf, c.After.Collection)
-	// A create's old state (if any) and a hidden delete's data are not the
-	// subscriber's to see (Subscription.accept).
-	if includeData && !ev.Hidden {
+	if includeData {
 		if ev.Type != collections.OpDelete {
 			buf.WriteString(`,"document":`)
 			buf.Write(c.AfterJSON())

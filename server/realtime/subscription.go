@@ -25,12 +25,6 @@ type Request struct {
 	// Check reports whether the subscriber may read a document; nil allows
 	// everything. It is called on the consumer's goroutine (in Next).
 	Check func(ctx context.Context, d *collections.Document) (bool, error)
-	// CheckBefore makes an update also check the old state, for a
-	// subscriber that is sent it: an update whose old state it may not
-	// read becomes a create (it enters the subscriber's view) without the
-	// old state. Off, the old state is never checked for an update that
-	// stays readable (the event then must not carry it).
-	CheckBefore bool
 }
 
 // Event is one item of a subscription's stream.
@@ -38,17 +32,13 @@ type Event struct {
 	// Seq is the resume token: the change-log position the stream has
 	// reached with this event.
 	Seq int64
-	// Type is the change relative to the result set: create (entered),
-	// update (changed, still matching) or delete (left). Empty for a
-	// snapshot page.
+	// Type is the change relative to the result set as the subscriber may
+	// see it (Request.Check): create (entered), update (changed, still
+	// matching) or delete (left). Empty for a snapshot page.
 	Type collections.ChangeOp
 	// Change is the underlying change (Op is the write); nil for a
 	// snapshot page. Change.Before matched the query unless Type is create.
 	Change *Change
-	// Hidden is true on a delete that the rules caused: the document
-	// changed so that the subscriber may no longer read it. The event must
-	// carry none of its data, old or new.
-	Hidden bool
 	// Snapshot is one page of the snapshot; More is true when more pages
 	// follow.
 	Snapshot []*collections.Document
@@ -67,12 +57,11 @@ type item struct {
 // Subscription is one subscriber's stream. Next must be called from one
 // goroutine at a time.
 type Subscription struct {
-	hub         *Hub
-	db          string
-	query       collections.Query
-	check       func(ctx context.Context, d *collections.Document) (bool, error)
-	checkBefore bool
-	start       int64
+	hub   *Hub
+	db    string
+	query collections.Query
+	check func(ctx context.Context, d *collections.Document) (bool, error)
+	start int64
 
 	q    chan item
 	done chan struct{} // closed (under hub.mu) when err is set
@@ -116,14 +105,13 @@ func (h *Hub) Subscribe(ctx context.Context, req Request) (*Subscription, error)
 		}
 	}
 	s := &Subscription{
-		hub:         h,
-		db:          req.DB,
-		query:       q,
-		check:       req.Check,
-		checkBefore: req.CheckBefore,
-		q:           make(chan item, h.queueSize),
-		done:        make(chan struct{}),
-		catching:    true,
+		hub:      h,
+		db:       req.DB,
+		query:    q,
+		check:    req.Check,
+		q:        make(chan item, h.queueSize),
+		done:     make(chan struct{}),
+		catching: true,
 	}
 	h.mu.Lock()
 	if h.closed {
@@ -349,32 +337,35 @@ func (s *Subscription) accept(ctx context.Context, c *Change, typ collections.Ch
 }
 
 // acceptUpdate applies the rules to a change that stays in the result set,
-// as the subscriber sees it: readable before and after → update; only
-// after → create (the old state is not the subscriber's to see); only
-// before → a hidden delete (the document leaves its view, with no data);
-// neither → nothing.
+// so that the subscriber's view is the result set restricted to what it
+// may read: readable before and after → update; only after → create (it
+// enters the view, without the old state); only before → delete (it
+// leaves the view; like any delete the event may carry the old state,
+// which the subscriber may read, and never the new one); neither →
+// nothing.
+//
+// The old state is checked even for a subscriber that is not sent data:
+// the type alone would tell it that the unreadable old state matched its
+// filters. It costs one more rule evaluation, only for a change this
+// subscriber is about to receive. A leave caused by the rules looks exactly
+// like one caused by the filters, so it tells nothing about the new state.
 func (s *Subscription) acceptUpdate(ctx context.Context, ev Event) (Event, bool, error) {
 	c := ev.Change
 	after, err := s.check(ctx, c.After)
 	if err != nil {
 		return Event{}, false, err
 	}
-	if !after {
-		before, err := s.check(ctx, c.Before)
-		if err != nil || !before {
-			return Event{}, false, err
-		}
-		ev.Type, ev.Hidden = collections.OpDelete, true
-		return ev, true, nil
+	before, err := s.check(ctx, c.Before)
+	if err != nil {
+		return Event{}, false, err
 	}
-	if s.checkBefore {
-		before, err := s.check(ctx, c.Before)
-		if err != nil {
-			return Event{}, false, err
-		}
-		if !before {
-			ev.Type = collections.OpCreate
-		}
+	switch {
+	case after && !before:
+		ev.Type = collections.OpCreate
+	case before && !after:
+		ev.Type = collections.OpDelete
+	case !after:
+		return Event{}, false, nil
 	}
 	return ev, true, nil
 }
