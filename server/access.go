@@ -17,7 +17,10 @@ import (
 // per document. Every surface goes through these functions:
 //
 //	readable    — may the caller read this document (get, and every document
-//	              of a list, query, subscription event or replication pull)
+//	              of a list, query, subscription event — old state included —
+//	              or replication pull and push conflict; and any stored
+//	              document a write's result or error would show: writeView,
+//	              hideUnreadable)
 //	checkList   — could the caller read anything in this collection at all
 //	guardWrites — may the caller apply these writes; pins what the rules saw
 //
