@@ -291,16 +291,22 @@ func (e *hiddenPrecondition) Error() string { return "precondition failed on " +
 // callers that retry on a lost race still do.
 func (e *hiddenPrecondition) Unwrap() error { return collections.ErrPreconditionFailed }
 
-// hideUnreadable replaces, in a commit error, the stored document a
-// precondition failure carries by a hiddenPrecondition when the caller may
-// not get that document now. Every other commit error names only the
-// caller's own input (path, index, sentinel), never stored values.
+// hideUnreadable replaces, in a commit error, a precondition failure by a
+// hiddenPrecondition when the caller may not get the document now: the
+// stored document it carries, or the null that says there is none (so an
+// existing and a missing document the caller may not read fail alike).
+// Every other commit error names only the caller's own input (path, index,
+// sentinel), never stored values.
 func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, err error) error {
 	var pe *collections.PreconditionError
-	if !errors.As(err, &pe) || pe.Current == nil {
+	if !errors.As(err, &pe) || caller.Admin {
 		return err
 	}
-	ok, rerr := s.readable(ctx, caller, db, rules.OpGet, pe.Current)
+	req := rules.Request{Op: rules.OpGet, Path: pe.Path}
+	if pe.Current != nil {
+		req.Existing = pe.Current.Data
+	}
+	ok, rerr := s.allow(ctx, caller, db, req)
 	if rerr != nil {
 		return rerr
 	}

@@ -90,7 +90,16 @@ func TestReadLeak_PreconditionDetails(t *testing.T) {
 
 	wantHidden(t, "bob PATCH If-Match 999", env.Do(t, "PATCH", p1, `{"doc":{"x":1}}`, with(bob.h(), "If-Match", `"999"`)), http.StatusPreconditionFailed)
 	wantHidden(t, "bob PUT If-Match 999", env.Do(t, "PUT", p1, `{"doc":{"x":1}}`, with(bob.h(), "If-Match", `"999"`)), http.StatusPreconditionFailed)
-	wantHidden(t, "bob PUT ifMatch filter", env.Do(t, "PUT", p1, `{"doc":{"x":1},"ifMatch":[{"field":"draft","op":"==","value":"guess"}]}`, bob.h()), http.StatusPreconditionFailed)
+	cond := `{"doc":{"x":1},"ifMatch":[{"field":"draft","op":"==","value":"guess"}]}`
+	existing := env.Do(t, "PUT", p1, cond, bob.h())
+	wantHidden(t, "bob PUT ifMatch filter", existing, http.StatusPreconditionFailed)
+	// A missing document fails the same way: no "current": null that would
+	// tell it apart from one bob may not read.
+	missing := env.Do(t, "PUT", api+"/documents/posts/p0", cond, bob.h())
+	wantHidden(t, "bob PUT ifMatch filter on a missing post", missing, http.StatusPreconditionFailed)
+	if a, b := string(existing.Body), strings.ReplaceAll(string(missing.Body), "posts/p0", "posts/p1"); a != b {
+		t.Errorf("existing post answered %s, missing post %s", a, b)
+	}
 	batch := `{"writes":[
 		{"type":"update","path":"posts/pub","data":{"n":1}},
 		{"type":"update","path":"posts/p1","data":{"x":1},"ifMatch":[{"field":"version","op":"==","value":999}]}]}`
