@@ -227,6 +227,9 @@ func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, wri
 		if !ok {
 			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: denied(caller, string(req.Op)+" "+w.Path)}
 		}
+		if err := s.checkIfMatchReads(ctx, caller, db, w, req.Existing); err != nil {
+			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
+		}
 		g := w
 		if !inBatch {
 			switch {
@@ -252,6 +255,32 @@ func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, wri
 		}
 	}
 	return out, pins, nil
+}
+
+// checkIfMatchReads refuses an ifMatch condition on user fields of a
+// document the caller may not get: whether it holds (the write goes
+// through, or 412) would tell the field's value, and a prefix condition
+// would spell it out. Conditions on envelope fields (version, timestamps,
+// id) only test what a write's result shows anyway (writeView).
+func (s *Server) checkIfMatchReads(ctx context.Context, caller *Caller, db string, w collections.Write, existing map[string]any) error {
+	readsData := false
+	for _, f := range w.IfMatch {
+		if !collections.IsEnvelopeField(f.Field) {
+			readsData = true
+			break
+		}
+	}
+	if !readsData {
+		return nil
+	}
+	ok, err := s.allow(ctx, caller, db, rules.Request{Op: rules.OpGet, Path: w.Path, Existing: existing})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return denied(caller, "read "+w.Path+" (its ifMatch conditions read its fields)")
+	}
+	return nil
 }
 
 // pin is the state a guarded write was pinned to: the version the rules saw,
