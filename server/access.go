@@ -17,7 +17,10 @@ import (
 // per document. Every surface goes through these functions:
 //
 //	readable    — may the caller read this document (get, and every document
-//	              of a list, query, subscription event or replication pull)
+//	              of a list, query, subscription event — old state included —
+//	              or replication pull and push conflict; and any stored
+//	              document a write's result or error would show: writeView,
+//	              hideUnreadable)
 //	checkList   — could the caller read anything in this collection at all
 //	guardWrites — may the caller apply these writes; pins what the rules saw
 //
@@ -229,6 +232,9 @@ func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, wri
 		if !ok {
 			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: denied(caller, string(req.Op)+" "+w.Path)}
 		}
+		if err := s.checkIfMatchReads(ctx, caller, db, w, req.Existing); err != nil {
+			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
+		}
 		g := w
 		if !inBatch {
 			switch {
@@ -256,6 +262,32 @@ func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, wri
 	return out, pins, nil
 }
 
+// checkIfMatchReads refuses an ifMatch condition on user fields of a
+// document the caller may not get: whether it holds (the write goes
+// through, or 412) would tell the field's value, and a prefix condition
+// would spell it out. Conditions on envelope fields (version, timestamps,
+// id) only test what a write's result shows anyway (writeView).
+func (s *Server) checkIfMatchReads(ctx context.Context, caller *Caller, db string, w collections.Write, existing map[string]any) error {
+	readsData := false
+	for _, f := range w.IfMatch {
+		if !collections.IsEnvelopeField(f.Field) {
+			readsData = true
+			break
+		}
+	}
+	if !readsData {
+		return nil
+	}
+	ok, err := s.allow(ctx, caller, db, rules.Request{Op: rules.OpGet, Path: w.Path, Existing: existing})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return denied(caller, "read "+w.Path+" (its ifMatch conditions read its fields)")
+	}
+	return nil
+}
+
 // pin is the state a guarded write was pinned to: the version the rules saw,
 // or 0 for a document that did not exist.
 type pin struct {
@@ -273,9 +305,72 @@ func (s *Server) commitGuarded(ctx context.Context, caller *Caller, db string, w
 		}
 		res, err := s.store.Commit(ctx, db, guarded, collections.CommitOptions{})
 		if err == nil || attempt == maxGuardRetries || !pinMoved(err, pins) {
+			if err != nil {
+				err = s.hideUnreadable(ctx, caller, db, err)
+			}
 			return res, err
 		}
 	}
+}
+
+// hiddenPrecondition is a failed precondition whose current document the
+// caller may not read: the 412 carries no details.current. (A write rule
+// that lets anyone update must not let them read the document back through
+// a deliberately wrong If-Match.)
+type hiddenPrecondition struct{ path string }
+
+func (e *hiddenPrecondition) Error() string { return "precondition failed on " + e.path }
+
+// Unwrap keeps errors.Is(err, collections.ErrPreconditionFailed) true, so
+// callers that retry on a lost race still do.
+func (e *hiddenPrecondition) Unwrap() error { return collections.ErrPreconditionFailed }
+
+// hideUnreadable replaces, in a commit error, a precondition failure by a
+// hiddenPrecondition when the caller may not get the document now: the
+// stored document it carries, or the null that says there is none (so an
+// existing and a missing document the caller may not read fail alike).
+// Every other commit error names only the caller's own input (path, index,
+// sentinel), never stored values.
+func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, err error) error {
+	var pe *collections.PreconditionError
+	if !errors.As(err, &pe) || caller.Admin {
+		return err
+	}
+	req := rules.Request{Op: rules.OpGet, Path: pe.Path}
+	if pe.Current != nil {
+		req.Existing = pe.Current.Data
+	}
+	ok, rerr := s.allow(ctx, caller, db, req)
+	if rerr != nil {
+		return rerr
+	}
+	if ok {
+		return err
+	}
+	hidden := &hiddenPrecondition{path: pe.Path}
+	var we *collections.WriteError
+	if errors.As(err, &we) {
+		return &collections.WriteError{Index: we.Index, Path: we.Path, Err: hidden}
+	}
+	return hidden
+}
+
+// writeView is what a write's response may show of the document it
+// produced: the whole document when the caller may get it now, else only
+// the envelope (id, collection, version, timestamps). A merge (PATCH or a
+// batch update) otherwise hands back stored fields the caller never sent
+// and may not read.
+func (s *Server) writeView(ctx context.Context, caller *Caller, db string, d *collections.Document) (*collections.Document, error) {
+	if d == nil || caller.Admin {
+		return d, nil
+	}
+	ok, err := s.readable(ctx, caller, db, rules.OpGet, d)
+	if err != nil || ok {
+		return d, err
+	}
+	envelope := *d
+	envelope.Data = nil
+	return &envelope, nil
 }
 
 // pinMoved reports whether a commit failed because a document moved away

@@ -14,7 +14,8 @@ const MaxBatchWrites = 500
 // batch serves POST /batch: {"writes": [{type, path, data?, ifMatch?}...]}
 // committed atomically in one Store.Commit. Any failure — a malformed write,
 // a forbidden path or a store error — fails the whole batch with
-// details.index naming the write.
+// details.index naming the write. Each result shows only what the caller
+// may read of the written document (writeView).
 func (s *Server) batch(c *gin.Context) {
 	m, err := s.readObject(c)
 	if err != nil {
@@ -46,7 +47,12 @@ func (s *Server) batch(c *gin.Context) {
 			buf.WriteString("null")
 			continue
 		}
-		if err := results[i].Doc.AppendJSON(buf); err != nil {
+		d, err := s.writeView(c.Request.Context(), callerOf(c), c.Param("db"), results[i].Doc)
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		if err := d.AppendJSON(buf); err != nil {
 			s.writeError(c, err)
 			return
 		}

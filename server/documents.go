@@ -281,7 +281,8 @@ func withIfMatchHeader(c *gin.Context, fs []collections.Filter) ([]collections.F
 }
 
 // commitOne commits a single write. A single-document route has no batch
-// index, so the *WriteError is unwrapped before the error is mapped.
+// index, so the *WriteError is unwrapped before the error is mapped. The
+// result's document is what the caller may see of it (writeView).
 func (s *Server) commitOne(c *gin.Context, db string, w collections.Write) (*collections.WriteResult, error) {
 	res, err := s.commitGuarded(c.Request.Context(), callerOf(c), db, []collections.Write{w})
 	if err != nil {
@@ -294,5 +295,12 @@ func (s *Server) commitOne(c *gin.Context, db string, w collections.Write) (*col
 	if len(res) != 1 || res[0].Doc == nil && w.Type != collections.WriteDelete {
 		return nil, errors.New("server: store returned no result for a committed write")
 	}
-	return &res[0], nil
+	out := res[0]
+	if w.Type == collections.WriteDelete {
+		return &out, nil // a delete answers 204: nothing to show
+	}
+	if out.Doc, err = s.writeView(c.Request.Context(), callerOf(c), db, out.Doc); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

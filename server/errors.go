@@ -98,10 +98,13 @@ func toAPIError(err error) *apiError {
 func classify(err error) *apiError {
 	var (
 		pe  *collections.PreconditionError
+		hpe *hiddenPrecondition
 		mbe *http.MaxBytesError
 		rle *auth.RateLimitError
 	)
 	switch {
+	case errors.As(err, &hpe):
+		return errorf(http.StatusPreconditionFailed, codePreconditionFailed, "The precondition (ifMatch / If-Match) does not hold for %s.", hpe.path)
 	case errors.As(err, &pe):
 		e := errorf(http.StatusPreconditionFailed, codePreconditionFailed, "The precondition (ifMatch / If-Match) does not hold for %s.", pe.Path)
 		if pe.Current != nil {

@@ -453,6 +453,12 @@ func (s *Server) rxdbPush(c *gin.Context, t *rxdbTarget) {
 		s.writeError(c, err)
 		return
 	}
+	// A collection the caller could never read is refused before any
+	// master is looked at: its answers must not depend on what is stored.
+	if err := s.checkList(t.caller, t.collection); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	conflicts, err := s.rxdbPushRows(c.Request.Context(), t, rows)
 	if err != nil {
 		s.writeError(c, err)
@@ -553,17 +559,27 @@ func (s *Server) rxdbPlanRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*
 	if err != nil {
 		return nil, nil, err
 	}
+	// Replication needs read access to the document on the server: the
+	// master when there is one, else the state pushed. A conflict hands the
+	// master over, and even a matching assumedMasterState would confirm a
+	// guess of its content, so an unreadable master is refused outright;
+	// refusing an unreadable pushed state over no master as well means
+	// that pushing a state the caller could not read answers the same 403
+	// whether the id exists or not.
+	seen := master
+	if seen == nil {
+		_, id := collections.SplitDocPath(path)
+		seen = &collections.Document{Path: path, Collection: t.collection, ID: id, Data: row.data, Deleted: row.deleted}
+	}
+	ok, err := s.readable(ctx, t.caller, t.db, rules.OpGet, seen)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		return nil, nil, denied(t.caller, "replicate "+path)
+	}
 	switch {
 	case master != nil && (!row.hasAssum || !rxdbEqual(rxdbForm(master), row.assumed)):
-		// A conflict hands the master to the caller: only if they may read
-		// it (else a blind push would read any document).
-		ok, err := s.readable(ctx, t.caller, t.db, rules.OpGet, master)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !ok {
-			return nil, nil, denied(t.caller, "read "+path)
-		}
 		return nil, master, nil
 	case master == nil || master.Deleted:
 		if row.deleted {

@@ -15,9 +15,10 @@
 // ErrReset (the resume position is older than retention) or ErrClosed.
 //
 // Caveats: security rules are not the hub's business; Request.Check is
-// called for every document the subscription would deliver, on the
-// consumer's goroutine (rules may read the store, the tailer must not wait
-// for them).
+// called for every document state the subscription would deliver or that
+// its event type would reveal (both states of an update: see
+// Subscription.acceptUpdate), on the consumer's goroutine (rules may read
+// the store, the tailer must not wait for them).
 package realtime
 
 import (

@@ -32,9 +32,9 @@ type Event struct {
 	// Seq is the resume token: the change-log position the stream has
 	// reached with this event.
 	Seq int64
-	// Type is the change relative to the result set: create (entered),
-	// update (changed, still matching) or delete (left). Empty for a
-	// snapshot page.
+	// Type is the change relative to the result set as the subscriber may
+	// see it (Request.Check): create (entered), update (changed, still
+	// matching) or delete (left). Empty for a snapshot page.
 	Type collections.ChangeOp
 	// Change is the underlying change (Op is the write); nil for a
 	// snapshot page. Change.Before matched the query unless Type is create.
@@ -321,17 +321,53 @@ func (s *Subscription) accept(ctx context.Context, c *Change, typ collections.Ch
 			return Event{}, false, nil // the snapshot already showed this state or a later one
 		}
 	}
-	if s.check != nil {
-		d := c.After
-		if typ == collections.OpDelete {
-			d = c.Before
-		}
-		ok, err := s.check(ctx, d)
-		if err != nil || !ok {
-			return Event{}, false, err
-		}
+	ev := Event{Seq: c.Seq, Type: typ, Change: c}
+	if s.check == nil {
+		return ev, true, nil
 	}
-	return Event{Seq: c.Seq, Type: typ, Change: c}, true, nil
+	switch typ {
+	case collections.OpCreate:
+		ok, err := s.check(ctx, c.After)
+		return ev, ok && err == nil, err
+	case collections.OpDelete:
+		ok, err := s.check(ctx, c.Before)
+		return ev, ok && err == nil, err
+	}
+	return s.acceptUpdate(ctx, ev)
+}
+
+// acceptUpdate applies the rules to a change that stays in the result set,
+// so that the subscriber's view is the result set restricted to what it
+// may read: readable before and after → update; only after → create (it
+// enters the view, without the old state); only before → delete (it
+// leaves the view; like any delete the event may carry the old state,
+// which the subscriber may read, and never the new one); neither →
+// nothing.
+//
+// The old state is checked even for a subscriber that is not sent data:
+// the type alone would tell it that the unreadable old state matched its
+// filters. It costs one more rule evaluation, only for a change this
+// subscriber is about to receive. A leave caused by the rules looks exactly
+// like one caused by the filters, so it tells nothing about the new state.
+func (s *Subscription) acceptUpdate(ctx context.Context, ev Event) (Event, bool, error) {
+	c := ev.Change
+	after, err := s.check(ctx, c.After)
+	if err != nil {
+		return Event{}, false, err
+	}
+	before, err := s.check(ctx, c.Before)
+	if err != nil {
+		return Event{}, false, err
+	}
+	switch {
+	case after && !before:
+		ev.Type = collections.OpCreate
+	case before && !after:
+		ev.Type = collections.OpDelete
+	case !after:
+		return Event{}, false, nil
+	}
+	return ev, true, nil
 }
 
 // catchUp reads the next batch of changes up to the registration position
