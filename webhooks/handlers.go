@@ -161,13 +161,23 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	if err := fn(r.Context(), ev); err != nil {
+	err = fn(r.Context(), ev)
+	outcome := "ok"
+	if permanent(err) {
+		// The document's content makes this fail on every attempt: record
+		// the failure for the user and complete the delivery, rather than
+		// answer 5xx until it goes dead (never 410: that would disable the
+		// trigger for everyone).
+		outcome = "failed"
+		err = h.settleFailure(r.Context(), name, ev, err)
+	}
+	if err != nil {
 		h.m.handled.WithLabelValues(name, "error").Observe(time.Since(start).Seconds())
 		h.log.Warn("webhook handler failed; the delivery will be retried", "handler", name, "event", ev.EventID, "path", ev.Path, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 		return
 	}
-	h.m.handled.WithLabelValues(name, "ok").Observe(time.Since(start).Seconds())
+	h.m.handled.WithLabelValues(name, outcome).Observe(time.Since(start).Seconds())
 	h.log.Debug("webhook handled", "handler", name, "event", ev.EventID, "path", ev.Path, "ms", time.Since(start).Milliseconds())
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
 }
