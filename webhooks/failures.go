@@ -15,7 +15,8 @@ var errMalformed = errors.New("malformed document")
 // permanent reports whether a handler failure comes from the triggering
 // document's content, or from what the model made of it: the store refused
 // a write as invalid or too large, or a document the runtime relies on is
-// malformed or missing. A retry of the same delivery fails the same way,
+// malformed or missing, or the model refuses the request it makes of them
+// (permanentModelError). A retry of the same delivery fails the same way,
 // so such a failure is recorded for the user (recordFailure) and the
 // delivery completes. Everything else (the store unavailable, 5xx, 429, a
 // rejected service key, a model outage, timeouts) is transient: the handler
@@ -23,6 +24,9 @@ var errMalformed = errors.New("malformed document")
 func permanent(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	if permanentModelError(err) {
+		return true
 	}
 	for _, target := range []error{
 		errMalformed,
@@ -51,6 +55,8 @@ func failureReason(err error) string {
 		return "a query it had to run is invalid"
 	case errors.Is(err, collections.ErrNotFound):
 		return "a document it needs is missing"
+	case permanentModelError(err):
+		return "the model could not handle the request"
 	default:
 		return "the document is malformed"
 	}

@@ -264,3 +264,36 @@ func TestAgents_ContentFailuresAreRecordedNotRetried(t *testing.T) {
 		t.Fatalf("the user was not told\n%s", s.dump())
 	}
 }
+
+// A conversation the model refuses to summarise (a 400: its context is too
+// long) fails the compression on every attempt: the task fails and the
+// user is told, rather than the sub-agent's delivery being retried until
+// it goes dead.
+func TestAgents_RefusedCompressionFailsTheTask(t *testing.T) {
+	_, model := newFake(t, script{
+		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Add up some numbers.") },
+		sub: func(n int, req map[string]any) llmtest.Step {
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call(fmt.Sprintf("call_%d", n), "calculator", fmt.Sprintf(`{"expression":"%d+1"}`, n))},
+				Usage: usage(500, 5)}
+		},
+		plain: func(_ int, req map[string]any) llmtest.Step {
+			if isSummaryReq(req) {
+				return llmtest.Step{Status: 400, Content: "This model's maximum context length is exceeded."}
+			}
+			return llmtest.Step{Content: "Summarised for you: done."}
+		},
+	})
+	s := startStack(t, stackOpts{model: model, tokenBudget: 100})
+	s.say("c1", "m1", "Add numbers")
+	s.waitFor("the task to end", 30*time.Second, func() bool { return s.answered("c1", "m1") })
+	s.settle(10 * time.Second)
+	s.allDelivered()
+
+	var task *collections.Document
+	for _, d := range s.docs(s.chat("c1") + "/tasks") {
+		task = d
+	}
+	if field(task, "status") != "failed" || !strings.Contains(field(task, "error"), "model could not handle") {
+		t.Fatalf("task %v\n%s", task, s.dump())
+	}
+}
