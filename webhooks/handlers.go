@@ -162,13 +162,13 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	err = fn(r.Context(), ev)
-	outcome := "ok"
+	outcome, answer := "ok", map[string]any{"ok": true}
 	if permanent(err) {
 		// The document's content makes this fail on every attempt: record
 		// the failure for the user and complete the delivery, rather than
 		// answer 5xx until it goes dead (never 410: that would disable the
 		// trigger for everyone).
-		outcome = "failed"
+		outcome, answer["failed"] = "failed", failureReason(err) // shown in the delivery log
 		err = h.settleFailure(r.Context(), name, ev, err)
 	}
 	if err != nil {
@@ -179,7 +179,7 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.m.handled.WithLabelValues(name, outcome).Observe(time.Since(start).Seconds())
 	h.log.Debug("webhook handled", "handler", name, "event", ev.EventID, "path", ev.Path, "ms", time.Since(start).Milliseconds())
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	writeJSON(w, http.StatusOK, answer)
 }
 
 func cutPrefix(s, p string) (string, bool) {

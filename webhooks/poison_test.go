@@ -246,6 +246,14 @@ func TestAgents_ContentFailuresAreRecordedNotRetried(t *testing.T) {
 	if failed != 1 {
 		t.Fatalf("%d error messages for the huge message\n%s", failed, s.dump())
 	}
+	// The delivery log says why the delivery completed.
+	var logged bool
+	for _, d := range s.allDeliveries() {
+		logged = logged || (d.TriggerID == "on-user-message" && strings.Contains(d.Attempts[0].Response, "larger than the size limit"))
+	}
+	if !logged {
+		t.Fatalf("no delivery response names the failure\n%s", s.dump())
+	}
 	var task *collections.Document
 	for _, d := range s.docs(s.chat("c2") + "/tasks") {
 		task = d
