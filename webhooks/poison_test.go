@@ -44,10 +44,16 @@ func (s *stack) answered(chatID, msgID string) bool {
 	return false
 }
 
-// allDelivered fails the test unless every delivery was delivered.
+// allDelivered fails the test unless every delivery was delivered (and
+// the log has them: a change whose outbox row was never committed has
+// none).
 func (s *stack) allDelivered() {
 	s.t.Helper()
-	for _, d := range s.allDeliveries() {
+	all := s.allDeliveries()
+	if len(all) == 0 {
+		s.t.Fatalf("no delivery in the log\n%s", s.dump())
+	}
+	for _, d := range all {
 		if d.Status != triggers.StatusDelivered {
 			s.t.Fatalf("delivery %s of %s is %s after %d attempts\n%s", d.ID, d.TriggerID, d.Status, len(d.Attempts), s.dump())
 		}
@@ -234,8 +240,18 @@ func TestAgents_ContentFailuresAreRecordedNotRetried(t *testing.T) {
 		return s.answered("c1", "huge") && s.answered("c2", "short")
 	})
 	s.settle(20 * time.Second)
+	s.allDelivered()
 	s.noRetries()
 	s.builtinsEnabled()
+	var userMessages int
+	for _, d := range s.allDeliveries() {
+		if d.TriggerID == "on-user-message" {
+			userMessages++
+		}
+	}
+	if userMessages != 2 {
+		t.Fatalf("%d on-user-message deliveries in the log, want 2\n%s", userMessages, s.dump())
+	}
 
 	var failed int
 	for _, d := range s.answersTo("c1", "huge") {
