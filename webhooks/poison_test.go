@@ -84,13 +84,15 @@ func lastRole(req map[string]any) string {
 	return r
 }
 
-// lastText is the content of a request's last message.
-func lastText(req map[string]any) string {
+// lastUserText is the content of a request's last user message.
+func lastUserText(req map[string]any) string {
 	ms := reqMessages(req)
-	if len(ms) == 0 {
-		return ""
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i]["role"] == "user" {
+			return msgText(ms[i])
+		}
 	}
-	return msgText(ms[len(ms)-1])
+	return ""
 }
 
 // ---- tests ----
@@ -104,7 +106,7 @@ func TestAgents_LongIDsDoNotPoisonTheRuntime(t *testing.T) {
 	longCall := "call/" + strings.Repeat("é", 150) // 305 bytes, not a legal id
 	_, model := newFake(t, script{
 		orch: func(_ int, req map[string]any) llmtest.Step {
-			switch last := lastText(req); {
+			switch last := lastUserText(req); {
 			case strings.Contains(last, "please delegate"):
 				return delegate("researcher", "Compute 6*7.")
 			case strings.Contains(last, "please ask"):
@@ -129,12 +131,11 @@ func TestAgents_LongIDsDoNotPoisonTheRuntime(t *testing.T) {
 
 	var ids []string
 	for i := range 21 {
+		// Every message delegates: messages written within one millisecond
+		// may come in either order in the orchestrator's history, so the
+		// last user message it shows may be another one of these.
 		id := longID(fmt.Sprintf("m%02d-", i))
-		text := "just saying hello"
-		if i%4 == 0 {
-			text = "please delegate this"
-		}
-		s.say("c1", id, text)
+		s.say("c1", id, "please delegate this")
 		ids = append(ids, id)
 	}
 	// A task that asks the user, answered with a 128-byte message id.
@@ -164,14 +165,12 @@ func TestAgents_LongIDsDoNotPoisonTheRuntime(t *testing.T) {
 
 	for i, id := range ids {
 		answers := s.answersTo("c1", id)
-		if i%4 == 0 {
-			ok := false
-			for _, d := range answers {
-				ok = ok || (field(d, "status") == "success" && strings.Contains(field(d, "content"), "Summarised"))
-			}
-			if !ok {
-				t.Fatalf("message %d has no task result\n%s", i, s.dump())
-			}
+		ok := false
+		for _, d := range answers {
+			ok = ok || (field(d, "status") == "success" && strings.Contains(field(d, "content"), "Summarised"))
+		}
+		if !ok {
+			t.Fatalf("message %d has no task result\n%s", i, s.dump())
 		}
 		for _, d := range answers {
 			if len(d.ID) > collections.MaxIDBytes || field(d, "status") == "failed" {
@@ -186,8 +185,8 @@ func TestAgents_LongIDsDoNotPoisonTheRuntime(t *testing.T) {
 			mirrors++
 		}
 	}
-	if mirrors != 6 {
-		t.Fatalf("%d tool mirrors, want 6\n%s", mirrors, s.dump())
+	if mirrors != len(ids) {
+		t.Fatalf("%d tool mirrors, want %d\n%s", mirrors, len(ids), s.dump())
 	}
 	var blue bool
 	for _, d := range s.answersTo("c2", askID) {
