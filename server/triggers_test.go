@@ -860,7 +860,8 @@ func TestTriggersWebhook_SSRFBlocked(t *testing.T) {
 
 func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
 	rc := newWHReceiver(t, func(http.ResponseWriter, *http.Request, int) int { return http.StatusInternalServerError })
-	e := startTrigEnv(t, trigEnvOpts{tcfg: triggers.Config{DisableAfterDead: 2}})
+	// items/a and items/b are two origins: enough with DisableOrigins 2.
+	e := startTrigEnv(t, trigEnvOpts{tcfg: triggers.Config{DisableAfterDead: 2, DisableOrigins: 2}})
 	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":1}`))
 	e.put(t, "items/a", `{"n":1}`)
 	e.waitDeliveries(t, "first dead", "triggerId=ext&status=dead", func(ds []deliveryOut) bool { return len(ds) == 1 })

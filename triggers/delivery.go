@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,7 +417,9 @@ func (s *Service) record(ctx context.Context, j *job, e *entry, a Attempt, retry
 	d := j.d
 	now := time.Now()
 	ok := a.Status >= 200 && a.Status < 300
-	gone := a.Status == http.StatusGone
+	// A 410 from the built-in handlers is an ordinary failure: they never
+	// send it, and one document must not switch them off for everyone.
+	gone := a.Status == http.StatusGone && !s.builtin(e)
 	budget := d.budget + 1
 	status := StatusPending
 	next := int64(0)
@@ -471,7 +476,7 @@ func (s *Service) record(ctx context.Context, j *job, e *entry, a Attempt, retry
 	case status == StatusDead:
 		c.Dead, c.FailedAttempts = 1, 1
 		s.m.deliveries.WithLabelValues(d.TriggerID, "dead").Inc()
-		s.wentDead(ctx, e, attemptError(a))
+		s.wentDead(ctx, e, d, attemptError(a))
 	default:
 		c.FailedAttempts = 1
 		s.m.deliveries.WithLabelValues(d.TriggerID, "failed").Inc()
@@ -540,25 +545,52 @@ func (s *Service) noteError(e *entry, msg string) {
 
 // deliveredOK resets the dead streak.
 func (s *Service) deliveredOK(ctx context.Context, e *entry) {
-	if e.st.ConsecutiveDead > 0 {
-		_, _ = s.updateEntry(ctx, e.c.Def.ID, func(e *entry) error { e.st.ConsecutiveDead = 0; return nil })
+	if e.st.ConsecutiveDead > 0 || len(e.st.DeadOrigins) > 0 {
+		_, _ = s.updateEntry(ctx, e.c.Def.ID, func(e *entry) error {
+			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
+			return nil
+		})
 	}
 }
 
 // wentDead counts a dead delivery and disables the trigger after too many
-// in a row.
-func (s *Service) wentDead(ctx context.Context, e *entry, msg string) {
+// in a row, if they came from enough distinct origins (so one tenant's
+// documents that fail the receiver cannot switch the trigger off for
+// everyone) and the trigger is not one of the built-in handlers'.
+func (s *Service) wentDead(ctx context.Context, e *entry, d *Delivery, msg string) {
 	id := e.c.Def.ID
+	origin := originOf(d)
 	var disable bool
+	var origins int
 	_, err := s.updateEntry(ctx, id, func(e *entry) error {
 		e.st.ConsecutiveDead++
+		if len(e.st.DeadOrigins) < s.cfg.DisableOrigins && !slices.Contains(e.st.DeadOrigins, origin) {
+			e.st.DeadOrigins = append(slices.Clip(e.st.DeadOrigins), origin)
+		}
 		e.st.LastError, e.st.LastErrorAt = msg, ms(time.Now())
-		disable = s.cfg.DisableAfterDead > 0 && e.st.ConsecutiveDead >= s.cfg.DisableAfterDead && e.enabled()
+		origins = len(e.st.DeadOrigins)
+		disable = s.cfg.DisableAfterDead > 0 && e.st.ConsecutiveDead >= s.cfg.DisableAfterDead &&
+			origins >= s.cfg.DisableOrigins && !s.builtin(e) && e.enabled()
 		return nil
 	})
 	if err == nil && disable {
-		_ = s.setEnabled(ctx, id, false, fmt.Sprintf("%d deliveries in a row went dead (last: %s)", s.cfg.DisableAfterDead, msg))
+		_ = s.setEnabled(ctx, id, false, fmt.Sprintf("%d deliveries in a row from %d origins went dead (last: %s)", s.cfg.DisableAfterDead, origins, msg))
 	}
+}
+
+// builtin reports whether e delivers to this server's own handlers.
+func (s *Service) builtin(e *entry) bool {
+	return s.cfg.BuiltinURL != "" && strings.HasPrefix(e.c.Def.URL, s.cfg.BuiltinURL)
+}
+
+// originOf names the top-level document d's document lives under (its
+// database and first two path segments), hashed to keep the trigger state
+// small.
+func originOf(d *Delivery) string {
+	segs := strings.SplitN(str(d.event["path"]), "/", 3)
+	top := strings.Join(segs[:min(2, len(segs))], "/")
+	sum := sha256.Sum256([]byte(str(d.event["database"]) + "\x00" + top))
+	return hex.EncodeToString(sum[:8])
 }
 
 func attemptError(a Attempt) string {

@@ -32,6 +32,10 @@ const (
 	DefaultDrainTimeout     = 10 * time.Second
 )
 
+// DefaultDisableOrigins: the dead deliveries of a streak must come from
+// this many top-level documents (tenants) before it disables the trigger.
+const DefaultDisableOrigins = 5
+
 // Config configures a Service.
 type Config struct {
 	Store collections.Store
@@ -59,6 +63,20 @@ type Config struct {
 	// DisableAfterDead disables a trigger after this many dead deliveries
 	// in a row (negative: never).
 	DisableAfterDead int
+	// DisableOrigins is how many distinct origins the dead deliveries of
+	// such a streak must come from. A delivery's origin is
+	// the top-level document its document lives under (users/alice for
+	// users/alice/orch-chats/c1/messages/m1: the owner, in the usual
+	// layout), so one user's documents, however many, cannot disable a
+	// trigger for everyone. 1: any streak disables.
+	DisableOrigins int
+	// BuiltinURL is the URL prefix of this server's own webhook handlers
+	// (the agent runtime, "${LOOM_URL}/webhooks/"; "" = none). A trigger
+	// delivering there is never disabled automatically, neither by dead
+	// deliveries nor by a 410: its receiver records a document's failure
+	// itself, and its deliveries going dead means a fault an admin must
+	// see, not a receiver that went away. The admin can still disable it.
+	BuiltinURL string
 	// MaxHeld bounds deliveries held in memory (in flight or waiting for a
 	// retry); beyond it new matches wait in the outbox for the poller.
 	MaxHeld int
@@ -154,6 +172,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if cfg.DisableAfterDead == 0 {
 		cfg.DisableAfterDead = DefaultDisableAfterDead
+	}
+	if cfg.DisableOrigins <= 0 {
+		cfg.DisableOrigins = DefaultDisableOrigins
 	}
 	if cfg.MaxHeld <= 0 {
 		cfg.MaxHeld = DefaultMaxHeld
@@ -542,7 +563,7 @@ func (s *Service) setEnabled(ctx context.Context, id string, on bool, reason str
 		if !on {
 			e.st.DisabledReason = reason
 		} else {
-			e.st.ConsecutiveDead = 0
+			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
 		}
 		return nil
 	})

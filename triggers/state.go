@@ -57,6 +57,10 @@ type state struct {
 	// ActiveFrom is the change-log seq the trigger was first seen at: it
 	// fires only for later changes.
 	ActiveFrom int64 `json:"activeFrom"`
+
+	// DeadOrigins are the distinct origins (hashed) of the current dead
+	// streak, at most Config.DisableOrigins of them.
+	DeadOrigins []string `json:"deadOrigins,omitempty"`
 }
 
 func statePath(id string) string { return triggerColl + "/" + id }

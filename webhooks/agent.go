@@ -302,7 +302,7 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		if d, ok := h.tools.Get(tc.Name); ok {
 			data["visibility"] = d.Visibility
 		}
-		if _, err := h.createOnce(ctx, c.toolCalls(sa)+"/"+validID(tc.ID), data); err != nil {
+		if _, err := h.createOnce(ctx, c.toolCalls(sa)+"/"+toolCallID(tc.ID), data); err != nil {
 			return err
 		}
 	}

@@ -24,7 +24,7 @@ const (
 	DefaultMaxIterations = 10
 	DefaultTokenBudget   = 8000
 	DefaultHistory       = 20
-	maxBody              = 4 << 20
+	DefaultMaxBody       = 4 << 20
 )
 
 // Role is a sub-agent role: its system prompt and the tools it is offered
@@ -63,6 +63,10 @@ type Config struct {
 	TokenBudget int
 	// History is how many chat messages the orchestrator reads (default 20).
 	History int
+	// MaxBody bounds a delivery's body (default and minimum 4 MiB). It must
+	// hold the largest event, a document and its previous state, or that
+	// document's deliveries are refused on every attempt.
+	MaxBody int64
 	Logger  *slog.Logger
 	// Registerer receives the runtime's metrics (nil: not exported).
 	Registerer prometheus.Registerer
@@ -108,6 +112,7 @@ func New(cfg Config) (*Handlers, error) {
 	if cfg.History <= 0 {
 		cfg.History = DefaultHistory
 	}
+	cfg.MaxBody = max(cfg.MaxBody, DefaultMaxBody)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -143,7 +148,7 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "use POST"})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	if err != nil {
 		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body too large"})
 		return
@@ -161,15 +166,25 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	if err := fn(r.Context(), ev); err != nil {
+	err = fn(r.Context(), ev)
+	outcome, answer := "ok", map[string]any{"ok": true}
+	if permanent(err) {
+		// The document's content makes this fail on every attempt: record
+		// the failure for the user and complete the delivery, rather than
+		// answer 5xx until it goes dead (never 410: that would disable the
+		// trigger for everyone).
+		outcome, answer["failed"] = "failed", failureReason(err) // shown in the delivery log
+		err = h.settleFailure(r.Context(), name, ev, err)
+	}
+	if err != nil {
 		h.m.handled.WithLabelValues(name, "error").Observe(time.Since(start).Seconds())
 		h.log.Warn("webhook handler failed; the delivery will be retried", "handler", name, "event", ev.EventID, "path", ev.Path, "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": err.Error()})
 		return
 	}
-	h.m.handled.WithLabelValues(name, "ok").Observe(time.Since(start).Seconds())
+	h.m.handled.WithLabelValues(name, outcome).Observe(time.Since(start).Seconds())
 	h.log.Debug("webhook handled", "handler", name, "event", ev.EventID, "path", ev.Path, "ms", time.Since(start).Milliseconds())
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true})
+	writeJSON(w, http.StatusOK, answer)
 }
 
 func cutPrefix(s, p string) (string, bool) {

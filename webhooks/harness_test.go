@@ -84,6 +84,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		Transport:    guard.Transport(),
 		NodeID:       "test",
 		PollInterval: 50 * time.Millisecond,
+		BuiltinURL:   url + "/webhooks/", // as cmd/loom serve sets it
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		handled: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "loom_agent_handler_duration_seconds",
-			Help:    "Agent runtime webhook handling time by handler and outcome (ok, error).",
+			Help:    "Agent runtime webhook handling time by handler and outcome (ok; failed: the document's content failed it and the failure was recorded; error: retried).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"handler", "outcome"}),
 		llmCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{

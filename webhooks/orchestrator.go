@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/loomdb/loom/collections"
@@ -51,7 +50,7 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	if routed, err := h.routeToWaiting(ctx, c, msg); err != nil || routed {
 		return err
 	}
-	replyPath := c.messages() + "/" + msg.ID + "-reply"
+	replyPath := c.messages() + "/" + replyID(msg.ID)
 	reply, err := h.getOpt(ctx, replyPath)
 	if err != nil {
 		return err
@@ -82,7 +81,7 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		taskIDs := make([]any, 0, len(res.ToolCalls))
 		for i, tc := range res.ToolCalls {
 			plan[i] = map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}
-			taskIDs = append(taskIDs, msg.ID+"-t"+strconv.Itoa(i))
+			taskIDs = append(taskIDs, taskID(msg.ID, i))
 		}
 		content := res.Content
 		if content == "" && len(plan) > 0 {
@@ -149,7 +148,7 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 	argsText, _ := call["arguments"].(string)
 	var args map[string]any
 	argErr := json.Unmarshal([]byte(argsText), &args)
-	path := c.tasks() + "/" + msg.ID + "-t" + strconv.Itoa(i)
+	path := c.tasks() + "/" + taskID(msg.ID, i)
 	base := map[string]any{"userId": c.uid, "chatId": c.id, "triggerMessageId": msg.ID, "status": "pending"}
 	switch name {
 	case "delegate_task":
@@ -240,7 +239,7 @@ func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.
 	// not write it twice; its seq follows the sub-agent's last message and
 	// the seqs reserved for the tool results of the last step (a call of
 	// the step that asked may still be running).
-	answerPath := c.subMessages(sa) + "/" + "answer-" + msg.ID
+	answerPath := c.subMessages(sa) + "/" + answerID(msg.ID)
 	if existing, err := h.getOpt(ctx, answerPath); err != nil || existing != nil {
 		return true, err
 	}

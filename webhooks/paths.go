@@ -2,8 +2,11 @@ package webhooks
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/loomdb/loom/collections"
@@ -16,7 +19,7 @@ type chat struct{ uid, id string }
 func chatOf(path string) (chat, error) {
 	s := strings.Split(path, "/")
 	if len(s) < 4 || s[0] != "users" || s[2] != "orch-chats" {
-		return chat{}, fmt.Errorf("path %q is not below users/{uid}/orch-chats/{chatId}", path)
+		return chat{}, fmt.Errorf("%w: path %q is not below users/{uid}/orch-chats/{chatId}", errMalformed, path)
 	}
 	return chat{uid: s[1], id: s[3]}, nil
 }
@@ -33,7 +36,7 @@ func (c chat) toolCalls(sa string) string   { return c.subAgent(sa) + "/tool-cal
 func subAgentOf(path string) (string, error) {
 	s := strings.Split(path, "/")
 	if len(s) < 6 || s[4] != "sub-agents" {
-		return "", fmt.Errorf("path %q is not below a sub-agent", path)
+		return "", fmt.Errorf("%w: path %q is not below a sub-agent", errMalformed, path)
 	}
 	return s[5], nil
 }
@@ -77,25 +80,66 @@ func num(d *collections.Document, f string) int64 {
 	return n
 }
 
-// validID turns a model-chosen id (a tool call id) into a document id.
-func validID(s string) string {
-	if collections.ValidSegment(s) {
+// Derived ids. Every document id the runtime makes from a document id or
+// from model output goes through deriveID, so a legal 128-byte message id
+// (or a model's 300-character tool call id) never yields an id the store
+// refuses. The deepest path the runtime writes is
+// users/{uid}/orch-chats/{chat}/sub-agents/{id}/tool-calls/{id}: four ids
+// of at most collections.MaxIDBytes and 50 bytes of names, well under
+// collections.MaxPathBytes.
+const (
+	// idHashHex is the hex length of the hash that makes a shortened or
+	// cleaned id unique (96 bits: no collision in practice).
+	idHashHex = 24
+	// idPrefixMax keeps the readable start of a shortened id.
+	idPrefixMax = collections.MaxIDBytes - 1 - idHashHex
+)
+
+// deriveID joins parts into a document id that is always a valid segment
+// of at most collections.MaxIDBytes. An id that is valid as joined is kept
+// as it is (ids derived before stay the same, so redeliveries stay
+// idempotent); any other is its legal characters, cut to a readable
+// prefix, then "-" and a hash of the whole joined id: deterministic, and
+// distinct inputs get distinct ids.
+func deriveID(parts ...string) string {
+	s := strings.Join(parts, "")
+	if len(s) <= collections.MaxIDBytes && collections.ValidSegment(s) {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
-			b.WriteRune(r)
+	for i := 0; i < len(s) && b.Len() < idPrefixMax; i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+			b.WriteByte(c)
 		default:
 			b.WriteByte('_')
 		}
 	}
-	if b.Len() == 0 {
-		return "call"
+	sum := sha256.Sum256([]byte(s))
+	if b.Len() > 0 {
+		b.WriteByte('-')
 	}
+	b.WriteString(hex.EncodeToString(sum[:])[:idHashHex])
 	return b.String()
 }
+
+// The ids the runtime derives. The chat's messages collection holds the
+// user's messages and the runtime's, so each kind has its own suffix or
+// prefix.
+func replyID(msgID string) string          { return deriveID(msgID, "-reply") }
+func taskID(msgID string, i int) string    { return deriveID(msgID, "-t", strconv.Itoa(i)) }
+func answerID(msgID string) string         { return deriveID("answer-", msgID) }
+func toolCallID(modelCallID string) string { return deriveID(modelCallID) }
+func mirrorID(subAgentID, toolCallDocID string) string {
+	// Tool-call ids are unique within a sub-agent only; the mirrors of all
+	// the chat's sub-agents share the chat.
+	return deriveID("tool-", subAgentID, "-", toolCallDocID)
+}
+func resultID(taskID string) string { return deriveID(taskID, "-result") }
+func questionID(taskID string, v int64) string {
+	return deriveID(taskID, "-q", strconv.FormatInt(v, 10))
+}
+func failureID(docID string) string { return deriveID(docID, "-error") }
 
 func eq(field string, v any) collections.Filter {
 	return collections.Filter{Field: field, Op: collections.OpEq, Value: v}

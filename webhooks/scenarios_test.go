@@ -358,7 +358,7 @@ func TestAgents_ResearcherPath(t *testing.T) {
 	if field(tc, "status") != "success" || !strings.Contains(field(tc, "result"), "42") || field(tc, "visibility") != "visible" {
 		t.Fatalf("tool call %v", tc)
 	}
-	mirror := s.get(s.chat("c1") + "/messages/tool-call_calc")
+	mirror := s.get(s.chat("c1") + "/messages/tool-m1-t0-call_calc")
 	if field(mirror, "kind") != "tool" || !strings.Contains(field(mirror, "content"), "calculator") || !strings.Contains(field(mirror, "content"), "42") {
 		t.Fatalf("chat mirror of the tool call %v\n%s", mirror, s.dump())
 	}

@@ -88,7 +88,7 @@ func (h *Handlers) mirror(ctx context.Context, c chat, tc *collections.Document,
 	default:
 		text = fmt.Sprintf("%s(%s) → %s", str(tc, "toolName"), str(tc, "argsJson"), content)
 	}
-	_, err := h.createOnce(ctx, c.messages()+"/tool-"+tc.ID, map[string]any{
+	_, err := h.createOnce(ctx, c.messages()+"/"+mirrorID(str(tc, "subAgentId"), tc.ID), map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "kind": "tool", "content": text,
 		"toolName": str(tc, "toolName"), "toolCallId": tc.ID,
 	})
@@ -103,7 +103,7 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 		return err
 	}
 	task := ev.Doc
-	path := c.messages() + "/" + task.ID + "-result"
+	path := c.messages() + "/" + resultID(task.ID)
 	if existing, err := h.getOpt(ctx, path); err != nil || existing != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (h *Handlers) notify(ctx context.Context, ev *Event) error {
 		return nil
 	}
 	// One question per wait: the id carries the task version of the wait.
-	_, err = h.createOnce(ctx, fmt.Sprintf("%s/%s-q%d", c.messages(), task.ID, task.Version), map[string]any{
+	_, err = h.createOnce(ctx, c.messages()+"/"+questionID(task.ID, task.Version), map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": str(task, "question"),
 		"taskId": task.ID, "kind": "question", "status": "waiting",
 	})

@@ -93,7 +93,9 @@ func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *s
 		Registerer:    metrics,
 		MaxIterations: cfg.Agents.MaxIterations,
 		TokenBudget:   cfg.Agents.TokenBudget,
-		Logger:        logger,
+		// A delivery carries a document and its previous state.
+		MaxBody: 2*int64(cfg.Limits.MaxDocumentBytes) + 1<<20,
+		Logger:  logger,
 	})
 }
 

@@ -192,14 +192,27 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 	if err != nil {
 		return nil, err
 	}
+	// The built-in handlers' triggers are the ones delivering under
+	// ${LOOM_URL}/webhooks/ while this server serves the agent runtime.
+	expand := triggers.EnvExpander(envDefaults)
+	builtinURL := ""
+	if agentsEnabled(cfg) {
+		base, err := expand("LOOM_URL")
+		if err != nil {
+			return nil, fmt.Errorf("LOOM_URL: %w", err)
+		}
+		builtinURL = base + "/webhooks/"
+	}
 	svc, err := triggers.New(ctx, triggers.Config{
 		Store:            store,
 		File:             cfg.Triggers,
-		Expand:           triggers.EnvExpander(envDefaults),
+		Expand:           expand,
 		Transport:        guard.Transport(),
 		NodeID:           node,
 		Workers:          cfg.Webhooks.Workers,
 		DisableAfterDead: cfg.Webhooks.DisableAfterDead,
+		DisableOrigins:   cfg.Webhooks.DisableAfterDeadOrigins,
+		BuiltinURL:       builtinURL,
 		Retention:        cfg.Webhooks.Retention.Duration,
 		Registerer:       reg,
 		Logger:           logger,

@@ -440,7 +440,7 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
 	}
 	if data == nil {
-		if data, err = collections.EncodeData(next.Data, c.s.cfg.MaxDocumentBytes); err != nil {
+		if data, err = collections.EncodeData(next.Data, c.s.maxBytes(w.Path)); err != nil {
 			return collections.WriteResult{}, err
 		}
 	}

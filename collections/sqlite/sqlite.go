@@ -32,7 +32,13 @@ type Config struct {
 	// 7 days). Durable cursors hold back change-log retention.
 	Retention time.Duration
 	// MaxDocumentBytes bounds the encoded user data of one document
-	// (default 1 MiB).
+	// (default 1 MiB). Documents of system collections (written by Loom
+	// itself, never through the document API) may be SystemDocumentFactor
+	// times larger plus SystemDocumentSlack: they carry user documents (a
+	// trigger's outbox row holds the changed document and its previous
+	// state), and a user document at the limit must not make Loom's own
+	// write fail (the trigger evaluator would retry that commit forever,
+	// for every trigger and every user).
 	MaxDocumentBytes int
 	// Indexes are built (and dropped when no longer declared) at Open.
 	Indexes []collections.Index
@@ -55,6 +61,12 @@ const (
 	DefaultMaxDocumentBytes = 1 << 20
 	DefaultMaxBatch         = 256
 	DefaultPurgeInterval    = time.Minute
+)
+
+// The bound on system documents, relative to MaxDocumentBytes.
+const (
+	SystemDocumentFactor = 4
+	SystemDocumentSlack  = 1 << 20
 )
 
 // Store is the SQLite engine.
@@ -335,6 +347,15 @@ func (s *Store) writeStats(ctx context.Context) error {
 	}
 	_, err = s.wdb.ExecContext(ctx, `ANALYZE sqlite_schema`)
 	return err
+}
+
+// maxBytes is the size bound of the encoded data of the document at path
+// (see Config.MaxDocumentBytes).
+func (s *Store) maxBytes(path string) int {
+	if collections.IsSystemPath(path) {
+		return SystemDocumentFactor*s.cfg.MaxDocumentBytes + SystemDocumentSlack
+	}
+	return s.cfg.MaxDocumentBytes
 }
 
 // Ready reports nil while the engine is open and can read its database.

@@ -88,6 +88,12 @@ type Webhooks struct {
 	// DisableAfterDead disables a trigger after this many dead deliveries
 	// in a row (default 20; negative = never).
 	DisableAfterDead int `toml:"disable_after_dead"`
+	// DisableAfterDeadOrigins: the dead deliveries of such a streak must
+	// come from at least this many distinct top-level documents (e.g.
+	// users/{uid}: one user's documents cannot disable a trigger for
+	// everyone; default 5, 1 = any). Triggers of the built-in handlers
+	// are never disabled automatically.
+	DisableAfterDeadOrigins int `toml:"disable_after_dead_origins"`
 	// Retention keeps delivered and dead outbox rows (default 7 days).
 	Retention Duration `toml:"retention"`
 }

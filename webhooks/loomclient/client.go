@@ -11,8 +11,9 @@
 //	        with If-Match: "<version>" when ifVersion > 0
 //	Query   POST  /api/v1/databases/{db}/query, following nextCursor
 //
-// Errors wrap collections.ErrNotFound, ErrAlreadyExists and
-// ErrPreconditionFailed, or this package's ErrUnauthorized / ErrForbidden;
+// Errors wrap collections.ErrNotFound, ErrAlreadyExists,
+// ErrPreconditionFailed, ErrInvalidPath, ErrInvalidQuery, ErrInvalidDocument
+// and ErrTooLarge (any 413), or this package's ErrUnauthorized / ErrForbidden;
 // every non-2xx answer is an *HTTPError (Retryable for 429 and 5xx).
 package loomclient
 
@@ -375,7 +376,9 @@ func newHTTPError(method, what string, resp *http.Response, body []byte) *HTTPEr
 		case "BAD_REQUEST", "INVALID_JSON":
 			e.sentinel = collections.ErrInvalidDocument
 		}
-	case resp.StatusCode == http.StatusRequestEntityTooLarge && e.Code == "DOCUMENT_TOO_LARGE":
+	case resp.StatusCode == http.StatusRequestEntityTooLarge:
+		// DOCUMENT_TOO_LARGE or REQUEST_TOO_LARGE: either way this write is
+		// too big to ever succeed.
 		e.sentinel = collections.ErrTooLarge
 	}
 	return e
