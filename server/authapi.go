@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -89,15 +91,24 @@ func (s *Server) limitIP(c *gin.Context) bool {
 	return s.allowRate(c, anonymous)
 }
 
+// signup serves POST /auth/v1/signup. Each signup costs a bcrypt hash, so
+// besides the general rate limit it takes a token from the client address's
+// signup bucket (Config.SignupRate): a flood from one address gets cheap
+// 429s, and the hashing that does happen is bounded by the auth service.
 func (s *Server) signup(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
+		if wait := s.signups.reserve(clientAddr(c), time.Now()); wait > 0 {
+			e := rateLimited(wait)
+			e.Message = fmt.Sprintf("Too many signups from this address; retry after %d s.", retrySeconds(wait))
+			return auth.Tokens{}, e
+		}
 		return s.auth.Signup(ctx, b["username"], b["password"])
 	})
 }
 
 func (s *Server) login(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
-		return s.auth.Login(ctx, b["username"], b["password"], remoteIP(c.Request))
+		return s.auth.Login(ctx, b["username"], b["password"], clientAddr(c))
 	})
 }
 
