@@ -23,7 +23,7 @@ import (
 // when 127.0.0.1 is in Config.TrustedProxies.
 
 // newAuthEnvWith is newAuthEnv with an auth config to adjust.
-func newAuthEnvWith(t *testing.T, edit func(*auth.Config), cfg server.Config) *testEnv {
+func newAuthEnvWith(t testing.TB, edit func(*auth.Config), cfg server.Config) *testEnv {
 	t.Helper()
 	store := MustOpenStore(t)
 	acfg := auth.Config{

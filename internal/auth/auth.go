@@ -89,8 +89,10 @@ type Config struct {
 	// LoginLimit bounds failed logins (see Limit).
 	LoginLimit Limit
 	// MaxConcurrentHashes bounds the bcrypt hashes and comparisons running
-	// at once (default GOMAXPROCS): a flood of signups or logins queues
-	// here instead of taking every CPU from other requests.
+	// at once (default: half of GOMAXPROCS, at least 1): a flood of signups
+	// or logins queues here instead of taking every CPU from other
+	// requests. Half, because bcrypt goroutines on every CPU still slow
+	// every other request several times (BENCHMARKS.md, signup flood).
 	MaxConcurrentHashes int
 	// HashWait is how long a signup or login waits for a hashing slot before
 	// ErrBusy (default DefaultHashWait; negative: do not wait).
@@ -216,7 +218,7 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		cfg.LoginLimit.UserFailures = DefaultUserFailures
 	}
 	if cfg.MaxConcurrentHashes <= 0 {
-		cfg.MaxConcurrentHashes = runtime.GOMAXPROCS(0)
+		cfg.MaxConcurrentHashes = max(1, runtime.GOMAXPROCS(0)/2)
 	}
 	if cfg.HashWait == 0 {
 		cfg.HashWait = DefaultHashWait

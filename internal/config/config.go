@@ -76,8 +76,8 @@ type Auth struct {
 	// negative = off); SignupBurst is how many may come at once (default 10).
 	SignupRate  float64 `toml:"signup_rate"`
 	SignupBurst int     `toml:"signup_burst"`
-	// MaxConcurrentHashes bounds bcrypt work running at once (0 = the
-	// number of CPUs).
+	// MaxConcurrentHashes bounds bcrypt work running at once (0 = half the
+	// CPUs, at least 1).
 	MaxConcurrentHashes int `toml:"max_concurrent_hashes"`
 	// Login limits within LoginWindow (default 15m): failures of one
 	// username from one address (default 10; negative = no login limits),
