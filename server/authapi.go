@@ -86,7 +86,8 @@ func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, 
 	return out, nil
 }
 
-// limitIP applies the per-IP rate limit to unauthenticated auth endpoints.
+// limitIP applies the per-address rate limit (clientAddr) to
+// unauthenticated auth endpoints.
 func (s *Server) limitIP(c *gin.Context) bool {
 	return s.allowRate(c, anonymous)
 }
@@ -133,7 +134,7 @@ func (s *Server) logout(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{})
 }
 
-// tokenEndpoint is the shape of signup, login and refresh: a per-IP rate
+// tokenEndpoint is the shape of signup, login and refresh: a per-address rate
 // limit, a small all-string body, a token pair back.
 func (s *Server) tokenEndpoint(c *gin.Context, fields []string, issue func(context.Context, map[string]string) (auth.Tokens, error)) {
 	if !s.limitIP(c) {

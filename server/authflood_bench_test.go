@@ -51,6 +51,9 @@ func BenchmarkSignupFlood(b *testing.B) {
 		b.Run(p.name, func(b *testing.B) {
 			for range b.N {
 				p.scfg.TrustedProxies = []string{"127.0.0.1"}
+				// The general per-client limit (20,000/s) is not what is
+				// measured: the readers alone would reach it.
+				p.scfg.RateLimit = -1
 				runSignupFlood(b, p.edit, p.scfg, p.flood, p.oneAddr, time.Duration(seconds)*time.Second, flooders, readers)
 			}
 		})
@@ -120,8 +123,8 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 	}
 	time.Sleep(d)
 	close(stop)
+	elapsed := time.Since(start) // flooders may still wait for a hashing slot
 	wg.Wait()
-	elapsed := time.Since(start)
 
 	all := slices.Concat(lat...)
 	slices.Sort(all)
@@ -139,6 +142,15 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 		return 0
 	}
 	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "reads/s")
+	var sum time.Duration
+	for _, l := range all {
+		sum += l
+	}
+	mean := time.Duration(0)
+	if len(all) > 0 {
+		mean = sum / time.Duration(len(all))
+	}
+	b.ReportMetric(ms(mean), "read-mean-ms")
 	b.ReportMetric(ms(pct(0.50)), "read-p50-ms")
 	b.ReportMetric(ms(pct(0.99)), "read-p99-ms")
 	b.ReportMetric(per(http.StatusOK), "signups/s")
@@ -149,8 +161,8 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 		codes = append(codes, fmt.Sprintf("%d×%d", k, v.(*atomic.Int64).Load()))
 		return true
 	})
-	b.Logf("%d readers, %d flooders for %v: %d reads, p50 %v p99 %v max %v; signup statuses %s",
-		readers, flooders, d, len(all), pct(0.5), pct(0.99), pct(1), strings.Join(codes, " "))
+	b.Logf("%d readers, %d flooders for %v: %d reads, mean %v p50 %v p99 %v max %v; signup statuses %s",
+		readers, flooders, d, len(all), mean, pct(0.5), pct(0.99), pct(1), strings.Join(codes, " "))
 }
 
 // signupAs signs up name from the loopback address and returns the user.

@@ -10,10 +10,11 @@ import (
 )
 
 // waitersPerSlot bounds the callers queued for a hashing slot, per slot.
-// Past it a caller is refused at once: a queue longer than what can finish
-// within HashWait only holds requests (and their memory) to refuse them
-// later.
-const waitersPerSlot = 32
+// Past it a caller is refused at once. Waiting costs no CPU, and a flooder
+// kept waiting HashWait for its 503 is a flooder not sending more requests
+// (refused at once, it comes back at once: BENCHMARKS.md, signup flood), so
+// the queue is long; each waiter holds only a goroutine and a small body.
+const waitersPerSlot = 128
 
 // hashGate bounds concurrent bcrypt work (signup hashing, login
 // comparisons). Each costs tens of milliseconds of one CPU on purpose; run
