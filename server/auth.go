@@ -107,7 +107,15 @@ func (c *Caller) rateKey(addr string) string {
 //
 // An IPv6 address is reduced to its /64: one host usually holds a whole
 // /64 and could otherwise present a fresh address for every request.
-func clientAddr(c *gin.Context) string {
+func (s *Server) clientAddr(c *gin.Context) string {
+	if !s.engine.ForwardedByClientIP && c.Request.Header.Get("X-Forwarded-For") != "" {
+		// Most likely a reverse proxy nobody told us about: every client
+		// behind it shares its address, and so its limits. Say so once.
+		s.proxyWarning.Do(func() {
+			s.log.Warn("requests carry X-Forwarded-For but [server] trusted_proxies is empty: if a reverse proxy is in front, every client behind it shares its address for the rate, signup and login limits; list the proxy in trusted_proxies",
+				"peer", c.RemoteIP())
+		})
+	}
 	ip := c.ClientIP()
 	addr, err := netip.ParseAddr(ip)
 	if err != nil {
@@ -245,7 +253,7 @@ func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
 	if s.limits == nil || caller.Admin {
 		return true
 	}
-	if wait := s.limits.reserve(caller.rateKey(clientAddr(c)), time.Now()); wait > 0 {
+	if wait := s.limits.reserve(caller.rateKey(s.clientAddr(c)), time.Now()); wait > 0 {
 		s.writeError(c, rateLimited(wait))
 		c.Abort()
 		return false

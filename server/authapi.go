@@ -98,7 +98,7 @@ func (s *Server) limitIP(c *gin.Context) bool {
 // 429s, and the hashing that does happen is bounded by the auth service.
 func (s *Server) signup(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
-		if wait := s.signups.reserve(clientAddr(c), time.Now()); wait > 0 {
+		if wait := s.signups.reserve(s.clientAddr(c), time.Now()); wait > 0 {
 			e := rateLimited(wait)
 			e.Message = fmt.Sprintf("Too many signups from this address; retry after %d s.", retrySeconds(wait))
 			return auth.Tokens{}, e
@@ -109,7 +109,7 @@ func (s *Server) signup(c *gin.Context) {
 
 func (s *Server) login(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
-		return s.auth.Login(ctx, b["username"], b["password"], clientAddr(c))
+		return s.auth.Login(ctx, b["username"], b["password"], s.clientAddr(c))
 	})
 }
 

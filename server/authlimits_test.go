@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -204,4 +205,43 @@ func metric(t *testing.T, env *testEnv, name string) string {
 		}
 	}
 	return ""
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// X-Forwarded-For arriving while no proxy is trusted is most likely an
+// unconfigured reverse proxy (every client behind it would share one
+// address and its limits): the server says so in its log, once.
+func TestServer_WarnsOfForwardedForWithoutTrustedProxies(t *testing.T) {
+	var logs syncBuffer
+	env := newAuthEnvWith(t, nil, server.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for i := range 3 {
+		env.login(t, "nobody", "guess", from(fmt.Sprintf("198.51.100.%d", i)))
+	}
+	if n := strings.Count(logs.String(), "trusted_proxies is empty"); n != 1 {
+		t.Fatalf("warning logged %d times, want once; logs:\n%s", n, logs.String())
+	}
+
+	var logs2 syncBuffer
+	env = newAuthEnvWith(t, nil, server.Config{Logger: slog.New(slog.NewTextHandler(&logs2, nil)), TrustedProxies: []string{"10.0.0.0/8"}})
+	env.login(t, "nobody", "guess", from("198.51.100.1"))
+	if strings.Contains(logs2.String(), "trusted_proxies is empty") {
+		t.Fatalf("warned although trusted proxies are configured:\n%s", logs2.String())
+	}
 }

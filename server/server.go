@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -119,6 +120,7 @@ type Server struct {
 	corsOrigins     []string
 	limits          *limiters // nil: no rate limit
 	signups         *limiters // per client address; nil: no signup limit
+	proxyWarning    sync.Once // logs X-Forwarded-For seen without trusted proxies
 	auth            *auth.Service
 	rules           atomic.Pointer[rules.Set]
 	rulesFile       string
