@@ -245,3 +245,18 @@ func TestServer_WarnsOfForwardedForWithoutTrustedProxies(t *testing.T) {
 		t.Fatalf("warned although trusted proxies are configured:\n%s", logs2.String())
 	}
 }
+
+// Streams per address count the client address behind a trusted proxy:
+// two clients behind one proxy do not share one allowance.
+func TestRealtime_StreamsPerAddressBehindTrustedProxy(t *testing.T) {
+	e := newAuthEnvWith(t, nil, server.Config{TrustedProxies: []string{"127.0.0.1"}, Realtime: server.RealtimeConfig{MaxStreamsPerIP: 1}})
+	u := e.signup(t, "streamer")
+	via := func(addr string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + u.Access, "X-Forwarded-For": addr}
+	}
+	e.dialWS(t, "", via("198.51.100.7"))
+	if _, res, err := e.tryDialWS("", via("198.51.100.7")); err == nil || res == nil || res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second stream from one address: err %v, want 429", err)
+	}
+	e.dialWS(t, "", via("203.0.113.5"))
+}
