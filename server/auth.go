@@ -5,8 +5,9 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"net"
+	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -88,21 +89,63 @@ func (c *Caller) ruleAuth() *rules.Auth {
 	return &rules.Auth{UID: c.UID, Username: c.Username, Roles: c.Roles, Claims: c.Claims}
 }
 
-// rateKey identifies the caller for rate limiting: the remote IP when
-// anonymous. Proxy headers are not trusted.
-func (c *Caller) rateKey(r *http.Request) string {
+// rateKey identifies the caller for rate limiting: the uid, or the client
+// address (see clientAddr) when anonymous.
+func (c *Caller) rateKey(addr string) string {
 	if c.UID != "" {
 		return "uid:" + c.UID
 	}
-	return "ip:" + remoteIP(r)
+	return "ip:" + addr
 }
 
-func remoteIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
+// clientAddr is the client's address as every per-address limit keys it
+// (rate limit, login and signup limits, streams per address). It is the
+// peer address, unless the peer is one of Config.TrustedProxies: then it is
+// the rightmost X-Forwarded-For hop that is not a trusted proxy (or
+// X-Real-IP), so a client cannot pick its address by sending the header
+// itself. gin implements that walk; New configures its trusted list.
+//
+// An IPv6 address is reduced to its /64: one host usually holds a whole
+// /64 and could otherwise present a fresh address for every request.
+func (s *Server) clientAddr(c *gin.Context) string {
+	if !s.engine.ForwardedByClientIP && c.Request.Header.Get("X-Forwarded-For") != "" {
+		// Most likely a reverse proxy nobody told us about: every client
+		// behind it shares its address, and so its limits. Say so once.
+		s.proxyWarning.Do(func() {
+			s.log.Warn("requests carry X-Forwarded-For but [server] trusted_proxies is empty: if a reverse proxy is in front, every client behind it shares its address for the rate, signup and login limits; list the proxy in trusted_proxies",
+				"peer", c.RemoteIP())
+		})
 	}
-	return host
+	ip := c.ClientIP()
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		if ip == "" {
+			return c.Request.RemoteAddr
+		}
+		return ip
+	}
+	addr = addr.Unmap().WithZone("")
+	if addr.Is6() {
+		return netip.PrefixFrom(addr, 64).Masked().String()
+	}
+	return addr.String()
+}
+
+// trustProxies makes clientAddr read X-Forwarded-For and X-Real-IP from
+// peers in proxies (addresses or CIDRs) and from no one else. With no proxy
+// the headers are not read at all (gin would otherwise trust any peer on a
+// unix socket).
+func (s *Server) trustProxies(proxies []string) error {
+	if len(proxies) == 0 {
+		return nil
+	}
+	if err := s.engine.SetTrustedProxies(proxies); err != nil {
+		return fmt.Errorf("server: trusted proxies: %w", err)
+	}
+	s.engine.ForwardedByClientIP = true
+	s.engine.RemoteIPHeaders = []string{"X-Forwarded-For", "X-Real-IP"}
+	s.engine.TrustedPlatform = ""
+	return nil
 }
 
 // Action is what a request does to a path; it is what security rules will
@@ -210,7 +253,7 @@ func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
 	if s.limits == nil || caller.Admin {
 		return true
 	}
-	if wait := s.limits.reserve(caller.rateKey(c.Request), time.Now()); wait > 0 {
+	if wait := s.limits.reserve(caller.rateKey(s.clientAddr(c)), time.Now()); wait > 0 {
 		s.writeError(c, rateLimited(wait))
 		c.Abort()
 		return false

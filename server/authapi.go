@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -84,20 +86,30 @@ func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, 
 	return out, nil
 }
 
-// limitIP applies the per-IP rate limit to unauthenticated auth endpoints.
+// limitIP applies the per-address rate limit (clientAddr) to
+// unauthenticated auth endpoints.
 func (s *Server) limitIP(c *gin.Context) bool {
 	return s.allowRate(c, anonymous)
 }
 
+// signup serves POST /auth/v1/signup. Each signup costs a bcrypt hash, so
+// besides the general rate limit it takes a token from the client address's
+// signup bucket (Config.SignupRate): a flood from one address gets cheap
+// 429s, and the hashing that does happen is bounded by the auth service.
 func (s *Server) signup(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
+		if wait := s.signups.reserve(s.clientAddr(c), time.Now()); wait > 0 {
+			e := rateLimited(wait)
+			e.Message = fmt.Sprintf("Too many signups from this address; retry after %d s.", retrySeconds(wait))
+			return auth.Tokens{}, e
+		}
 		return s.auth.Signup(ctx, b["username"], b["password"])
 	})
 }
 
 func (s *Server) login(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
-		return s.auth.Login(ctx, b["username"], b["password"], remoteIP(c.Request))
+		return s.auth.Login(ctx, b["username"], b["password"], s.clientAddr(c))
 	})
 }
 
@@ -122,7 +134,7 @@ func (s *Server) logout(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{})
 }
 
-// tokenEndpoint is the shape of signup, login and refresh: a per-IP rate
+// tokenEndpoint is the shape of signup, login and refresh: a per-address rate
 // limit, a small all-string body, a token pair back.
 func (s *Server) tokenEndpoint(c *gin.Context, fields []string, issue func(context.Context, map[string]string) (auth.Tokens, error)) {
 	if !s.limitIP(c) {

@@ -129,6 +129,8 @@ func classify(err error) *apiError {
 		e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many attempts; retry later.")
 		e.retryAfter = rle.RetryAfter
 		return e
+	case errors.Is(err, auth.ErrBusy):
+		return errorf(http.StatusServiceUnavailable, codeUnavailable, "The server is busy checking passwords; retry shortly.")
 	case errors.Is(err, triggers.ErrNotFound):
 		return errorf(http.StatusNotFound, codeNotFound, "%s.", sentence(err, triggers.ErrNotFound))
 	case errors.Is(err, triggers.ErrConflict):

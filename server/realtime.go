@@ -102,7 +102,7 @@ func (s *Server) openStream(c *gin.Context, caller *Caller) func() {
 	if caller.Admin {
 		return func() {}
 	}
-	ip := remoteIP(c.Request)
+	ip := s.clientAddr(c)
 	if !s.rt.streams.acquire(ip) {
 		e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many open streams from this address (limit %d); close some first.", s.rt.streams.max)
 		e.retryAfter = time.Second

@@ -30,9 +30,10 @@ func (s *Server) routes() *gin.Engine {
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	r.ContextWithFallback = true
-	// We never use ClientIP for security decisions; don't trust any proxy
-	// headers either.
+	// No proxy is trusted until New applies Config.TrustedProxies
+	// (trustProxies): ClientIP is the peer address.
 	_ = r.SetTrustedProxies(nil)
+	r.ForwardedByClientIP = false
 
 	r.Use(s.requestID, s.observe, s.recover, s.cors)
 	r.NoRoute(func(c *gin.Context) {

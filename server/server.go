@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +77,16 @@ type Config struct {
 	// RateBurst is the bucket size; zero means DefaultRateBurst (or
 	// RateLimit when that is set).
 	RateBurst int
+	// SignupRate is the signups per minute allowed from one client address
+	// ([auth] signup_rate); zero means DefaultSignupRate, negative disables
+	// the limit. SignupBurst is its bucket size (zero: DefaultSignupBurst).
+	SignupRate  float64
+	SignupBurst int
+	// TrustedProxies ([server] trusted_proxies) are the addresses or CIDRs
+	// of reverse proxies whose X-Forwarded-For / X-Real-IP name the client
+	// (see clientAddr). Empty: the peer address is the client and those
+	// headers are ignored.
+	TrustedProxies []string
 	// Auth authenticates users, OIDC tokens and service keys, and serves
 	// /auth/v1. Nil: only the admin key authenticates and /auth/v1 is 404.
 	Auth *auth.Service
@@ -114,6 +125,8 @@ type Server struct {
 	registry        *prometheus.Registry
 	corsOrigins     []string
 	limits          *limiters // nil: no rate limit
+	signups         *limiters // per client address; nil: no signup limit
+	proxyWarning    sync.Once // logs X-Forwarded-For seen without trusted proxies
 	auth            *auth.Service
 	rules           atomic.Pointer[rules.Set]
 	rulesFile       string
@@ -181,6 +194,16 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	case cfg.RateLimit > 0:
 		s.limits = newLimiters(cfg.RateLimit, cfg.RateBurst)
 	}
+	switch {
+	case cfg.SignupRate == 0:
+		s.signups = newLimiters(DefaultSignupRate/60.0, DefaultSignupBurst)
+	case cfg.SignupRate > 0:
+		burst := cfg.SignupBurst
+		if burst <= 0 {
+			burst = DefaultSignupBurst
+		}
+		s.signups = newLimiters(cfg.SignupRate/60, burst)
+	}
 	m, err := newHTTPMetrics(cfg.Registry, store)
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
@@ -190,6 +213,9 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: realtime: %w", err)
 	}
 	s.engine = s.routes()
+	if err := s.trustProxies(cfg.TrustedProxies); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -80,7 +80,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}()
 
-	authSvc, err := openAuth(ctx, cfg, store, logger)
+	authSvc, err := openAuth(ctx, cfg, store, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -131,6 +131,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CORSOrigins:     cfg.Security.CORSOrigins,
 		RateLimit:       cfg.Limits.RateLimit,
 		RateBurst:       cfg.Limits.RateBurst,
+		SignupRate:      cfg.Auth.SignupRate,
+		SignupBurst:     cfg.Auth.SignupBurst,
+		TrustedProxies:  cfg.Server.TrustedProxies,
 		Auth:            authSvc,
 		Rules:           ruleSet,
 		RulesFile:       rulesFile,
@@ -314,7 +317,7 @@ func loadRules(cfg config.Config, logger *slog.Logger) (*rules.Set, string, erro
 // openAuth starts user authentication. The token signing secret comes from
 // [auth] jwt_secret / LOOM_JWT_SECRET, else it is generated once into the
 // data directory.
-func openAuth(ctx context.Context, cfg config.Config, store collections.Store, logger *slog.Logger) (*auth.Service, error) {
+func openAuth(ctx context.Context, cfg config.Config, store collections.Store, logger *slog.Logger, reg prometheus.Registerer) (*auth.Service, error) {
 	secret := []byte(cfg.Auth.JWTSecret)
 	if len(secret) == 0 {
 		var err error
@@ -328,7 +331,15 @@ func openAuth(ctx context.Context, cfg config.Config, store collections.Store, l
 		JWKSURL:  cfg.Auth.JWKSURL,
 		Issuer:   cfg.Auth.Issuer,
 		Audience: cfg.Auth.Audience,
-		Logger:   logger.With("component", "auth"),
+		LoginLimit: auth.Limit{
+			Failures:        cfg.Auth.LoginFailures,
+			Window:          cfg.Auth.LoginWindow.Duration,
+			AddressFailures: cfg.Auth.LoginAddressFailures,
+			UserFailures:    cfg.Auth.LoginUserFailures,
+		},
+		MaxConcurrentHashes: cfg.Auth.MaxConcurrentHashes,
+		Registerer:          reg,
+		Logger:              logger.With("component", "auth"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)

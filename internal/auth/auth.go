@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/collections"
@@ -22,10 +24,20 @@ const (
 	DefaultDB         = "default"
 	DefaultAccessTTL  = 15 * time.Minute
 	DefaultRefreshTTL = 30 * 24 * time.Hour
-	// DefaultLoginFailures and DefaultLoginWindow: 10 failed logins per
-	// username and per IP within 15 minutes, then ErrRateLimited.
+	// DefaultLoginFailures and DefaultLoginWindow: 10 failed logins of one
+	// username from one address within 15 minutes, then that pair gets
+	// ErrRateLimited (see Limit).
 	DefaultLoginFailures = 10
 	DefaultLoginWindow   = 15 * time.Minute
+	// DefaultAddressFailures: failed logins from one address over all
+	// usernames within the window before that address is refused.
+	DefaultAddressFailures = 100
+	// DefaultUserFailures: failed logins of one username from all addresses
+	// within the window before each address is allowed only a few.
+	DefaultUserFailures = 100
+	// DefaultHashWait is how long a signup or login waits for a hashing slot
+	// before ErrBusy.
+	DefaultHashWait = 2 * time.Second
 	// MinSecretBytes is the shortest accepted HS256 signing key (RFC 7518
 	// asks for a key at least as long as the hash output).
 	MinSecretBytes = 32
@@ -74,8 +86,19 @@ type Config struct {
 	// this JWK Set. Issuer and Audience, when set, must match the iss and aud
 	// claims.
 	JWKSURL, Issuer, Audience string
-	// LoginLimit bounds failed logins per username and per client IP.
+	// LoginLimit bounds failed logins (see Limit).
 	LoginLimit Limit
+	// MaxConcurrentHashes bounds the bcrypt hashes and comparisons running
+	// at once (default: half of GOMAXPROCS, at least 1): a flood of signups
+	// or logins queues here instead of taking every CPU from other
+	// requests. Half, because bcrypt goroutines on every CPU still slow
+	// every other request several times (BENCHMARKS.md, signup flood).
+	MaxConcurrentHashes int
+	// HashWait is how long a signup or login waits for a hashing slot before
+	// ErrBusy (default DefaultHashWait; negative: do not wait).
+	HashWait time.Duration
+	// Registerer receives the auth metrics (nil: not registered).
+	Registerer prometheus.Registerer
 	// Now is the clock (default time.Now); tests inject one.
 	Now func() time.Time
 	// HTTPClient fetches the JWK Set (default: a client with a 10 s timeout).
@@ -83,14 +106,30 @@ type Config struct {
 	Logger     *slog.Logger
 }
 
-// Limit is a sliding-window rate limit on failed logins.
+// Limit is a sliding-window limit on failed logins. Failures are counted per
+// (username, client address) pair, so an attacker's guesses throttle the
+// attacker's own pair and not the account: its owner logs in from another
+// address as usual. Two more counters catch guessing spread out over pairs.
+// For every count, 0 means the default and negative turns that check off.
 type Limit struct {
-	// Failures is how many failed logins are allowed within Window; the next
-	// attempt is refused with *RateLimitError without checking the password.
-	// 0 means DefaultLoginFailures; negative disables the limit.
+	// Failures is how many failed logins one pair may make within Window;
+	// the pair's next attempt is refused with *RateLimitError without
+	// checking the password, even if it is the right one (otherwise the
+	// refusal would tell a guesser nothing). Default DefaultLoginFailures;
+	// negative disables login limiting altogether.
 	Failures int
 	// Window is the sliding window (default DefaultLoginWindow).
 	Window time.Duration
+	// AddressFailures is how many failed logins one address may make over
+	// all usernames within Window (credential stuffing); past it that
+	// address is refused. Default DefaultAddressFailures.
+	AddressFailures int
+	// UserFailures is how many failed logins of one username, from all
+	// addresses, make it "under attack" within Window: then each pair of
+	// that username may fail only 3 times. It never refuses by itself, so
+	// the owner at an address that has not failed always gets the password
+	// checked. Default DefaultUserFailures.
+	UserFailures int
 }
 
 // Identity is an authenticated caller.
@@ -131,6 +170,7 @@ type Service struct {
 	dummyHash []byte
 	access    *jwt.Parser
 	limiter   *loginLimiter
+	hashes    *hashGate
 	oidc      *oidcVerifier // nil unless Config.JWKSURL is set
 
 	ctx       context.Context // owned; cancelled by Close
@@ -171,6 +211,18 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 	if cfg.LoginLimit.Window <= 0 {
 		cfg.LoginLimit.Window = DefaultLoginWindow
 	}
+	if cfg.LoginLimit.AddressFailures == 0 {
+		cfg.LoginLimit.AddressFailures = DefaultAddressFailures
+	}
+	if cfg.LoginLimit.UserFailures == 0 {
+		cfg.LoginLimit.UserFailures = DefaultUserFailures
+	}
+	if cfg.MaxConcurrentHashes <= 0 {
+		cfg.MaxConcurrentHashes = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	if cfg.HashWait == 0 {
+		cfg.HashWait = DefaultHashWait
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -183,6 +235,10 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 	if err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
+	gate, err := newHashGate(cfg.MaxConcurrentHashes, cfg.HashWait, cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	s := &Service{
 		store:      store,
 		db:         cfg.DB,
@@ -194,6 +250,7 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		log:        cfg.Logger.With("component", "auth"),
 		dummyHash:  dummy,
 		limiter:    newLoginLimiter(cfg.LoginLimit),
+		hashes:     gate,
 	}
 	s.access = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),

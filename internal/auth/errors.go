@@ -24,12 +24,15 @@ var (
 	ErrInvalidToken = errors.New("auth: invalid or expired token")
 	// ErrRateLimited is wrapped by *RateLimitError.
 	ErrRateLimited = errors.New("auth: too many failed logins")
+	// ErrBusy: every password hashing slot stayed busy for Config.HashWait;
+	// the caller may retry shortly.
+	ErrBusy = errors.New("auth: too many password checks in progress")
 	// ErrServiceKeyExists: CreateServiceKey with a name already in use.
 	ErrServiceKeyExists = errors.New("auth: service key name already exists")
 )
 
 // RateLimitError is returned by Login when too many logins failed recently for
-// the username or the client IP. RetryAfter is how long until an attempt is
+// the (username, client address) pair or the client address (see Limit). RetryAfter is how long until an attempt is
 // allowed again (the server sends it as Retry-After).
 type RateLimitError struct {
 	RetryAfter time.Duration

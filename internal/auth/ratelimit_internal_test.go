@@ -7,7 +7,7 @@ import (
 )
 
 func TestLoginLimiter_Bounded(t *testing.T) {
-	l := newLoginLimiter(Limit{Failures: 3, Window: time.Minute})
+	l := newLoginLimiter(Limit{Failures: 3, AddressFailures: 3, UserFailures: 3, Window: time.Minute})
 	l.maxKeys = 100
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -24,8 +24,9 @@ func TestLoginLimiter_Bounded(t *testing.T) {
 		}
 	}
 
-	// Expired entries are dropped before live ones.
-	l = newLoginLimiter(Limit{Failures: 3, Window: time.Minute})
+	// Expired entries are dropped before live ones, then the least
+	// recently active.
+	l = newLoginLimiter(Limit{Failures: 3, UserFailures: -1, Window: time.Minute})
 	l.maxKeys = 10
 	for i := range 9 {
 		a, _ := l.begin(fmt.Sprintf("old%d", i), "", now)
@@ -40,11 +41,23 @@ func TestLoginLimiter_Bounded(t *testing.T) {
 		a, _ := l.begin(fmt.Sprintf("new%d", i), "", later)
 		a.failed(later)
 	}
-	if _, ok := l.entries["u:target"]; !ok {
+	if _, ok := l.entries["p:target\x00"]; !ok {
 		t.Fatal("a live entry was evicted while expired ones remained")
 	}
 	if _, err := l.begin("target", "", later); err == nil {
 		t.Error("target is no longer limited after eviction")
+	}
+	// Full of live entries: the most recent activity survives.
+	for i := range 10 {
+		at := later.Add(time.Duration(i+1) * time.Second)
+		a, _ := l.begin(fmt.Sprintf("newer%d", i), "", at)
+		a.failed(at)
+	}
+	if _, ok := l.entries["p:newer9\x00"]; !ok || len(l.entries) > l.maxKeys {
+		t.Fatalf("entries=%d, newest kept=%v", len(l.entries), ok)
+	}
+	if _, ok := l.entries["p:new0\x00"]; ok {
+		t.Error("an older entry outlived newer ones")
 	}
 }
 

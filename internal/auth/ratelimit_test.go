@@ -24,58 +24,105 @@ func expectRateLimited(t *testing.T, name string, err error, want time.Duration)
 	}
 }
 
-func TestService_LoginRateLimitPerUsername(t *testing.T) {
-	s, _, clk := MustNew(t, nil) // default: 10 failures per 15 minutes
+// An attacker's failures throttle the attacker's (username, address) pair,
+// not the account: the owner logs in from another address meanwhile.
+func TestService_LoginRateLimitPerPair(t *testing.T) {
+	s, _, clk := MustNew(t, nil) // default: 10 failures per pair per 15 minutes
 	ctx := context.Background()
 	MustSignup(t, s, "quentin")
-	// Failures from ten different IPs, one minute apart, all count against
-	// the username (whatever its case).
+	const attacker = "198.51.100.7"
+	// Failures one minute apart count against the pair, whatever the
+	// username's case.
 	for i := range auth.DefaultLoginFailures {
 		name := "quentin"
 		if i%2 == 1 {
 			name = "QUENTIN"
 		}
-		if _, err := s.Login(ctx, name, "wrong password", fmt.Sprintf("198.51.100.%d", i)); !errors.Is(err, auth.ErrInvalidCredentials) {
+		if _, err := s.Login(ctx, name, "wrong password", attacker); !errors.Is(err, auth.ErrInvalidCredentials) {
 			t.Fatalf("failure %d: err=%v, want ErrInvalidCredentials", i, err)
 		}
 		clk.Advance(time.Minute)
 	}
-	// Now even the right password from a fresh IP is refused, unchecked.
-	_, err := s.Login(ctx, "quentin", password, "203.0.113.9")
+	// The pair is refused, unchecked, even with the right password.
+	_, err := s.Login(ctx, "quentin", password, attacker)
 	// The first failure was 10 minutes ago; it leaves the window in 5.
-	expectRateLimited(t, "11th attempt", err, 5*time.Minute)
-	if err.Error() != "auth: too many failed logins; retry after 300s" {
-		t.Errorf("message=%q", err.Error())
+	expectRateLimited(t, "11th attempt from the pair", err, 5*time.Minute)
+	// The owner, from another address, is not affected; nor is another
+	// username from the attacker's address (under the address ceiling).
+	if _, err := s.Login(ctx, "quentin", password, "203.0.113.9"); err != nil {
+		t.Fatalf("owner from another address: %v", err)
 	}
-	// Other usernames are not affected.
 	MustSignup(t, s, "rupert")
-	if _, err := s.Login(ctx, "rupert", password, "203.0.113.9"); err != nil {
-		t.Errorf("other user: %v", err)
+	if _, err := s.Login(ctx, "rupert", password, attacker); err != nil {
+		t.Errorf("other user from the attacker's address: %v", err)
 	}
 
 	clk.Advance(5*time.Minute - time.Second)
-	_, err = s.Login(ctx, "quentin", password, "203.0.113.9")
+	_, err = s.Login(ctx, "quentin", password, attacker)
 	expectRateLimited(t, "just before the window frees", err, time.Second)
 	clk.Advance(time.Second)
-	if _, err := s.Login(ctx, "quentin", password, "203.0.113.9"); err != nil {
+	if _, err := s.Login(ctx, "quentin", password, attacker); err != nil {
 		t.Fatalf("login once the oldest failure left the window: %v", err)
 	}
-	// Success forgot the username's failures: ten more are allowed.
+	// Success forgot the pair's failures: ten more are allowed.
 	for i := range auth.DefaultLoginFailures {
-		if _, err := s.Login(ctx, "quentin", "wrong password", fmt.Sprintf("192.0.2.%d", i)); !errors.Is(err, auth.ErrInvalidCredentials) {
+		if _, err := s.Login(ctx, "quentin", "wrong password", attacker); !errors.Is(err, auth.ErrInvalidCredentials) {
 			t.Fatalf("failure %d after success: err=%v, want ErrInvalidCredentials", i, err)
 		}
 	}
-	_, err = s.Login(ctx, "quentin", password, "192.0.2.200")
+	_, err = s.Login(ctx, "quentin", password, attacker)
 	expectRateLimited(t, "after ten new failures", err, 15*time.Minute)
 }
 
-func TestService_LoginRateLimitPerIP(t *testing.T) {
-	s, _, clk := MustNew(t, func(c *auth.Config) { c.LoginLimit = auth.Limit{Failures: 3, Window: time.Minute} })
+// Guessing one username from many addresses: past UserFailures each pair
+// may fail only three times, but an address that has not failed still gets
+// its password checked — the owner is never refused.
+func TestService_LoginUsernameUnderAttack(t *testing.T) {
+	s, _, clk := MustNew(t, func(c *auth.Config) { c.LoginLimit = auth.Limit{UserFailures: 6} })
+	ctx := context.Background()
+	MustSignup(t, s, "victor")
+	fail := func(ip string) {
+		t.Helper()
+		if _, err := s.Login(ctx, "victor", "wrong password", ip); !errors.Is(err, auth.ErrInvalidCredentials) {
+			t.Fatalf("guess from %s: err=%v, want ErrInvalidCredentials", ip, err)
+		}
+	}
+	// Three addresses fail twice each: six failures for the username.
+	for i := range 3 {
+		for range 2 {
+			fail(fmt.Sprintf("192.0.2.%d", i))
+		}
+	}
+	clk.Advance(time.Minute)
+	// Each pair now has one more guess (3 in all), not eight.
+	fail("192.0.2.0")
+	_, err := s.Login(ctx, "victor", "wrong password", "192.0.2.0")
+	expectRateLimited(t, "4th guess from a pair while under attack", err, 14*time.Minute)
+	// A fresh address always gets its password checked: the owner logs in.
+	if _, err := s.Login(ctx, "victor", password, "203.0.113.50"); err != nil {
+		t.Fatalf("owner from a fresh address: %v", err)
+	}
+	fail("203.0.113.51")
+	// Other usernames are not under attack: more than three guesses per
+	// pair, even from an address throttled for victor.
+	MustSignup(t, s, "walter")
+	for range 5 {
+		if _, err := s.Login(ctx, "walter", "wrong password", "192.0.2.0"); !errors.Is(err, auth.ErrInvalidCredentials) {
+			t.Fatalf("guess at another user: err=%v", err)
+		}
+	}
+}
+
+// Credential stuffing from one address: past AddressFailures over all
+// usernames that address is refused; others are not.
+func TestService_LoginRateLimitPerAddress(t *testing.T) {
+	s, _, clk := MustNew(t, func(c *auth.Config) {
+		c.LoginLimit = auth.Limit{Failures: 5, AddressFailures: 3, Window: time.Minute}
+	})
 	ctx := context.Background()
 	MustSignup(t, s, "sybil")
 	const ip = "2001:db8::1"
-	// Guesses at different (even unknown or invalid) usernames from one IP.
+	// Guesses at different (even unknown or invalid) usernames from one address.
 	for i, name := range []string{"victim1", "victim2", "x"} {
 		if _, err := s.Login(ctx, name, "wrong password", ip); !errors.Is(err, auth.ErrInvalidCredentials) {
 			t.Fatalf("failure %d: err=%v", i, err)
@@ -83,15 +130,15 @@ func TestService_LoginRateLimitPerIP(t *testing.T) {
 		clk.Advance(10 * time.Second)
 	}
 	_, err := s.Login(ctx, "sybil", password, ip)
-	expectRateLimited(t, "4th attempt from the IP", err, 30*time.Second)
-	// The same user from another IP, and logins without an IP, are fine.
+	expectRateLimited(t, "4th attempt from the address", err, 30*time.Second)
+	// The same user from another address, and logins without an address, are fine.
 	if _, err := s.Login(ctx, "sybil", password, "2001:db8::2"); err != nil {
-		t.Errorf("other IP: %v", err)
+		t.Errorf("other address: %v", err)
 	}
 	if _, err := s.Login(ctx, "sybil", password, ""); err != nil {
-		t.Errorf("no IP: %v", err)
+		t.Errorf("no address: %v", err)
 	}
-	// A success does not clear the IP's failures (or one account could be
+	// A success does not clear the address's failures (or one account could be
 	// used to reset the counter between guesses).
 	clk.Advance(30 * time.Second)
 	if _, err := s.Login(ctx, "sybil", password, ip); err != nil {

@@ -100,7 +100,7 @@ func checkPassword(pw string) error {
 
 // Signup creates a user with the default roles and logs it in. Usernames are
 // unique case-insensitively; the one who commits first wins a race and the
-// others get ErrUserExists.
+// others get ErrUserExists. ErrBusy means no hashing slot freed in time.
 func (s *Service) Signup(ctx context.Context, username, password string) (Tokens, error) {
 	if !validUsername(username) {
 		return Tokens{}, fmt.Errorf("%w: use %d to %d characters of A-Z a-z 0-9 _ . @ -", ErrInvalidUsername, MinUsernameLength, MaxUsernameLength)
@@ -117,7 +117,7 @@ func (s *Service) Signup(ctx context.Context, username, password string) (Tokens
 	case !errors.Is(err, collections.ErrNotFound):
 		return Tokens{}, fmt.Errorf("auth: signup: %w", err)
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.cost)
+	hash, err := s.hashPassword(ctx, password)
 	if err != nil {
 		return Tokens{}, fmt.Errorf("auth: signup: %w", err)
 	}
@@ -145,15 +145,16 @@ func (s *Service) Signup(ctx context.Context, username, password string) (Tokens
 
 // Login checks a username and password. An unknown user and a wrong password
 // both give ErrInvalidCredentials after the same bcrypt work. Failed logins
-// are counted per username and per clientIP (empty: not counted per IP);
-// past the limit Login returns *RateLimitError without looking at the
-// password.
-func (s *Service) Login(ctx context.Context, username, password, clientIP string) (Tokens, error) {
+// are counted per (username, clientAddr) pair, per clientAddr and per
+// username (clientAddr "": not counted per address), as Config.LoginLimit
+// says; a pair or address over its limit gets *RateLimitError without the
+// password being looked at. ErrBusy means no hashing slot freed in time.
+func (s *Service) Login(ctx context.Context, username, password, clientAddr string) (Tokens, error) {
 	var userKey string
 	if validUsername(username) {
 		userKey = usernameKey(username)
 	}
-	attempt, err := s.limiter.begin(userKey, clientIP, s.now())
+	attempt, err := s.limiter.begin(userKey, clientAddr, s.now())
 	if err != nil {
 		return Tokens{}, err
 	}
@@ -179,9 +180,12 @@ func (s *Service) login(ctx context.Context, username, password string) (Tokens,
 		hash = u.hash
 	}
 	// Always compare, so an unknown user costs the same as a wrong password.
-	mismatch := bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil
+	match, err := s.passwordMatches(ctx, hash, password)
+	if err != nil {
+		return Tokens{}, fmt.Errorf("auth: login: %w", err)
+	}
 	// bcrypt ignores bytes past 72; such a password never matches.
-	if u == nil || mismatch || len(password) > MaxPasswordBytes {
+	if u == nil || !match || len(password) > MaxPasswordBytes {
 		return Tokens{}, ErrInvalidCredentials
 	}
 	now := s.now()
@@ -190,6 +194,23 @@ func (s *Service) login(ctx context.Context, username, password string) (Tokens,
 		return Tokens{}, fmt.Errorf("auth: login: %w", err)
 	}
 	return s.tokens(u, refresh, now)
+}
+
+// hashPassword hashes a new password in a hashing slot.
+func (s *Service) hashPassword(ctx context.Context, password string) ([]byte, error) {
+	var hash []byte
+	var err error
+	if gerr := s.hashes.run(ctx, func() { hash, err = bcrypt.GenerateFromPassword([]byte(password), s.cost) }); gerr != nil {
+		return nil, gerr
+	}
+	return hash, err
+}
+
+// passwordMatches compares a password with a stored hash in a hashing slot.
+func (s *Service) passwordMatches(ctx context.Context, hash []byte, password string) (bool, error) {
+	var match bool
+	err := s.hashes.run(ctx, func() { match = bcrypt.CompareHashAndPassword(hash, []byte(password)) == nil })
+	return match, err
 }
 
 // User returns the account with the given uid, or an error wrapping

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -40,6 +41,7 @@ type Config struct {
 	Engine   string `toml:"-"`
 	MongoURI string `toml:"-"`
 
+	Server   Server              `toml:"server"`
 	Auth     Auth                `toml:"auth"`
 	Security Security            `toml:"security"`
 	Webhooks Webhooks            `toml:"webhooks"`
@@ -52,13 +54,40 @@ type Config struct {
 	Indexes  []collections.Index `toml:"index"`
 }
 
-// Auth holds credentials. Secrets are never logged.
+// Server configures the HTTP server.
+type Server struct {
+	// TrustedProxies are the addresses or CIDRs of the reverse proxies in
+	// front of Loom. A request from one of them is attributed to the client
+	// its X-Forwarded-For (rightmost hop that is not a trusted proxy) or
+	// X-Real-IP names; from any other peer those headers are ignored.
+	// Default: none. List only the proxies, never client networks.
+	TrustedProxies []string `toml:"trusted_proxies"`
+}
+
+// Auth holds credentials (secrets are never logged) and the abuse limits of
+// signup and login.
 type Auth struct {
 	AdminKey  string `toml:"admin_key"`
 	JWTSecret string `toml:"jwt_secret"`
 	JWKSURL   string `toml:"jwks_url"`
 	Issuer    string `toml:"issuer"`
 	Audience  string `toml:"audience"`
+	// SignupRate is signups per minute per client address (0 = default 5,
+	// negative = off); SignupBurst is how many may come at once (default 10).
+	SignupRate  float64 `toml:"signup_rate"`
+	SignupBurst int     `toml:"signup_burst"`
+	// MaxConcurrentHashes bounds bcrypt work running at once (0 = half the
+	// CPUs, at least 1).
+	MaxConcurrentHashes int `toml:"max_concurrent_hashes"`
+	// Login limits within LoginWindow (default 15m): failures of one
+	// username from one address (default 10; negative = no login limits),
+	// from one address over all usernames (default 100; negative = off),
+	// and of one username over all addresses before each address gets only
+	// 3 (default 100; negative = off).
+	LoginFailures        int      `toml:"login_failures"`
+	LoginAddressFailures int      `toml:"login_address_failures"`
+	LoginUserFailures    int      `toml:"login_user_failures"`
+	LoginWindow          Duration `toml:"login_window"`
 }
 
 // Security configures security rules.
@@ -296,6 +325,16 @@ func (c *Config) Validate() error {
 	}
 	if int64(c.Limits.MaxDocumentBytes) > c.Limits.MaxRequestBytes {
 		return fmt.Errorf("config: [limits] max_document_bytes (%d) exceeds max_request_bytes (%d)", c.Limits.MaxDocumentBytes, c.Limits.MaxRequestBytes)
+	}
+	for _, p := range c.Server.TrustedProxies {
+		if _, err := netip.ParsePrefix(p); err != nil {
+			if _, err := netip.ParseAddr(p); err != nil {
+				return fmt.Errorf("config: [server] trusted_proxies: %q is neither an address nor a CIDR", p)
+			}
+		}
+	}
+	if c.Auth.MaxConcurrentHashes < 0 || c.Auth.SignupBurst < 0 {
+		return fmt.Errorf("config: [auth] max_concurrent_hashes and signup_burst must not be negative")
 	}
 	for _, ix := range c.Indexes {
 		if err := ix.Validate(); err != nil {

@@ -84,6 +84,8 @@ func TestLoad_Errors(t *testing.T) {
 		{"doc over request", "[limits]\nmax_document_bytes = 10\nmax_request_bytes = 5\n", "max_document_bytes"},
 		{"syntax", "[auth\n", "loom.toml"},
 		{"short cursor key", "[security]\ncursor_key = \"short\"\n", "cursor_key"},
+		{"bad trusted proxy", "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"},
+		{"negative hash slots", "[auth]\nmax_concurrent_hashes = -1\n", "max_concurrent_hashes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -110,5 +112,34 @@ func TestShippedConfigLoads(t *testing.T) {
 	}
 	if len(cfg.Webhooks.AllowHosts) == 0 {
 		t.Fatal("the shipped config should allow the server's own loopback address for webhooks")
+	}
+}
+
+// The abuse limits of signup and login, and the trusted proxies, are read
+// from their keys.
+func TestLoad_AuthLimitsAndProxies(t *testing.T) {
+	p := writeFile(t, `
+[server]
+trusted_proxies = ["10.0.0.0/8", "127.0.0.1", "fd00::/8"]
+[auth]
+signup_rate = 2.5
+signup_burst = 4
+max_concurrent_hashes = 3
+login_window = "5m"
+login_failures = 7
+login_address_failures = -1
+login_user_failures = 50
+`)
+	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Auth
+	if got := strings.Join(cfg.Server.TrustedProxies, ","); got != "10.0.0.0/8,127.0.0.1,fd00::/8" {
+		t.Errorf("trusted_proxies=%s", got)
+	}
+	if a.SignupRate != 2.5 || a.SignupBurst != 4 || a.MaxConcurrentHashes != 3 || a.LoginWindow.Duration != 5*time.Minute ||
+		a.LoginFailures != 7 || a.LoginAddressFailures != -1 || a.LoginUserFailures != 50 {
+		t.Errorf("auth=%+v", a)
 	}
 }

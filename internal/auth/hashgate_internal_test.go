@@ -1,0 +1,42 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestHashGate_BoundsConcurrency(t *testing.T) {
+	g, err := newHashGate(1, -1, nil) // one slot, no waiting
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	g.slots <- struct{}{} // a hash in progress
+	ran := false
+	if err := g.run(ctx, func() { ran = true }); !errors.Is(err, ErrBusy) || ran {
+		t.Fatalf("run with every slot busy: err=%v ran=%v, want ErrBusy without running", err, ran)
+	}
+	<-g.slots
+	if err := g.run(ctx, func() { ran = true }); err != nil || !ran {
+		t.Fatalf("run with a free slot: err=%v ran=%v", err, ran)
+	}
+
+	// A waiting caller gives up with its context.
+	g, _ = newHashGate(1, time.Hour, nil)
+	g.slots <- struct{}{}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := g.run(cctx, func() { t.Error("ran without a slot") }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: err=%v, want context.Canceled", err)
+	}
+	// And the queue is bounded: past it callers are refused at once.
+	g.waiting.Store(g.maxWaiting)
+	if err := g.run(ctx, func() { t.Error("ran without a slot") }); !errors.Is(err, ErrBusy) {
+		t.Fatalf("full queue: err=%v, want ErrBusy", err)
+	}
+	if g.waiting.Load() != g.maxWaiting {
+		t.Errorf("waiting=%d after a refusal, want %d", g.waiting.Load(), g.maxWaiting)
+	}
+}
