@@ -64,6 +64,10 @@ type Config struct {
 	// Registry is where the server registers its collectors and what
 	// /metrics serves. Nil means a new registry.
 	Registry *prometheus.Registry
+	// MetricsRequireKey makes GET /metrics require the admin key or a
+	// credential with the "metrics" role (401/403 otherwise). Off: /metrics
+	// is public (its labels come from fixed sets either way).
+	MetricsRequireKey bool
 	// Version is reported in logs.
 	Version string
 	// CORSOrigins are the browser origins allowed to call the API ("*"
@@ -99,24 +103,25 @@ type Config struct {
 
 // Server is the HTTP surface over one Store.
 type Server struct {
-	store           collections.Store
-	log             *slog.Logger
-	adminKeyHash    [32]byte
-	maxRequestBytes int64
-	shutdownTimeout time.Duration
-	version         string
-	registry        *prometheus.Registry
-	corsOrigins     []string
-	limits          *limiters // nil: no rate limit
-	auth            *auth.Service
-	rules           atomic.Pointer[rules.Set]
-	rulesFile       string
-	metrics         *httpMetrics
-	rt              *realtimeServer
-	rxdb            RxDBConfig
-	triggers        *triggers.Service
-	webhooks        http.Handler
-	engine          *gin.Engine
+	store             collections.Store
+	log               *slog.Logger
+	adminKeyHash      [32]byte
+	maxRequestBytes   int64
+	shutdownTimeout   time.Duration
+	version           string
+	registry          *prometheus.Registry
+	corsOrigins       []string
+	limits            *limiters // nil: no rate limit
+	auth              *auth.Service
+	rules             atomic.Pointer[rules.Set]
+	rulesFile         string
+	metrics           *httpMetrics
+	metricsRequireKey bool
+	rt                *realtimeServer
+	rxdb              RxDBConfig
+	triggers          *triggers.Service
+	webhooks          http.Handler
+	engine            *gin.Engine
 }
 
 // New builds a Server. It registers the server's metrics on cfg.Registry; it
@@ -145,19 +150,20 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{
-		store:           store,
-		log:             cfg.Logger.With("component", "server"),
-		adminKeyHash:    keyHash,
-		maxRequestBytes: cfg.MaxRequestBytes,
-		shutdownTimeout: cfg.ShutdownTimeout,
-		version:         cfg.Version,
-		registry:        cfg.Registry,
-		corsOrigins:     cfg.CORSOrigins,
-		auth:            cfg.Auth,
-		rulesFile:       cfg.RulesFile,
-		rxdb:            cfg.RxDB,
-		triggers:        cfg.Triggers,
-		webhooks:        cfg.Webhooks,
+		store:             store,
+		log:               cfg.Logger.With("component", "server"),
+		adminKeyHash:      keyHash,
+		maxRequestBytes:   cfg.MaxRequestBytes,
+		shutdownTimeout:   cfg.ShutdownTimeout,
+		version:           cfg.Version,
+		registry:          cfg.Registry,
+		corsOrigins:       cfg.CORSOrigins,
+		auth:              cfg.Auth,
+		rulesFile:         cfg.RulesFile,
+		rxdb:              cfg.RxDB,
+		triggers:          cfg.Triggers,
+		webhooks:          cfg.Webhooks,
+		metricsRequireKey: cfg.MetricsRequireKey,
 	}
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()

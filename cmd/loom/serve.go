@@ -122,21 +122,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	srv, err := server.New(store, server.Config{
-		AdminKeySHA256:  admin.hash,
-		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
-		CORSOrigins:     cfg.Security.CORSOrigins,
-		RateLimit:       cfg.Limits.RateLimit,
-		RateBurst:       cfg.Limits.RateBurst,
-		Auth:            authSvc,
-		Rules:           ruleSet,
-		RulesFile:       rulesFile,
-		Logger:          logger,
-		Registry:        reg,
-		Version:         version,
-		Triggers:        trig,
-		Webhooks:        agentHandlers,
-		RxDB:            server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
-		Realtime:        server.RealtimeConfig{MaxStreamsPerIP: cfg.Limits.MaxStreamsPerIP},
+		AdminKeySHA256:    admin.hash,
+		MaxRequestBytes:   cfg.Limits.MaxRequestBytes,
+		CORSOrigins:       cfg.Security.CORSOrigins,
+		RateLimit:         cfg.Limits.RateLimit,
+		RateBurst:         cfg.Limits.RateBurst,
+		Auth:              authSvc,
+		Rules:             ruleSet,
+		RulesFile:         rulesFile,
+		Logger:            logger,
+		Registry:          reg,
+		Version:           version,
+		Triggers:          trig,
+		Webhooks:          agentHandlers,
+		RxDB:              server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
+		Realtime:          server.RealtimeConfig{MaxStreamsPerIP: cfg.Limits.MaxStreamsPerIP},
+		MetricsRequireKey: cfg.Metrics.RequireKey,
 	})
 	if err != nil {
 		return err

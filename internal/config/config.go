@@ -49,6 +49,7 @@ type Config struct {
 	Tools    []tools.Def         `toml:"tool"`
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
+	Metrics  Metrics             `toml:"metrics"`
 	Indexes  []collections.Index `toml:"index"`
 }
 
@@ -141,6 +142,14 @@ type Limits struct {
 	// MaxStreamsPerIP bounds open WebSocket/SSE/pullStream connections per
 	// client address (0 = the server default, 1000; negative = off).
 	MaxStreamsPerIP int `toml:"max_streams_per_ip"`
+}
+
+// Metrics configures GET /metrics.
+type Metrics struct {
+	// RequireKey makes /metrics require the admin key or a service key
+	// with the "metrics" role (default false: public, as Prometheus
+	// scrapes usually are; the labels come from fixed sets either way).
+	RequireKey bool `toml:"require_key"`
 }
 
 // Changes configures the change log.
