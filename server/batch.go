@@ -16,6 +16,12 @@ const MaxBatchWrites = 500
 // a forbidden path or a store error — fails the whole batch with
 // details.index naming the write.
 func (s *Server) batch(c *gin.Context) {
+	// The paths are in the body: before reading it, only whether the
+	// caller could write anything at all.
+	if err := s.checkMay(callerOf(c), "", "write documents", writeOps...); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	m, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)

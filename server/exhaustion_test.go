@@ -2,14 +2,19 @@ package server_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 )
 
@@ -106,4 +111,210 @@ func TestMetrics_RequireKey(t *testing.T) {
 
 	open := newEnv(t, server.Config{})
 	wantStatus(t, "default: public", open.Do(t, "GET", "/metrics", "", anon), http.StatusOK)
+}
+
+// partialRequest sends a request's head and the first bytes of its body
+// on a fresh connection and reads the response the server gives without
+// the rest. ok is false when no response came within wait (the server is
+// waiting for the body).
+func partialRequest(t *testing.T, env *testEnv, head, body string, wait time.Duration) (res *http.Response, ok bool) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(env.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.Write([]byte(head + "\r\n" + body)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	res, err = http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, false
+		}
+		t.Fatalf("read response: %v", err)
+	}
+	return res, true
+}
+
+func head(method, path, auth string, length int) string {
+	h := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: loom\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, length)
+	if auth != "" {
+		h += "Authorization: Bearer " + auth + "\r\n"
+	}
+	return h
+}
+
+func wantRawStatus(t *testing.T, what string, res *http.Response, ok bool, want int) {
+	t.Helper()
+	if !ok {
+		t.Fatalf("%s: no response while the body is incomplete (the server waits for it), want %d", what, want)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		t.Fatalf("%s: status=%d, want %d; body %s", what, res.StatusCode, want, b)
+	}
+	checkErrorShape(t, &response{Status: res.StatusCode, Header: res.Header, Body: b})
+}
+
+// TestBodies_RefusedBeforeRead: under the default rules, a write that no
+// rule could allow is refused while the client has sent a few bytes of a
+// body announced as 10 MiB: the server neither waits for nor buffers it.
+func TestBodies_RefusedBeforeRead(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	const tenMiB = 10 << 20
+	own := api + "/documents/users/" + alice.UID + "/notes"
+	tests := []struct {
+		what, method, path, auth string
+		want                     int
+	}{
+		{"anonymous PUT", "PUT", own + "/n1", "", http.StatusUnauthorized},
+		{"anonymous PATCH", "PATCH", own + "/n1", "", http.StatusUnauthorized},
+		{"anonymous POST", "POST", own, "", http.StatusUnauthorized},
+		{"anonymous DELETE", "DELETE", own + "/n1", "", http.StatusUnauthorized},
+		{"anonymous batch", "POST", api + "/batch", "", http.StatusUnauthorized},
+		{"anonymous query", "POST", api + "/query", "", http.StatusUnauthorized},
+		{"anonymous RxDB push", "POST", rxBase("users/"+alice.UID+"/notes") + "/push", "", http.StatusUnauthorized},
+		{"bob PUT into alice's", "PUT", own + "/n1", bob.Access, http.StatusForbidden},
+		{"bob POST into alice's", "POST", own, bob.Access, http.StatusForbidden},
+		{"bob pushes into alice's", "POST", rxBase("users/"+alice.UID+"/notes") + "/push", bob.Access, http.StatusForbidden},
+		{"alice writes a system collection", "PUT", api + "/documents/_x/y", alice.Access, http.StatusForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.what, func(t *testing.T) {
+			res, ok := partialRequest(t, env, head(tt.method, tt.path, tt.auth, tenMiB), `{"doc":{"x":"`, 10*time.Second)
+			wantRawStatus(t, tt.what, res, ok, tt.want)
+		})
+	}
+	// The owner's own write is read and decided as before.
+	wantStatus(t, "alice's own write", env.Do(t, "PUT", own+"/n1", `{"doc":{"x":1}}`, alice.h()), http.StatusCreated)
+}
+
+// openRules are the default rules plus: anyone, anonymous included, may
+// read and write open/*.
+func openRules(t *testing.T) *rules.Set {
+	t.Helper()
+	rs, err := rules.Parse([]byte(rules.DefaultSource+`
+[[rule]]
+match = "open/{id}"
+allow = ["read", "write"]
+if    = "true"
+`), "open.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestBodies_TricklingBodyCutByReadTimeout: under rules that let anyone
+// write, a body that stops arriving is cut by the read timeout; WebSocket,
+// SSE and RxDB pullStream streams outlive it.
+func TestBodies_TricklingBodyCutByReadTimeout(t *testing.T) {
+	const readTimeout = time.Second
+	env := newAuthEnv(t, server.Config{Rules: openRules(t), ReadTimeout: readTimeout})
+	alice := env.signup(t, "alice")
+
+	ws := env.dialWS(t, "", nil)
+	ws.subscribe("s1", map[string]any{"query": q("open")})
+	sse := env.openSSE(t, "collection=open", nil)
+	coll := "users/" + alice.UID + "/todos"
+	st := openStream(t, env, alice.h(), coll)
+
+	res, ok := partialRequest(t, env, head("PUT", api+"/documents/open/d1", "", 1000), `{"doc":{"x":"`, 20*readTimeout)
+	wantRawStatus(t, "trickled PUT", res, ok, http.StatusBadRequest)
+	wantStatus(t, "nothing was written", env.Do(t, "GET", api+"/documents/open/d1", "", nil), http.StatusNotFound)
+
+	// Well past the read timeout, every stream still delivers.
+	time.Sleep(2 * readTimeout)
+	wantStatus(t, "write", env.Do(t, "PUT", api+"/documents/open/d2", `{"doc":{"x":1}}`, anon), http.StatusCreated)
+	if m := ws.expect("event"); m.delta()["id"] != "d2" {
+		t.Fatalf("ws event %s, want d2", m)
+	}
+	if ev := sse.event(); !strings.Contains(ev.data, `"d2"`) {
+		t.Fatalf("sse event %q, want d2", ev.data)
+	}
+	wantStatus(t, "put", env.Do(t, "PUT", api+"/documents/"+coll+"/live", `{"doc":{}}`, alice.h()), http.StatusCreated)
+	if ev := st.next(t, 10*time.Second); len(ev.Documents) != 1 || ev.Documents[0]["id"] != "live" {
+		t.Fatalf("pullStream event %+v, want live", ev)
+	}
+}
+
+var bodyGaugeRE = regexp.MustCompile(`(?m)^loom_http_request_body_bytes_in_flight (\S+)$`)
+
+// bodyBytesInFlight reads the body gauge from /metrics.
+func bodyBytesInFlight(t *testing.T, env *testEnv) float64 {
+	t.Helper()
+	m := bodyGaugeRE.FindSubmatch(env.MustDo(t, http.StatusOK, "GET", "/metrics", "").Body)
+	if m == nil {
+		t.Fatal("no loom_http_request_body_bytes_in_flight in /metrics")
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// waitStatus repeats a request (with a fresh document id each time) until
+// it gets want: the server reads a stalled body as its bytes arrive, at
+// its own pace.
+func waitStatus(t *testing.T, env *testEnv, what, body string, want int) *response {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		r := env.Do(t, "PUT", fmt.Sprintf("%s/documents/open/%s%d", api, what, i), body, anon)
+		if r.Status == want {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: status %d, want %d; body %.200s", what, r.Status, want, r.Body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBodies_BytesInFlightBounded: bodies that are still arriving hold the
+// server's budget; a body beyond it is refused with 503 and Retry-After
+// rather than buffered, and the budget comes back when they end.
+func TestBodies_BytesInFlightBounded(t *testing.T) {
+	const budget = 64 << 10
+	env := newAuthEnv(t, server.Config{Rules: openRules(t), MaxRequestBytes: budget, MaxBodyBytesInFlight: budget})
+
+	// An anonymous client sends 50 KiB of a 60 KiB body, then stalls.
+	filler := `{"doc":{"x":"` + strings.Repeat("a", 50<<10)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(env.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(head("PUT", api+"/documents/open/big", "", 60<<10) + "\r\n" + filler)); err != nil {
+		t.Fatal(err)
+	}
+
+	body := `{"doc":{"x":"` + strings.Repeat("b", 20<<10) + `"}}`
+	r := waitStatus(t, env, "refused", body, http.StatusServiceUnavailable)
+	checkErrorShape(t, r)
+	if code := r.JSON(t)["code"]; code != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("code=%v Retry-After=%q, want UNAVAILABLE with Retry-After", code, r.Header.Get("Retry-After"))
+	}
+	if v := bodyBytesInFlight(t, env); v < 50<<10 || v > budget {
+		t.Fatalf("body bytes in flight=%v, want the stalled body's (50 KiB..budget)", v)
+	}
+	wantStatus(t, "a small body still fits", env.Do(t, "PUT", api+"/documents/open/small", `{"doc":{"x":1}}`, anon), http.StatusCreated)
+
+	conn.Close()
+	waitStatus(t, env, "accepted", body, http.StatusCreated)
+	// A handler gives its bytes back when it returns, which may be just
+	// after its client has the response.
+	deadline := time.Now().Add(10 * time.Second)
+	for v := bodyBytesInFlight(t, env); v != 0; v = bodyBytesInFlight(t, env) {
+		if time.Now().After(deadline) {
+			t.Fatalf("body bytes in flight=%v after every request ended, want 0", v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

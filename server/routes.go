@@ -34,7 +34,7 @@ func (s *Server) routes() *gin.Engine {
 	// headers either.
 	_ = r.SetTrustedProxies(nil)
 
-	r.Use(s.requestID, s.observe, s.recover, s.cors)
+	r.Use(s.requestID, s.observe, s.recover, s.limitBodies, s.cors)
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", truncate(c.Request.Method, 16), truncate(c.Request.URL.Path, 256)))
 	})
@@ -54,7 +54,7 @@ func (s *Server) routes() *gin.Engine {
 	s.triggerRoutes(r)
 	if s.webhooks != nil {
 		// Signed deliveries, not API calls: no API-key authentication.
-		r.POST("/webhooks/*name", gin.WrapH(s.webhooks))
+		r.POST("/webhooks/*name", s.budgetBody, gin.WrapH(s.webhooks))
 	}
 
 	db := r.Group(routeDatabase, s.authenticate, s.database)

@@ -38,8 +38,12 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	// readHeaderTimeout stops slow-loris clients from holding connections.
 	readHeaderTimeout = 10 * time.Second
-	// idleTimeout closes idle keep-alive connections.
-	idleTimeout = 2 * time.Minute
+	// DefaultReadTimeout bounds reading one request, headers and body:
+	// a client that trickles its body is cut off. Streams (WebSocket, SSE,
+	// RxDB pullStream) lift it once they start.
+	DefaultReadTimeout = time.Minute
+	// DefaultIdleTimeout closes idle keep-alive connections.
+	DefaultIdleTimeout = 2 * time.Minute
 )
 
 // Config configures a Server.
@@ -55,6 +59,18 @@ type Config struct {
 	// MaxRequestBytes bounds a request body; larger bodies get 413
 	// REQUEST_TOO_LARGE. Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// ReadTimeout bounds reading a request's headers and body (zero:
+	// DefaultReadTimeout). A body that has not arrived by then is cut
+	// (400); streams are exempt once they start.
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long (zero:
+	// DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the request body bytes all requests hold
+	// at once; a body read beyond it is refused with 503 UNAVAILABLE and
+	// Retry-After (zero: DefaultMaxBodyBytesInFlight, or MaxRequestBytes
+	// when that is larger; it may not be below MaxRequestBytes).
+	MaxBodyBytesInFlight int64
 	// ShutdownTimeout bounds the graceful part of Serve's shutdown. Zero
 	// means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -107,6 +123,9 @@ type Server struct {
 	log               *slog.Logger
 	adminKeyHash      [32]byte
 	maxRequestBytes   int64
+	readTimeout       time.Duration
+	idleTimeout       time.Duration
+	bodies            *bodyBudget
 	shutdownTimeout   time.Duration
 	version           string
 	registry          *prometheus.Registry
@@ -143,6 +162,18 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = max(DefaultMaxBodyBytesInFlight, cfg.MaxRequestBytes)
+	}
+	if cfg.MaxBodyBytesInFlight < cfg.MaxRequestBytes {
+		return nil, fmt.Errorf("server: MaxBodyBytesInFlight (%d) is below MaxRequestBytes (%d): a largest request could never be read", cfg.MaxBodyBytesInFlight, cfg.MaxRequestBytes)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -154,6 +185,9 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		log:               cfg.Logger.With("component", "server"),
 		adminKeyHash:      keyHash,
 		maxRequestBytes:   cfg.MaxRequestBytes,
+		readTimeout:       cfg.ReadTimeout,
+		idleTimeout:       cfg.IdleTimeout,
+		bodies:            &bodyBudget{max: cfg.MaxBodyBytesInFlight},
 		shutdownTimeout:   cfg.ShutdownTimeout,
 		version:           cfg.Version,
 		registry:          cfg.Registry,
@@ -180,11 +214,27 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
+	if err := newBodyMetrics(cfg.Registry, s.bodies); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
 	if s.rt, err = newRealtimeServer(s, cfg.Realtime, cfg.Registry); err != nil {
 		return nil, fmt.Errorf("server: realtime: %w", err)
 	}
 	s.engine = s.routes()
 	return s, nil
+}
+
+// liftReadDeadline exempts a stream (SSE, RxDB pullStream) from the
+// server's read timeout once its request is read: from then on the
+// connection's reads only notice the client going away, and a deadline
+// would cancel the stream. (WebSockets need nothing: net/http clears the
+// deadline when it hands over the connection, and the WebSocket keeps its
+// own pong deadline.)
+func liftReadDeadline(rc *http.ResponseController) error {
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
 }
 
 // Handler returns the server's http.Handler (for tests and embedding).
@@ -198,8 +248,9 @@ func (s *Server) Handler() http.Handler { return s.engine }
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.engine,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
+		ReadHeaderTimeout: min(readHeaderTimeout, s.readTimeout),
+		ReadTimeout:       s.readTimeout,
+		IdleTimeout:       s.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// Requests must outlive ctx so that shutdown can let them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

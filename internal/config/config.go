@@ -142,6 +142,16 @@ type Limits struct {
 	// MaxStreamsPerIP bounds open WebSocket/SSE/pullStream connections per
 	// client address (0 = the server default, 1000; negative = off).
 	MaxStreamsPerIP int `toml:"max_streams_per_ip"`
+	// MaxBodyBytesInFlight bounds the request body bytes all requests hold
+	// at once; beyond it a body is refused with 503 + Retry-After (0 = the
+	// server default, 64 MiB or max_request_bytes if larger; never below
+	// max_request_bytes).
+	MaxBodyBytesInFlight int64 `toml:"max_body_bytes_in_flight"`
+	// ReadTimeout bounds reading one request, headers and body (default
+	// 1m); streams are exempt once open.
+	ReadTimeout Duration `toml:"read_timeout"`
+	// IdleTimeout closes idle keep-alive connections (default 2m).
+	IdleTimeout Duration `toml:"idle_timeout"`
 }
 
 // Metrics configures GET /metrics.
@@ -285,6 +295,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Limits.MaxDocumentBytes <= 0 || c.Limits.MaxRequestBytes <= 0 {
 		return fmt.Errorf("config: [limits] values must be positive")
+	}
+	if n := c.Limits.MaxBodyBytesInFlight; n < 0 || n > 0 && n < c.Limits.MaxRequestBytes {
+		return fmt.Errorf("config: [limits] max_body_bytes_in_flight (%d) must be at least max_request_bytes (%d)", n, c.Limits.MaxRequestBytes)
 	}
 	if int64(c.Limits.MaxDocumentBytes) > c.Limits.MaxRequestBytes {
 		return fmt.Errorf("config: [limits] max_document_bytes (%d) exceeds max_request_bytes (%d)", c.Limits.MaxDocumentBytes, c.Limits.MaxRequestBytes)
