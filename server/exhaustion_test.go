@@ -318,3 +318,102 @@ func TestBodies_BytesInFlightBounded(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// wantSubRefused sends a subscribe and expects the subscription-limit
+// error for it.
+func wantSubRefused(t *testing.T, w *wsClient, id, coll string) {
+	t.Helper()
+	w.send(id, "subscribe", map[string]any{"query": q(coll)})
+	m := w.expect("error")
+	if m.str("code") != "RATE_LIMITED" || m.str("subId") != id || !strings.Contains(m.str("message"), "subscriptions") {
+		t.Fatalf("subscribe %s over the limit: %s, want RATE_LIMITED naming the subscription limit", id, m)
+	}
+}
+
+// subscribeSoon subscribes, retrying while the limit still counts a
+// subscription whose connection the client has closed (the server ends it
+// when it notices).
+func subscribeSoon(t *testing.T, w *wsClient, id, coll string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		sid := fmt.Sprintf("%s-%d", id, i)
+		w.send(sid, "subscribe", map[string]any{"query": q(coll)})
+		m := w.read()
+		if m.Type == "subscribe_ack" {
+			return
+		}
+		if m.str("code") != "RATE_LIMITED" || time.Now().After(deadline) {
+			t.Fatalf("subscribe %s: %s, want an ack once the closed connection's subscriptions are gone", sid, m)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRealtime_SubscriptionLimits: live subscriptions are bounded per
+// user over all connections and transports, and in total; slots come
+// back on unsubscribe, on a failed subscribe and when a connection closes.
+func TestRealtime_SubscriptionLimits(t *testing.T) {
+	env := newAuthEnv(t, server.Config{Realtime: server.RealtimeConfig{MaxSubscriptionsPerUser: 3, MaxSubscriptionsTotal: 5}})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	aliceNotes, bobNotes := "users/"+alice.UID+"/notes", "users/"+bob.UID+"/notes"
+
+	a1 := env.dialWS(t, "", alice.h())
+	a2 := env.dialWS(t, "", alice.h())
+	a1.subscribe("s1", map[string]any{"query": q(aliceNotes)})
+	a1.subscribe("s2", map[string]any{"query": q(aliceNotes)})
+	a2.subscribe("s3", map[string]any{"query": q(aliceNotes)})
+	wantSubRefused(t, a2, "s4", aliceNotes) // a second connection does not get fresh slots
+	r := env.Do(t, "GET", "/realtime/sse?collection="+aliceNotes, "", alice.h())
+	wantStatus(t, "SSE over the per-user limit", r, http.StatusTooManyRequests)
+	if r.JSON(t)["code"] != "RATE_LIMITED" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("SSE refusal %s (Retry-After %q), want RATE_LIMITED with Retry-After", r.Body, r.Header.Get("Retry-After"))
+	}
+
+	// Unsubscribing frees a slot; a subscribe that fails after the checks
+	// (a resume token ahead of the log) does not keep one.
+	a1.send("u1", "unsubscribe", map[string]any{"id": "s1"})
+	a1.expect("unsubscribe_ack")
+	a2.send("ahead", "subscribe", map[string]any{"query": q(aliceNotes), "resumeToken": "999999"})
+	if m := a2.expect("error"); m.str("code") != "BAD_REQUEST" {
+		t.Fatalf("token ahead: %s", m)
+	}
+	a2.subscribe("s4", map[string]any{"query": q(aliceNotes)})
+	wantSubRefused(t, a2, "s5", aliceNotes)
+
+	// Bob has his own slots, until the server's total is reached.
+	b := env.dialWS(t, "", bob.h())
+	b.subscribe("b1", map[string]any{"query": q(bobNotes)})
+	b.subscribe("b2", map[string]any{"query": q(bobNotes)})
+	wantSubRefused(t, b, "b3", bobNotes)
+
+	// Closing a connection frees its subscriptions.
+	a1.conn.Close()
+	subscribeSoon(t, b, "b3", bobNotes)
+	wantSubRefused(t, b, "b4", bobNotes)
+
+	// An SSE subscription counts too, and its end frees the slot.
+	b.send("u", "unsubscribe", map[string]any{"id": "b1"})
+	b.expect("unsubscribe_ack")
+	sse := env.openSSE(t, "collection="+bobNotes, bob.h())
+	wantSubRefused(t, b, "b5", bobNotes)
+	sse.res.Body.Close()
+	subscribeSoon(t, b, "b5", bobNotes)
+}
+
+// TestRealtime_SubscriptionLimitPerAddress: anonymous subscribers (under
+// rules that let anyone read open/*) share one limit per client address.
+func TestRealtime_SubscriptionLimitPerAddress(t *testing.T) {
+	env := newAuthEnv(t, server.Config{Rules: openRules(t), Realtime: server.RealtimeConfig{MaxSubscriptionsPerUser: 2}})
+	w1 := env.dialWS(t, "", anon)
+	w2 := env.dialWS(t, "", anon)
+	w1.subscribe("x1", map[string]any{"query": q("open")})
+	w2.subscribe("x2", map[string]any{"query": q("open")})
+	wantSubRefused(t, w1, "x3", "open")
+	wantSubRefused(t, w2, "x3", "open")
+	// The admin key is not bound by the per-user limit.
+	admin := env.dialWS(t, "", nil)
+	for i := range 4 {
+		admin.subscribe(fmt.Sprintf("a%d", i), map[string]any{"query": q("open")})
+	}
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/server/realtime"
 )
 
 // wsConn is one WebSocket connection. The handler goroutine reads; each
@@ -56,7 +55,7 @@ type wsConn struct {
 }
 
 type wsSub struct {
-	sub    *realtime.Subscription
+	sub    *heldSub
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -321,7 +320,7 @@ func (c *wsConn) subscribe(m message) {
 		}
 		params.resume = true
 	}
-	sub, err := c.s.openSubscription(c.ctx, c.caller, params)
+	sub, err := c.s.openSubscription(c.ctx, c.caller, subKey(c.caller, c.req), params)
 	if err != nil {
 		c.send(c.ctx, errorMessage(id, id, err))
 		return

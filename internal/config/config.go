@@ -142,6 +142,12 @@ type Limits struct {
 	// MaxStreamsPerIP bounds open WebSocket/SSE/pullStream connections per
 	// client address (0 = the server default, 1000; negative = off).
 	MaxStreamsPerIP int `toml:"max_streams_per_ip"`
+	// MaxSubscriptionsPerUser bounds the live realtime subscriptions of one
+	// user, or of one client address when anonymous, over all connections
+	// (0 = the server default, 500; negative = off). MaxSubscriptions
+	// bounds those of the whole server (0 = 50000; negative = off).
+	MaxSubscriptionsPerUser int `toml:"max_subscriptions_per_user"`
+	MaxSubscriptions        int `toml:"max_subscriptions"`
 	// MaxBodyBytesInFlight bounds the request body bytes all requests hold
 	// at once; beyond it a body is refused with 503 + Retry-After (0 = the
 	// server default, 64 MiB or max_request_bytes if larger; never below

@@ -48,6 +48,8 @@ admin_key = "from-file"
 max_document_bytes = 2048
 max_request_bytes = 4096
 max_body_bytes_in_flight = 8192
+max_subscriptions_per_user = 7
+max_subscriptions = 70
 read_timeout = "5s"
 idle_timeout = "30s"
 [metrics]
@@ -75,7 +77,7 @@ fields = ["sender", "createdAt"]
 	if cfg.Limits.MaxDocumentBytes != 2048 || cfg.Changes.Retention.Duration != 2*time.Hour {
 		t.Errorf("limits=%+v retention=%v", cfg.Limits, cfg.Changes.Retention)
 	}
-	if l := cfg.Limits; l.MaxBodyBytesInFlight != 8192 || l.ReadTimeout.Duration != 5*time.Second || l.IdleTimeout.Duration != 30*time.Second || !cfg.Metrics.RequireKey {
+	if l := cfg.Limits; l.MaxBodyBytesInFlight != 8192 || l.ReadTimeout.Duration != 5*time.Second || l.IdleTimeout.Duration != 30*time.Second || !cfg.Metrics.RequireKey || l.MaxSubscriptionsPerUser != 7 || l.MaxSubscriptions != 70 {
 		t.Errorf("limits=%+v metrics=%+v", l, cfg.Metrics)
 	}
 	if got := cfg.Indexes[len(cfg.Indexes)-1]; got.Collection != "rooms/*/messages" {
