@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"regexp"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 )
 
@@ -37,15 +35,6 @@ func rawRequest(t *testing.T, env *testEnv, raw string) (int, net.Conn) {
 	}
 	res.Body.Close()
 	return res.StatusCode, conn
-}
-
-func randomMethod(n int) string {
-	const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = letters[rand.IntN(len(letters))]
-	}
-	return string(b)
 }
 
 var methodLabelRE = regexp.MustCompile(`loom_http_requests_total\{[^}]*method="([^"]*)"`)
@@ -194,22 +183,6 @@ func TestBodies_RefusedBeforeRead(t *testing.T) {
 	wantStatus(t, "alice's own write", env.Do(t, "PUT", own+"/n1", `{"doc":{"x":1}}`, alice.h()), http.StatusCreated)
 }
 
-// openRules are the default rules plus: anyone, anonymous included, may
-// read and write open/*.
-func openRules(t *testing.T) *rules.Set {
-	t.Helper()
-	rs, err := rules.Parse([]byte(rules.DefaultSource+`
-[[rule]]
-match = "open/{id}"
-allow = ["read", "write"]
-if    = "true"
-`), "open.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
-}
-
 // TestBodies_TricklingBodyCutByReadTimeout: under rules that let anyone
 // write, a body that stops arriving is cut by the read timeout; WebSocket,
 // SSE and RxDB pullStream streams outlive it.
@@ -259,6 +232,19 @@ func bodyBytesInFlight(t *testing.T, env *testEnv) float64 {
 	return v
 }
 
+// waitBodyBytes waits until the server holds at least n body bytes (it
+// reads a body as its bytes arrive, at its own pace).
+func waitBodyBytes(t *testing.T, env *testEnv, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for v := bodyBytesInFlight(t, env); v < n; v = bodyBytesInFlight(t, env) {
+		if time.Now().After(deadline) {
+			t.Fatalf("body bytes in flight stuck at %v, want %v", v, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitStatus repeats a request (with a fresh document id each time) until
 // it gets want: the server reads a stalled body as its bytes arrive, at
 // its own pace.
@@ -296,7 +282,11 @@ func TestBodies_BytesInFlightBounded(t *testing.T) {
 	}
 
 	body := `{"doc":{"x":"` + strings.Repeat("b", 20<<10) + `"}}`
-	r := waitStatus(t, env, "refused", body, http.StatusServiceUnavailable)
+	// Wait until the server holds the stalled body's bytes (before that, a
+	// concurrent body could take the budget first and the stalled one be
+	// the one refused).
+	waitBodyBytes(t, env, 50<<10)
+	r := env.Do(t, "PUT", api+"/documents/open/refused", body, anon)
 	checkErrorShape(t, r)
 	if code := r.JSON(t)["code"]; code != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("code=%v Retry-After=%q, want UNAVAILABLE with Retry-After", code, r.Header.Get("Retry-After"))
@@ -305,6 +295,17 @@ func TestBodies_BytesInFlightBounded(t *testing.T) {
 		t.Fatalf("body bytes in flight=%v, want the stalled body's (50 KiB..budget)", v)
 	}
 	wantStatus(t, "a small body still fits", env.Do(t, "PUT", api+"/documents/open/small", `{"doc":{"x":1}}`, anon), http.StatusCreated)
+	// A WebSocket message is buffered like a body and draws on the same
+	// budget.
+	ws := env.dialWS(t, "", anon)
+	ws.send(strings.Repeat("p", 20<<10), "ping", nil)
+	if m := ws.expect("error"); m.str("code") != "UNAVAILABLE" {
+		t.Fatalf("a WebSocket message beyond the budget: %s, want UNAVAILABLE", m)
+	}
+	ws.send("small", "ping", nil)
+	if m := ws.expect("pong"); m.ID != "small" {
+		t.Fatalf("pong=%s", m)
+	}
 
 	conn.Close()
 	waitStatus(t, env, "accepted", body, http.StatusCreated)

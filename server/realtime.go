@@ -32,10 +32,11 @@ const (
 	// DefaultMaxSubscriptionsPerUser bounds the live subscriptions of one
 	// user (or anonymous client address) over all its connections and
 	// transports; DefaultMaxSubscriptionsTotal those of the whole server.
-	// A subscription costs about 8 KiB (BENCHMARKS.md), so these hold
-	// about 4 MiB per user and 400 MiB in all.
-	DefaultMaxSubscriptionsPerUser = 500
-	DefaultMaxSubscriptionsTotal   = 50000
+	// A subscription holds about 28 KiB of heap, most of it its queue
+	// (BENCHMARKS.md, "Resource exhaustion"), so these hold about 5.5 MiB
+	// per user and 280 MiB in all.
+	DefaultMaxSubscriptionsPerUser = 200
+	DefaultMaxSubscriptionsTotal   = 10000
 	// maxWSMessage is the largest inbound message answered normally;
 	// larger ones get an error reply. wsReadLimit is where the connection
 	// is cut instead (reading a huge frame just to reject it costs memory

@@ -90,12 +90,9 @@ func (s *Server) serveSSE(c *gin.Context) {
 	rt.connections.WithLabelValues("sse").Inc()
 	defer rt.connections.WithLabelValues("sse").Dec()
 
-	// Server-wide read and write timeouts must not cut a healthy stream.
+	// A server-wide write timeout must not cut a healthy stream.
 	rc := http.NewResponseController(c.Writer)
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return
-	}
-	if err := liftReadDeadline(rc); err != nil {
 		return
 	}
 	h := c.Writer.Header()

@@ -166,25 +166,40 @@ func (c *wsConn) readLoop(pongWait time.Duration) {
 			return
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
-		data, err := io.ReadAll(io.LimitReader(rd, maxWSMessage+1))
-		if err != nil {
-			return
-		}
-		switch {
-		case len(data) > maxWSMessage:
-			if _, err := io.Copy(io.Discard, rd); err != nil {
-				return
-			}
-			c.reject("", errorf(http.StatusBadRequest, codeRequestTooLarge, "Messages are limited to %d KiB.", maxWSMessage>>10))
-		case typ != websocket.TextMessage:
-			c.reject("", errorf(http.StatusBadRequest, codeBadRequest, "Send JSON text messages."))
-		default:
-			c.handle(data)
-		}
-		if c.ctx.Err() != nil {
+		if !c.readMessage(typ, rd) || c.ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// readMessage reads and handles one message; false when the connection
+// failed. A message is buffered like a request body, so it counts against
+// the same server-wide budget while it is read and handled.
+func (c *wsConn) readMessage(typ int, rd io.Reader) bool {
+	lease := &bodyLease{budget: c.s.bodies}
+	defer func() { c.s.bodies.give(lease.taken.Load()) }()
+	data, err := io.ReadAll(io.LimitReader(budgetedReader{Reader: rd, lease: lease}, maxWSMessage+1))
+	busy := errors.Is(err, errBodyBudget)
+	if err != nil && !busy {
+		return false
+	}
+	switch {
+	case busy:
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			return false
+		}
+		c.send(c.ctx, errorMessage("", "", bodyBusy()))
+	case len(data) > maxWSMessage:
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			return false
+		}
+		c.reject("", errorf(http.StatusBadRequest, codeRequestTooLarge, "Messages are limited to %d KiB.", maxWSMessage>>10))
+	case typ != websocket.TextMessage:
+		c.reject("", errorf(http.StatusBadRequest, codeBadRequest, "Send JSON text messages."))
+	default:
+		c.handle(data)
+	}
+	return true
 }
 
 // reject answers a bad message; too many of them close the connection.

@@ -57,10 +57,6 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		s.writeError(c, err)
 		return
 	}
-	if err := liftReadDeadline(rc); err != nil {
-		s.writeError(c, err)
-		return
-	}
 	send := func(b []byte) bool {
 		if err := rc.SetWriteDeadline(time.Now().Add(rxdbWriteWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return false

@@ -38,9 +38,10 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	// readHeaderTimeout stops slow-loris clients from holding connections.
 	readHeaderTimeout = 10 * time.Second
-	// DefaultReadTimeout bounds reading one request, headers and body:
-	// a client that trickles its body is cut off. Streams (WebSocket, SSE,
-	// RxDB pullStream) lift it once they start.
+	// DefaultReadTimeout bounds how long a request body may take to
+	// arrive: a client that trickles its body is cut off. (Headers have
+	// readHeaderTimeout; requests without a body, streams among them, are
+	// not bounded by it.)
 	DefaultReadTimeout = time.Minute
 	// DefaultIdleTimeout closes idle keep-alive connections.
 	DefaultIdleTimeout = 2 * time.Minute
@@ -59,9 +60,10 @@ type Config struct {
 	// MaxRequestBytes bounds a request body; larger bodies get 413
 	// REQUEST_TOO_LARGE. Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
-	// ReadTimeout bounds reading a request's headers and body (zero:
-	// DefaultReadTimeout). A body that has not arrived by then is cut
-	// (400); streams are exempt once they start.
+	// ReadTimeout bounds how long a request body may take to arrive, from
+	// when its handler starts (zero: DefaultReadTimeout). A body that has
+	// not arrived by then is cut (400). Headers are bounded separately (10
+	// s, or ReadTimeout if shorter).
 	ReadTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long (zero:
 	// DefaultIdleTimeout).
@@ -224,19 +226,6 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// liftReadDeadline exempts a stream (SSE, RxDB pullStream) from the
-// server's read timeout once its request is read: from then on the
-// connection's reads only notice the client going away, and a deadline
-// would cancel the stream. (WebSockets need nothing: net/http clears the
-// deadline when it hands over the connection, and the WebSocket keeps its
-// own pong deadline.)
-func liftReadDeadline(rc *http.ResponseController) error {
-	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return nil
-}
-
 // Handler returns the server's http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.engine }
 
@@ -249,9 +238,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.engine,
 		ReadHeaderTimeout: min(readHeaderTimeout, s.readTimeout),
-		ReadTimeout:       s.readTimeout,
-		IdleTimeout:       s.idleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// No server-wide ReadTimeout: its deadline would stay on the
+		// connection while a handler runs and cancel long requests and
+		// streams. limitBodies gives each request body its own.
+		IdleTimeout: s.idleTimeout,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// Requests must outlive ctx so that shutdown can let them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}

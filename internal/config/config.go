@@ -144,8 +144,8 @@ type Limits struct {
 	MaxStreamsPerIP int `toml:"max_streams_per_ip"`
 	// MaxSubscriptionsPerUser bounds the live realtime subscriptions of one
 	// user, or of one client address when anonymous, over all connections
-	// (0 = the server default, 500; negative = off). MaxSubscriptions
-	// bounds those of the whole server (0 = 50000; negative = off).
+	// (0 = the server default, 200; negative = off). MaxSubscriptions
+	// bounds those of the whole server (0 = 10000; negative = off).
 	MaxSubscriptionsPerUser int `toml:"max_subscriptions_per_user"`
 	MaxSubscriptions        int `toml:"max_subscriptions"`
 	// MaxBodyBytesInFlight bounds the request body bytes all requests hold
