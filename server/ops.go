@@ -40,7 +40,7 @@ const roleMetrics = "metrics"
 // admin key, or a credential with the "admin" or "metrics" role. Without a
 // valid credential it is 401, with one that lacks the role 403.
 func (s *Server) metricsAccess(c *gin.Context) {
-	if !s.metricsRequireKey {
+	if !s.metricsAuth {
 		c.Next()
 		return
 	}

@@ -121,28 +121,28 @@ type Config struct {
 
 // Server is the HTTP surface over one Store.
 type Server struct {
-	store             collections.Store
-	log               *slog.Logger
-	adminKeyHash      [32]byte
-	maxRequestBytes   int64
-	readTimeout       time.Duration
-	idleTimeout       time.Duration
-	bodies            *bodyBudget
-	shutdownTimeout   time.Duration
-	version           string
-	registry          *prometheus.Registry
-	corsOrigins       []string
-	limits            *limiters // nil: no rate limit
-	auth              *auth.Service
-	rules             atomic.Pointer[rules.Set]
-	rulesFile         string
-	metrics           *httpMetrics
-	metricsRequireKey bool
-	rt                *realtimeServer
-	rxdb              RxDBConfig
-	triggers          *triggers.Service
-	webhooks          http.Handler
-	engine            *gin.Engine
+	store           collections.Store
+	log             *slog.Logger
+	adminKeyHash    [32]byte
+	maxRequestBytes int64
+	readTimeout     time.Duration
+	idleTimeout     time.Duration
+	bodies          *bodyBudget
+	shutdownTimeout time.Duration
+	version         string
+	registry        *prometheus.Registry
+	corsOrigins     []string
+	limits          *limiters // nil: no rate limit
+	auth            *auth.Service
+	rules           atomic.Pointer[rules.Set]
+	rulesFile       string
+	metrics         *httpMetrics
+	metricsAuth     bool
+	rt              *realtimeServer
+	rxdb            RxDBConfig
+	triggers        *triggers.Service
+	webhooks        http.Handler
+	engine          *gin.Engine
 }
 
 // New builds a Server. It registers the server's metrics on cfg.Registry; it
@@ -183,23 +183,23 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		cfg.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{
-		store:             store,
-		log:               cfg.Logger.With("component", "server"),
-		adminKeyHash:      keyHash,
-		maxRequestBytes:   cfg.MaxRequestBytes,
-		readTimeout:       cfg.ReadTimeout,
-		idleTimeout:       cfg.IdleTimeout,
-		bodies:            &bodyBudget{max: cfg.MaxBodyBytesInFlight},
-		shutdownTimeout:   cfg.ShutdownTimeout,
-		version:           cfg.Version,
-		registry:          cfg.Registry,
-		corsOrigins:       cfg.CORSOrigins,
-		auth:              cfg.Auth,
-		rulesFile:         cfg.RulesFile,
-		rxdb:              cfg.RxDB,
-		triggers:          cfg.Triggers,
-		webhooks:          cfg.Webhooks,
-		metricsRequireKey: cfg.MetricsRequireKey,
+		store:           store,
+		log:             cfg.Logger.With("component", "server"),
+		adminKeyHash:    keyHash,
+		maxRequestBytes: cfg.MaxRequestBytes,
+		readTimeout:     cfg.ReadTimeout,
+		idleTimeout:     cfg.IdleTimeout,
+		bodies:          &bodyBudget{max: cfg.MaxBodyBytesInFlight},
+		shutdownTimeout: cfg.ShutdownTimeout,
+		version:         cfg.Version,
+		registry:        cfg.Registry,
+		corsOrigins:     cfg.CORSOrigins,
+		auth:            cfg.Auth,
+		rulesFile:       cfg.RulesFile,
+		rxdb:            cfg.RxDB,
+		triggers:        cfg.Triggers,
+		webhooks:        cfg.Webhooks,
+		metricsAuth:     cfg.MetricsRequireKey,
 	}
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()
@@ -235,14 +235,14 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // fails, or when in-flight requests had to be cut off at the timeout. Serve
 // closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// No server-wide ReadTimeout: its deadline would stay on the connection
+	// while a handler runs and cancel long requests and streams.
+	// limitBodies gives each request body its own.
 	srv := &http.Server{
 		Handler:           s.engine,
 		ReadHeaderTimeout: min(readHeaderTimeout, s.readTimeout),
-		// No server-wide ReadTimeout: its deadline would stay on the
-		// connection while a handler runs and cancel long requests and
-		// streams. limitBodies gives each request body its own.
-		IdleTimeout: s.idleTimeout,
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		IdleTimeout:       s.idleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// Requests must outlive ctx so that shutdown can let them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
