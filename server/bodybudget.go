@@ -48,12 +48,10 @@ func (b *bodyBudget) take(n int64) bool {
 func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
 
 // bodyLease is what one request took from the budget; limitBodies gives
-// it back when the request's handler is done. rc, when set, is the
-// request's connection: its read deadline is lifted once the body is read.
+// it back when the request's handler is done.
 type bodyLease struct {
 	budget *bodyBudget
 	taken  atomic.Int64
-	rc     *http.ResponseController
 }
 
 // budgetedReader counts the bytes read from a request body against the
@@ -71,12 +69,6 @@ func (r budgetedReader) Read(p []byte) (int, error) {
 		}
 		r.lease.taken.Add(int64(n))
 	}
-	if err == io.EOF && r.lease.rc != nil {
-		// The whole body is here. net/http now watches the connection
-		// for the client going away, and a deadline left on it would
-		// cancel a handler that simply runs long.
-		_ = r.lease.rc.SetReadDeadline(time.Time{})
-	}
 	return n, err
 }
 
@@ -87,25 +79,15 @@ const bodyLeaseKey = "loom.bodyLease"
 // looks at the body's own type to close a connection at once when a
 // handler refused a large body unread, instead of draining it first.
 func (s *Server) budgeted(c *gin.Context) io.Reader {
-	lease := &bodyLease{budget: s.bodies, rc: http.NewResponseController(c.Writer)}
+	lease := &bodyLease{budget: s.bodies}
 	c.Set(bodyLeaseKey, lease)
 	return budgetedReader{Reader: c.Request.Body, lease: lease}
 }
 
-// limitBodies bounds how long a request body may take to arrive (the read
-// timeout, counted from when the handler starts; headers have their own
-// timeout) and gives back what the request took from the body budget once
+// limitBodies gives back what a request took from the body budget once
 // its handler is done (the handlers release their buffers by then; a
-// buffer kept in the pool is bounded by maxPooledBuf). Requests without a
-// body — streams among them — get no read deadline at all.
+// buffer kept in the pool is bounded by maxPooledBuf).
 func (s *Server) limitBodies(c *gin.Context) {
-	if r := c.Request; r.Body != nil && r.Body != http.NoBody {
-		err := http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(s.readTimeout))
-		if err != nil && !errors.Is(err, http.ErrNotSupported) {
-			s.writeError(c, err)
-			return
-		}
-	}
 	c.Next()
 	if v, ok := c.Get(bodyLeaseKey); ok {
 		s.bodies.give(v.(*bodyLease).taken.Load())

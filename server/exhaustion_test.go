@@ -418,3 +418,30 @@ func TestRealtime_SubscriptionLimitPerAddress(t *testing.T) {
 		admin.subscribe(fmt.Sprintf("a%d", i), map[string]any{"query": q("open")})
 	}
 }
+
+// TestBodies_ReadTimeoutSparesSlowHandlers: the read timeout bounds the
+// body's arrival, not the handler: a handler that has its whole body and
+// then works longer than the timeout keeps a live request context (the
+// agent runtime's webhook handlers wait on an LLM that long).
+func TestBodies_ReadTimeoutSparesSlowHandlers(t *testing.T) {
+	const readTimeout = 500 * time.Millisecond
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(3 * readTimeout):
+			w.WriteHeader(http.StatusOK)
+		case <-r.Context().Done():
+			// The client never sees this when the connection is gone;
+			// the status below is for the case where it is not.
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	env := newEnv(t, server.Config{ReadTimeout: readTimeout, Webhooks: slow})
+	r := env.Do(t, "POST", "/webhooks/slow", `{"a":1}`, anon)
+	if r.Status != http.StatusOK {
+		t.Fatalf("slow handler: status %d, want 200 (its context was cancelled)", r.Status)
+	}
+}

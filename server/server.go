@@ -38,10 +38,10 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	// readHeaderTimeout stops slow-loris clients from holding connections.
 	readHeaderTimeout = 10 * time.Second
-	// DefaultReadTimeout bounds how long a request body may take to
-	// arrive: a client that trickles its body is cut off. (Headers have
-	// readHeaderTimeout; requests without a body, streams among them, are
-	// not bounded by it.)
+	// DefaultReadTimeout bounds how long a request's headers and body may
+	// take to arrive: a client that trickles its body is cut off. It ends
+	// when the body has been read, so it bounds neither handlers nor
+	// streams.
 	DefaultReadTimeout = time.Minute
 	// DefaultIdleTimeout closes idle keep-alive connections.
 	DefaultIdleTimeout = 2 * time.Minute
@@ -60,10 +60,9 @@ type Config struct {
 	// MaxRequestBytes bounds a request body; larger bodies get 413
 	// REQUEST_TOO_LARGE. Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
-	// ReadTimeout bounds how long a request body may take to arrive, from
-	// when its handler starts (zero: DefaultReadTimeout). A body that has
-	// not arrived by then is cut (400). Headers are bounded separately (10
-	// s, or ReadTimeout if shorter).
+	// ReadTimeout bounds how long a request's headers and body may take to
+	// arrive (zero: DefaultReadTimeout); a body that has not arrived by
+	// then is cut (400). Handlers and streams are not bounded by it.
 	ReadTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long (zero:
 	// DefaultIdleTimeout).
@@ -235,12 +234,14 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // fails, or when in-flight requests had to be cut off at the timeout. Serve
 // closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	// No server-wide ReadTimeout: its deadline would stay on the connection
-	// while a handler runs and cancel long requests and streams.
-	// limitBodies gives each request body its own.
+	// ReadTimeout bounds the arrival of a request's headers and body only:
+	// net/http lifts it once the body has been read to its end (at once
+	// for a request without one), so handlers and streams run as long as
+	// they need (TestBodies_ReadTimeoutSparesSlowHandlers).
 	srv := &http.Server{
 		Handler:           s.engine,
 		ReadHeaderTimeout: min(readHeaderTimeout, s.readTimeout),
+		ReadTimeout:       s.readTimeout,
 		IdleTimeout:       s.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// Requests must outlive ctx so that shutdown can let them finish.

@@ -153,9 +153,9 @@ type Limits struct {
 	// server default, 64 MiB or max_request_bytes if larger; never below
 	// max_request_bytes).
 	MaxBodyBytesInFlight int64 `toml:"max_body_bytes_in_flight"`
-	// ReadTimeout bounds how long a request body may take to arrive
-	// (default 1m; a stalled body gets 400). Requests without a body,
-	// streams among them, are not bounded by it.
+	// ReadTimeout bounds how long a request's headers and body may take to
+	// arrive (default 1m; a stalled body gets 400). Handlers and streams
+	// are not bounded by it.
 	ReadTimeout Duration `toml:"read_timeout"`
 	// IdleTimeout closes idle keep-alive connections (default 2m).
 	IdleTimeout Duration `toml:"idle_timeout"`
