@@ -78,6 +78,12 @@ func TestMetrics_LabelsFromFixedSets(t *testing.T) {
 	if strings.Contains(string(body), "/no/such/route") {
 		t.Fatal("an unmatched path became a route label")
 	}
+	// A request head past 64 KiB is refused before any handler runs.
+	code, conn := rawRequest(t, env, randomMethod(100<<10)+" /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	conn.Close()
+	if code != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("100 KB method: status %d, want 431", code)
+	}
 }
 
 // TestMetrics_RequireKey: with MetricsRequireKey, /metrics needs the admin
