@@ -123,15 +123,14 @@ func compileExpr(src string, names []string) (prg, partial cel.Program, _ *cel.A
 	return prg, partial, a, nil
 }
 
-// mayAllowList partially evaluates r's condition for a list of a collection
-// (segs: the collection's segments plus "*" for the document id; "*"
-// stands for any segment): what depends on the documents — resource,
-// request.path, request.resource, get/exists and captures of "*" segments —
-// is unknown; the caller, the operation, the time and the captured literal
-// segments are known. It is false only when the condition can never be
-// true, whatever the documents.
-func (r *rule) mayAllowList(auth *Auth, segs []string) bool {
-	req := Request{Auth: auth, Op: OpList}
+// mayAllow partially evaluates r's condition for op on a path (segs: its
+// segments, "*" standing for any segment; nil for any path): what depends
+// on the documents — resource, request.path, request.resource, get/exists
+// and captures of "*" segments — is unknown; the caller, the operation, the
+// time and the captured literal segments are known. It is false only when
+// the condition can never be true, whatever the documents.
+func (r *rule) mayAllow(auth *Auth, op Op, segs []string) bool {
+	req := Request{Auth: auth, Op: op}
 	act := newActivation(context.Background(), &req, nil)
 	unknown := []*cel.AttributePatternType{
 		cel.AttributePattern("resource"),

@@ -92,3 +92,57 @@ if    = "'editor' in request.auth.roles"
 		})
 	}
 }
+
+func TestSet_May(t *testing.T) {
+	def := rules.Default()
+	custom := MustParse(t, `
+[[rule]]
+match = "public/{doc}"
+allow = ["create"]
+if    = "true"
+
+[[rule]]
+match = "posts/{p}"
+allow = ["update"]
+if    = "request.auth != null && resource.data.owner == request.auth.uid"
+
+[[rule]]
+match = "inbox/{uid}/msgs/{m}"
+allow = ["delete"]
+if    = "request.auth != null && request.auth.uid == uid"
+`)
+	w := []rules.Op{rules.OpCreate, rules.OpUpdate, rules.OpDelete}
+	tests := []struct {
+		name string
+		s    *rules.Set
+		auth *rules.Auth
+		path string
+		ops  []rules.Op
+		want bool
+	}{
+		{"default own doc", def, alice, "users/alice/notes/n1", w, true},
+		{"default other's doc", def, bob, "users/alice/notes/n1", w, false},
+		{"default anonymous doc", def, nil, "users/alice/notes/n1", w, false},
+		{"default anonymous anywhere", def, nil, "", w, false},
+		{"default anonymous read anywhere", def, nil, "", []rules.Op{rules.OpGet, rules.OpList}, false},
+		{"default user anywhere", def, alice, "", w, true},
+		{"default create in own collection", def, alice, "users/alice/notes/*", []rules.Op{rules.OpCreate}, true},
+		{"default create in other's collection", def, alice, "users/bob/notes/*", []rules.Op{rules.OpCreate}, false},
+		{"default outside users", def, alice, "posts/p1", w, false},
+		{"create granted to anyone", custom, nil, "public/*", []rules.Op{rules.OpCreate}, true},
+		{"create only", custom, nil, "public/x", []rules.Op{rules.OpDelete}, false},
+		{"data-dependent update", custom, alice, "posts/p1", []rules.Op{rules.OpUpdate}, true},
+		{"data-dependent update, anonymous", custom, nil, "posts/p1", []rules.Op{rules.OpUpdate}, false},
+		{"capture known", custom, bob, "inbox/alice/msgs/m1", []rules.Op{rules.OpDelete}, false},
+		{"capture unknown", custom, bob, "inbox/*/msgs/m1", []rules.Op{rules.OpDelete}, true},
+		{"anonymous anywhere, custom", custom, nil, "", w, true},
+		{"unknown op", custom, alice, "public/x", []rules.Op{"frobnicate"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.May(tt.auth, tt.path, tt.ops...); got != tt.want {
+				t.Fatalf("May(%q, %v)=%v, want %v", tt.path, tt.ops, got, tt.want)
+			}
+		})
+	}
+}

@@ -191,13 +191,37 @@ func (s *Set) Allow(ctx context.Context, req Request, g Getter) (bool, error) {
 func (s *Set) MayList(auth *Auth, collection string) bool {
 	var segBuf [16]string
 	segs := append(pathpattern.Split(segBuf[:0], collection), "*")
-	bit := maskOf(OpList)
-	for _, r := range s.rules {
-		if r.ops&bit == 0 || r.constant == constFalse || !r.pat.MayMatch(segs) {
-			continue
-		}
-		if r.constant == constTrue || r.mayAllowList(auth, segs) {
-			return true
+	return s.may(auth, segs, OpList)
+}
+
+// May reports whether some rule could allow auth one of ops on a document
+// at path, where "*" segments stand for any segment ("posts/*" for a create
+// whose id is not known yet); path "" stands for any document at all. Like
+// MayList it partially evaluates each candidate rule with what is known
+// before any document (or request body) is read: false means no such
+// request of the caller can be allowed, so a server can refuse it before
+// reading its body. path is not validated; an unknown op never matches.
+func (s *Set) May(auth *Auth, path string, ops ...Op) bool {
+	var segs []string // nil: any path
+	if path != "" {
+		var segBuf [16]string
+		segs = pathpattern.Split(segBuf[:0], path)
+	}
+	return s.may(auth, segs, ops...)
+}
+
+// may is the partial evaluation behind MayList and May: segs are the
+// path's segments ("*" = any), nil for any path.
+func (s *Set) may(auth *Auth, segs []string, ops ...Op) bool {
+	for _, op := range ops {
+		bit := maskOf(op)
+		for _, r := range s.rules {
+			if r.ops&bit == 0 || r.constant == constFalse || (segs != nil && !r.pat.MayMatch(segs)) {
+				continue
+			}
+			if r.constant == constTrue || r.mayAllow(auth, op, segs) {
+				return true
+			}
 		}
 	}
 	return false

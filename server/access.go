@@ -111,6 +111,22 @@ func (s *Server) checkList(caller *Caller, collection string) error {
 	return denied(caller, "list "+collection)
 }
 
+// checkMay refuses at once a request for ops on path (with "*" segments
+// standing for any segment; "" for anywhere) that no rule could ever allow
+// the caller. Handlers call it before reading the request body, so a
+// caller who may not write gets its 401/403 without the server spending a
+// byte of memory or a second of waiting on the body.
+func (s *Server) checkMay(caller *Caller, path, what string, ops ...rules.Op) error {
+	if caller.Admin || s.rules.Load().May(caller.ruleAuth(), path, ops...) {
+		return nil
+	}
+	return denied(caller, what)
+}
+
+// writeOps are the operations of a request that may create, change or
+// delete documents of any kind (a batch, an RxDB push).
+var writeOps = []rules.Op{rules.OpCreate, rules.OpUpdate, rules.OpDelete}
+
 // filterReadable keeps the documents of a page the caller may read.
 func (s *Server) filterReadable(ctx context.Context, caller *Caller, db string, docs []*collections.Document) ([]*collections.Document, error) {
 	if caller.Admin {

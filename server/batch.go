@@ -17,6 +17,12 @@ const MaxBatchWrites = 500
 // details.index naming the write. Each result shows only what the caller
 // may read of the written document (writeView).
 func (s *Server) batch(c *gin.Context) {
+	// The paths are in the body: before reading it, only whether the
+	// caller could write anything at all.
+	if err := s.checkMay(callerOf(c), "", "write documents", writeOps...); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	m, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)

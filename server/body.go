@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 
@@ -55,8 +56,13 @@ func truncate(s string, n int) string {
 }
 
 // readBody reads the whole request body into a pooled buffer, bounded by
-// MaxRequestBytes (413 REQUEST_TOO_LARGE). The caller must putBuf the
-// result once nothing refers to its bytes any more.
+// MaxRequestBytes (413 REQUEST_TOO_LARGE). The buffer grows with the bytes
+// received, never ahead of them to an announced Content-Length: a client
+// that announces 10 MiB and sends nothing costs nothing. Every byte counts
+// against the server's body budget (503 UNAVAILABLE when it is spent) and
+// must arrive within the read timeout. Handlers authorize what they can
+// before calling it (authorizeBody). The caller must putBuf the result
+// once nothing refers to its bytes any more.
 func (s *Server) readBody(c *gin.Context) (*bytes.Buffer, error) {
 	r := c.Request
 	if r.ContentLength > s.maxRequestBytes {
@@ -66,15 +72,18 @@ func (s *Server) readBody(c *gin.Context) (*bytes.Buffer, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return buf, nil
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + 1)
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, r.Body, s.maxRequestBytes))
+	body := io.NopCloser(s.budgeted(c))
+	_, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, body, s.maxRequestBytes))
 	if err != nil {
 		putBuf(buf)
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return nil, mbe
+		case errors.Is(err, errBodyBudget):
+			return nil, bodyBusy()
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, bodyTimeout(s.readTimeout)
 		}
 		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Could not read the request body.")
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/rules"
 )
 
 // getDocuments serves GET /documents/*path: a document path (even number of
@@ -126,6 +127,10 @@ func (s *Server) createDocument(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	if err := s.authorizeBody(c, ActionCreate, col+"/*", "create documents in "+col, rules.OpCreate); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	data, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)
@@ -184,6 +189,14 @@ func (s *Server) writeWrapped(c *gin.Context, typ collections.WriteType) {
 		s.writeError(c, err)
 		return
 	}
+	ops := []rules.Op{rules.OpUpdate} // the rules see a patch as an update
+	if typ == collections.WriteReplace {
+		ops = append(ops, rules.OpCreate) // an upsert
+	}
+	if err := s.authorizeBody(c, ActionUpdate, p, "write "+p, ops...); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	m, err := s.readObject(c)
 	if err != nil {
 		s.writeError(c, err)
@@ -231,6 +244,10 @@ func (s *Server) deleteDocument(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	if err := s.authorizeBody(c, ActionDelete, p, "delete "+p, rules.OpDelete); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	body, err := s.readBody(c)
 	if err != nil {
 		s.writeError(c, err)
@@ -264,6 +281,18 @@ func (s *Server) deleteDocument(c *gin.Context) {
 		return
 	}
 	c.Status(http.StatusNoContent)
+}
+
+// authorizeBody is what a write route decides before reading its body:
+// the coarse path-level check and whether any rule could allow the caller
+// ops on path ("*" segments: not known before the body). The full decision
+// on the document follows once the body is read.
+func (s *Server) authorizeBody(c *gin.Context, action Action, path, what string, ops ...rules.Op) error {
+	caller := callerOf(c)
+	if err := s.authorize(caller, action, c.Param("db"), path); err != nil {
+		return err
+	}
+	return s.checkMay(caller, path, what, ops...)
 }
 
 // withIfMatchHeader appends the If-Match header's version precondition to

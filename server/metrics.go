@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -75,11 +76,31 @@ var statusText = func() map[int]string {
 	return m
 }()
 
+// methodOther is the "method" label of every method outside the standard
+// ones.
+const methodOther = "other"
+
+// methodLabel maps a request method to a label from a fixed set: the method
+// is client input, and every distinct label value is a time series kept for
+// the life of the process (and sent on every scrape).
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions,
+		http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return methodOther
+}
+
+// observe records one request. route must come from a fixed set too (a
+// route template or "unmatched"); the status code is bounded by net/http.
 func (m *httpMetrics) observe(method, route string, status int, elapsed time.Duration) {
 	code, ok := statusText[status]
 	if !ok {
-		code = strconv.Itoa(status)
+		code = "other"
 	}
+	method = methodLabel(method)
 	m.requests.WithLabelValues(method, route, code).Inc()
 	m.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
 }

@@ -75,7 +75,7 @@ func (s *Server) observe(c *gin.Context) {
 	s.metrics.observe(c.Request.Method, route, status, elapsed)
 	if s.log.Enabled(c.Request.Context(), slog.LevelDebug) {
 		s.log.LogAttrs(c.Request.Context(), slog.LevelDebug, "request",
-			slog.String("method", c.Request.Method),
+			slog.String("method", truncate(c.Request.Method, 16)),
 			slog.String("path", c.Request.URL.Path),
 			slog.String("route", route),
 			slog.Int("status", status),

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -29,6 +30,34 @@ func (s *Server) ready(c *gin.Context) {
 		return
 	}
 	c.Data(http.StatusOK, "text/plain; charset=utf-8", []byte("OK"))
+}
+
+// roleMetrics is the role that lets a non-admin credential (a service key
+// for the scraper) read /metrics when it requires a key.
+const roleMetrics = "metrics"
+
+// metricsAccess guards /metrics when Config.MetricsRequireKey is set: the
+// admin key, or a credential with the "admin" or "metrics" role. Without a
+// valid credential it is 401, with one that lacks the role 403.
+func (s *Server) metricsAccess(c *gin.Context) {
+	if !s.metricsAuth {
+		c.Next()
+		return
+	}
+	caller, err := s.resolveCaller(c.Request)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if caller.Kind == kindAnonymous {
+		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "/metrics requires the admin key or a key with the %q role.", roleMetrics))
+		return
+	}
+	if !caller.Admin && !slices.Contains(caller.Roles, roleMetrics) {
+		s.writeError(c, errorf(http.StatusForbidden, codePermissionDenied, "/metrics requires the admin key or a key with the %q role.", roleMetrics))
+		return
+	}
+	c.Next()
 }
 
 // metricsHandler serves GET /metrics in the Prometheus text format from the

@@ -4,12 +4,19 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/rules"
 )
 
 // query serves POST /query: the body is a query object (spec 01 §Query),
 // decoded strictly by collections.DecodeQuery (unknown keys and operators
 // are 400 INVALID_QUERY, never dropped) and normalized by serveQuery.
 func (s *Server) query(c *gin.Context) {
+	// The collection is in the body: before reading it, only whether the
+	// caller could list anything at all.
+	if err := s.checkMay(callerOf(c), "", "query documents", rules.OpList); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	body, err := s.readBody(c)
 	if err != nil {
 		s.writeError(c, err)

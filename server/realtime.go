@@ -29,6 +29,14 @@ const (
 	DefaultSSEHeartbeat     = 15 * time.Second
 	DefaultMaxSubscriptions = 100
 	DefaultMaxStreamsPerIP  = 1000
+	// DefaultMaxSubscriptionsPerUser bounds the live subscriptions of one
+	// user (or anonymous client address) over all its connections and
+	// transports; DefaultMaxSubscriptionsTotal those of the whole server.
+	// A subscription holds about 19 KB of heap, most of it its queue
+	// (BENCHMARKS.md, "Resource exhaustion"), so these hold about 4 MB per
+	// user and 190 MB in all.
+	DefaultMaxSubscriptionsPerUser = 200
+	DefaultMaxSubscriptionsTotal   = 10000
 	// maxWSMessage is the largest inbound message answered normally;
 	// larger ones get an error reply. wsReadLimit is where the connection
 	// is cut instead (reading a huge frame just to reject it costs memory
@@ -57,6 +65,14 @@ type RealtimeConfig struct {
 	// MaxSubscriptions bounds the subscriptions of one WebSocket
 	// connection (DefaultMaxSubscriptions).
 	MaxSubscriptions int
+	// MaxSubscriptionsPerUser bounds the live subscriptions (WebSocket and
+	// SSE) of one user, or of one client address for anonymous callers
+	// (DefaultMaxSubscriptionsPerUser; negative: no limit). The admin key
+	// counts only towards the total.
+	MaxSubscriptionsPerUser int
+	// MaxSubscriptionsTotal bounds the live subscriptions of the server
+	// (DefaultMaxSubscriptionsTotal; negative: no limit).
+	MaxSubscriptionsTotal int
 	// MaxStreamsPerIP bounds the open WebSocket, SSE and RxDB pullStream
 	// connections from one client address (DefaultMaxStreamsPerIP;
 	// negative: no limit). The admin key is not limited.
@@ -112,6 +128,73 @@ func (s *Server) openStream(c *gin.Context, caller *Caller) func() {
 	return func() { s.rt.streams.release(ip) }
 }
 
+// subLimiter counts live subscriptions per user (or anonymous address) and
+// in total. Every subscription the hub holds costs memory whether or not
+// its connection is busy, so both counts are bounded.
+type subLimiter struct {
+	perUser, total int // negative: no limit
+	mu             sync.Mutex
+	n              map[string]int // guarded by mu
+	all            int            // guarded by mu
+}
+
+// acquire counts a subscription of key in ("" = exempt from the per-user
+// bound: the admin key); it returns the error to answer when a bound is
+// reached.
+func (l *subLimiter) acquire(key string) *apiError {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total >= 0 && l.all >= l.total {
+		e := errorf(http.StatusTooManyRequests, codeRateLimited, "The server has reached its limit of %d live subscriptions; retry later.", l.total)
+		e.retryAfter = time.Second
+		return e
+	}
+	if key != "" && l.perUser >= 0 && l.n[key] >= l.perUser {
+		e := errorf(http.StatusTooManyRequests, codeRateLimited, "You have %d live subscriptions, the limit; unsubscribe some first.", l.perUser)
+		e.retryAfter = time.Second
+		return e
+	}
+	l.all++
+	if key != "" {
+		l.n[key]++
+	}
+	return nil
+}
+
+func (l *subLimiter) release(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all--
+	if key == "" {
+		return
+	}
+	if l.n[key]--; l.n[key] <= 0 {
+		delete(l.n, key)
+	}
+}
+
+// subKey is whose subscription it is for the per-user bound: the uid, or
+// the client address when anonymous; "" for the admin key.
+func subKey(caller *Caller, addr string) string {
+	if caller.Admin && caller.UID == "" {
+		return ""
+	}
+	return caller.rateKey(addr)
+}
+
+// heldSub is a subscription counted by the subLimiter; Close counts it out
+// (once, however often it is called).
+type heldSub struct {
+	*realtime.Subscription
+	release func()
+	once    sync.Once
+}
+
+func (h *heldSub) Close() {
+	h.Subscription.Close()
+	h.once.Do(h.release)
+}
+
 // realtimeServer is the server's realtime state.
 type realtimeServer struct {
 	hub     *realtime.Hub
@@ -122,6 +205,7 @@ type realtimeServer struct {
 	conns   sync.WaitGroup // WebSocket connections (hijacked: http.Server does not wait for them)
 
 	streams     *streamLimiter
+	subs        *subLimiter
 	connections *prometheus.GaugeVec
 	delivered   *prometheus.CounterVec
 	slow        *prometheus.CounterVec
@@ -140,8 +224,15 @@ func newRealtimeServer(s *Server, cfg RealtimeConfig, reg *prometheus.Registry) 
 	if cfg.MaxStreamsPerIP == 0 {
 		cfg.MaxStreamsPerIP = DefaultMaxStreamsPerIP
 	}
+	if cfg.MaxSubscriptionsPerUser == 0 {
+		cfg.MaxSubscriptionsPerUser = DefaultMaxSubscriptionsPerUser
+	}
+	if cfg.MaxSubscriptionsTotal == 0 {
+		cfg.MaxSubscriptionsTotal = DefaultMaxSubscriptionsTotal
+	}
 	rt := &realtimeServer{
 		streams: &streamLimiter{max: cfg.MaxStreamsPerIP, n: map[string]int{}},
+		subs:    &subLimiter{perUser: cfg.MaxSubscriptionsPerUser, total: cfg.MaxSubscriptionsTotal, n: map[string]int{}},
 		hub:     realtime.New(s.store, realtime.Config{QueueSize: cfg.QueueSize, Logger: s.log}),
 		cfg:     cfg,
 		stop:    make(chan struct{}),
@@ -219,9 +310,10 @@ type subParams struct {
 	after       int64
 }
 
-// openSubscription applies the access checks and subscribes. Errors are
-// *apiError.
-func (s *Server) openSubscription(ctx context.Context, caller *Caller, p subParams) (*realtime.Subscription, error) {
+// openSubscription applies the access checks and the subscription bounds,
+// and subscribes; key is subKey's. Closing the result counts it out of
+// the bounds. Errors are *apiError.
+func (s *Server) openSubscription(ctx context.Context, caller *Caller, key string, p subParams) (*heldSub, error) {
 	if !validDatabase(p.db) {
 		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.db, 80))
 	}
@@ -231,6 +323,10 @@ func (s *Server) openSubscription(ctx context.Context, caller *Caller, p subPara
 	if err := s.checkList(caller, p.query.Collection); err != nil {
 		return nil, err
 	}
+	if err := s.rt.subs.acquire(key); err != nil {
+		return nil, err
+	}
+	release := func() { s.rt.subs.release(key) }
 	req := realtime.Request{DB: p.db, Query: p.query, Resume: p.resume, After: p.after, Snapshot: p.snapshot}
 	if !caller.Admin {
 		db := p.db
@@ -241,11 +337,13 @@ func (s *Server) openSubscription(ctx context.Context, caller *Caller, p subPara
 	sub, err := s.rt.hub.Subscribe(ctx, req)
 	switch {
 	case errors.Is(err, realtime.ErrTokenAhead):
+		release()
 		return nil, errorf(http.StatusBadRequest, codeBadRequest, "The resume token is ahead of the change log.")
 	case err != nil:
+		release()
 		return nil, toAPIError(err)
 	}
-	return sub, nil
+	return &heldSub{Subscription: sub, release: release}, nil
 }
 
 // parseToken parses a resume token: a change-log seq in decimal.

@@ -81,7 +81,7 @@ func (s *Server) serveSSE(c *gin.Context) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sub, err := s.openSubscription(ctx, caller, p)
+	sub, err := s.openSubscription(ctx, caller, subKey(caller, s.clientAddr(c)), p)
 	if err != nil {
 		s.writeError(c, err)
 		return

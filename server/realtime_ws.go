@@ -17,7 +17,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/server/realtime"
 )
 
 // wsConn is one WebSocket connection. The handler goroutine reads; each
@@ -35,6 +34,7 @@ type wsConn struct {
 	ws     *websocket.Conn
 	bc     *bufConn
 	req    *http.Request
+	addr   string // the client address (clientAddr), for per-address limits
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -56,7 +56,7 @@ type wsConn struct {
 }
 
 type wsSub struct {
-	sub    *realtime.Subscription
+	sub    *heldSub
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -121,7 +121,7 @@ func (s *Server) serveWS(c *gin.Context) {
 
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request.Context()))
 	conn := &wsConn{
-		s: s, rt: rt, ws: ws, req: c.Request, ctx: ctx, cancel: cancel,
+		s: s, rt: rt, ws: ws, req: c.Request, addr: s.clientAddr(c), ctx: ctx, cancel: cancel,
 		bc:     hw.conn,
 		caller: caller, db: db,
 		subs:   map[string]*wsSub{},
@@ -167,25 +167,40 @@ func (c *wsConn) readLoop(pongWait time.Duration) {
 			return
 		}
 		_ = c.ws.SetReadDeadline(time.Now().Add(pongWait))
-		data, err := io.ReadAll(io.LimitReader(rd, maxWSMessage+1))
-		if err != nil {
-			return
-		}
-		switch {
-		case len(data) > maxWSMessage:
-			if _, err := io.Copy(io.Discard, rd); err != nil {
-				return
-			}
-			c.reject("", errorf(http.StatusBadRequest, codeRequestTooLarge, "Messages are limited to %d KiB.", maxWSMessage>>10))
-		case typ != websocket.TextMessage:
-			c.reject("", errorf(http.StatusBadRequest, codeBadRequest, "Send JSON text messages."))
-		default:
-			c.handle(data)
-		}
-		if c.ctx.Err() != nil {
+		if !c.readMessage(typ, rd) || c.ctx.Err() != nil {
 			return
 		}
 	}
+}
+
+// readMessage reads and handles one message; false when the connection
+// failed. A message is buffered like a request body, so it counts against
+// the same server-wide budget while it is read and handled.
+func (c *wsConn) readMessage(typ int, rd io.Reader) bool {
+	lease := &bodyLease{budget: c.s.bodies}
+	defer func() { c.s.bodies.give(lease.taken.Load()) }()
+	data, err := io.ReadAll(io.LimitReader(budgetedReader{Reader: rd, lease: lease}, maxWSMessage+1))
+	busy := errors.Is(err, errBodyBudget)
+	if err != nil && !busy {
+		return false
+	}
+	switch {
+	case busy:
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			return false
+		}
+		c.send(c.ctx, errorMessage("", "", bodyBusy()))
+	case len(data) > maxWSMessage:
+		if _, err := io.Copy(io.Discard, rd); err != nil {
+			return false
+		}
+		c.reject("", errorf(http.StatusBadRequest, codeRequestTooLarge, "Messages are limited to %d KiB.", maxWSMessage>>10))
+	case typ != websocket.TextMessage:
+		c.reject("", errorf(http.StatusBadRequest, codeBadRequest, "Send JSON text messages."))
+	default:
+		c.handle(data)
+	}
+	return true
 }
 
 // reject answers a bad message; too many of them close the connection.
@@ -327,7 +342,7 @@ func (c *wsConn) subscribe(m message) {
 		}
 		params.resume = true
 	}
-	sub, err := c.s.openSubscription(c.ctx, c.caller, params)
+	sub, err := c.s.openSubscription(c.ctx, c.caller, subKey(c.caller, c.addr), params)
 	if err != nil {
 		c.send(c.ctx, errorMessage(id, id, err))
 		return

@@ -35,19 +35,19 @@ func (s *Server) routes() *gin.Engine {
 	_ = r.SetTrustedProxies(nil)
 	r.ForwardedByClientIP = false
 
-	r.Use(s.requestID, s.observe, s.recover, s.cors)
+	r.Use(s.requestID, s.observe, s.recover, s.limitBodies, s.cors)
 	r.NoRoute(func(c *gin.Context) {
-		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", c.Request.Method, c.Request.URL.Path))
+		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", truncate(c.Request.Method, 16), truncate(c.Request.URL.Path, 256)))
 	})
 	r.NoMethod(func(c *gin.Context) {
-		s.writeError(c, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "Method %s is not allowed here; allowed: %s.", c.Request.Method, c.Writer.Header().Get("Allow")))
+		s.writeError(c, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "Method %s is not allowed here; allowed: %s.", truncate(c.Request.Method, 16), c.Writer.Header().Get("Allow")))
 	})
 
 	r.GET("/health", s.health)
 	r.HEAD("/health", s.health)
 	r.GET("/ready", s.ready)
 	r.HEAD("/ready", s.ready)
-	r.GET("/metrics", s.metricsHandler())
+	r.GET("/metrics", s.metricsAccess, s.metricsHandler())
 
 	s.authRoutes(r)
 	s.realtimeRoutes(r)
@@ -55,7 +55,7 @@ func (s *Server) routes() *gin.Engine {
 	s.triggerRoutes(r)
 	if s.webhooks != nil {
 		// Signed deliveries, not API calls: no API-key authentication.
-		r.POST("/webhooks/*name", gin.WrapH(s.webhooks))
+		r.POST("/webhooks/*name", s.budgetBody, gin.WrapH(s.webhooks))
 	}
 
 	db := r.Group(routeDatabase, s.authenticate, s.database)

@@ -442,6 +442,10 @@ func withIndex(err error, i int) error {
 // rxdbPush answers POST .../push: the response is the array of master
 // documents of the rows that conflicted ([] = all accepted).
 func (s *Server) rxdbPush(c *gin.Context, t *rxdbTarget) {
+	if err := s.checkMay(t.caller, t.collection+"/*", "write "+t.collection, writeOps...); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	body, err := s.readBody(c)
 	if err != nil {
 		s.writeError(c, err)

@@ -39,8 +39,18 @@ const (
 	DefaultShutdownTimeout = 10 * time.Second
 	// readHeaderTimeout stops slow-loris clients from holding connections.
 	readHeaderTimeout = 10 * time.Second
-	// idleTimeout closes idle keep-alive connections.
-	idleTimeout = 2 * time.Minute
+	// maxHeaderBytes bounds a request's line and headers (net/http's
+	// default is 1 MB): tokens and cookies fit many times over, and what a
+	// slow or hostile client can make a connection hold is 16 times less.
+	// Larger heads get 431.
+	maxHeaderBytes = 64 << 10
+	// DefaultReadTimeout bounds how long a request's headers and body may
+	// take to arrive: a client that trickles its body is cut off. It ends
+	// when the body has been read, so it bounds neither handlers nor
+	// streams.
+	DefaultReadTimeout = time.Minute
+	// DefaultIdleTimeout closes idle keep-alive connections.
+	DefaultIdleTimeout = 2 * time.Minute
 )
 
 // Config configures a Server.
@@ -56,6 +66,18 @@ type Config struct {
 	// MaxRequestBytes bounds a request body; larger bodies get 413
 	// REQUEST_TOO_LARGE. Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// ReadTimeout bounds how long a request's headers and body may take to
+	// arrive (zero: DefaultReadTimeout); a body that has not arrived by
+	// then is cut (400). Handlers and streams are not bounded by it.
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long (zero:
+	// DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxBodyBytesInFlight bounds the request body bytes all requests hold
+	// at once; a body read beyond it is refused with 503 UNAVAILABLE and
+	// Retry-After (zero: DefaultMaxBodyBytesInFlight, or MaxRequestBytes
+	// when that is larger; it may not be below MaxRequestBytes).
+	MaxBodyBytesInFlight int64
 	// ShutdownTimeout bounds the graceful part of Serve's shutdown. Zero
 	// means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -65,6 +87,10 @@ type Config struct {
 	// Registry is where the server registers its collectors and what
 	// /metrics serves. Nil means a new registry.
 	Registry *prometheus.Registry
+	// MetricsRequireKey makes GET /metrics require the admin key or a
+	// credential with the "metrics" role (401/403 otherwise). Off: /metrics
+	// is public (its labels come from fixed sets either way).
+	MetricsRequireKey bool
 	// Version is reported in logs.
 	Version string
 	// CORSOrigins are the browser origins allowed to call the API ("*"
@@ -120,6 +146,9 @@ type Server struct {
 	log             *slog.Logger
 	adminKeyHash    [32]byte
 	maxRequestBytes int64
+	readTimeout     time.Duration
+	idleTimeout     time.Duration
+	bodies          *bodyBudget
 	shutdownTimeout time.Duration
 	version         string
 	registry        *prometheus.Registry
@@ -131,6 +160,7 @@ type Server struct {
 	rules           atomic.Pointer[rules.Set]
 	rulesFile       string
 	metrics         *httpMetrics
+	metricsAuth     bool
 	rt              *realtimeServer
 	rxdb            RxDBConfig
 	triggers        *triggers.Service
@@ -158,6 +188,18 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = max(DefaultMaxBodyBytesInFlight, cfg.MaxRequestBytes)
+	}
+	if cfg.MaxBodyBytesInFlight < cfg.MaxRequestBytes {
+		return nil, fmt.Errorf("server: MaxBodyBytesInFlight (%d) is below MaxRequestBytes (%d): a largest request could never be read", cfg.MaxBodyBytesInFlight, cfg.MaxRequestBytes)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -169,6 +211,9 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		log:             cfg.Logger.With("component", "server"),
 		adminKeyHash:    keyHash,
 		maxRequestBytes: cfg.MaxRequestBytes,
+		readTimeout:     cfg.ReadTimeout,
+		idleTimeout:     cfg.IdleTimeout,
+		bodies:          &bodyBudget{max: cfg.MaxBodyBytesInFlight},
 		shutdownTimeout: cfg.ShutdownTimeout,
 		version:         cfg.Version,
 		registry:        cfg.Registry,
@@ -178,6 +223,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		rxdb:            cfg.RxDB,
 		triggers:        cfg.Triggers,
 		webhooks:        cfg.Webhooks,
+		metricsAuth:     cfg.MetricsRequireKey,
 	}
 	cursors, err := newCursorSealer(cfg.CursorKey)
 	if err != nil {
@@ -209,6 +255,9 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
+	if err := newBodyMetrics(cfg.Registry, s.bodies); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
 	if s.rt, err = newRealtimeServer(s, cfg.Realtime, cfg.Registry); err != nil {
 		return nil, fmt.Errorf("server: realtime: %w", err)
 	}
@@ -228,10 +277,16 @@ func (s *Server) Handler() http.Handler { return s.engine }
 // fails, or when in-flight requests had to be cut off at the timeout. Serve
 // closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// ReadTimeout bounds the arrival of a request's headers and body only:
+	// net/http lifts it once the body has been read to its end (at once
+	// for a request without one), so handlers and streams run as long as
+	// they need (TestBodies_ReadTimeoutSparesSlowHandlers).
 	srv := &http.Server{
 		Handler:           s.engine,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       idleTimeout,
+		ReadHeaderTimeout: min(readHeaderTimeout, s.readTimeout),
+		ReadTimeout:       s.readTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		IdleTimeout:       s.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		// Requests must outlive ctx so that shutdown can let them finish.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

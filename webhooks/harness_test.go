@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/collections"
@@ -105,12 +106,15 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if model == nil {
 		model = llm.Offline()
 	}
+	// One registry for the server and the runtime, as cmd/loom has it:
+	// /metrics shows both.
+	metrics := prometheus.NewRegistry()
 	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret,
-		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget})
+		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget, Registerer: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1,
+	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1, Registry: metrics,
 		// Idle keep-alive connections that never carried a request hold a
 		// graceful shutdown for 5 s (net/http StateNew): do not wait that long.
 		ShutdownTimeout: time.Second})

@@ -46,6 +46,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// unknownTool is the "tool" label of a tool call naming no registered tool.
+const unknownTool = "unknown"
+
+// toolLabel is the "tool" label of a tool call: the name when it is a
+// registered tool, else unknownTool. The name comes from a tool-call
+// document that its user (or the model) wrote, and each distinct label
+// value is a series kept for the life of the process.
+func (h *Handlers) toolLabel(name string) string {
+	if _, ok := h.tools.Get(name); ok {
+		return name
+	}
+	return unknownTool
+}
+
 // meteredModel counts a model's requests, latency and tokens.
 type meteredModel struct {
 	llm.Model

@@ -40,9 +40,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
 		if runErr != nil {
 			patch["status"], patch["error"] = "failed", runErr.Error()
-			h.m.toolRuns.WithLabelValues(str(tc, "toolName"), "failed").Inc()
+			h.m.toolRuns.WithLabelValues(h.toolLabel(str(tc, "toolName")), "failed").Inc()
 		} else {
-			h.m.toolRuns.WithLabelValues(str(tc, "toolName"), "success").Inc()
+			h.m.toolRuns.WithLabelValues(h.toolLabel(str(tc, "toolName")), "success").Inc()
 			b, err := json.Marshal(result)
 			if err != nil {
 				patch["status"], patch["error"] = "failed", "result is not JSON: "+err.Error()

@@ -143,8 +143,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Triggers:        trig,
 		Webhooks:        agentHandlers,
 		RxDB:            server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
-		Realtime:        server.RealtimeConfig{MaxStreamsPerIP: cfg.Limits.MaxStreamsPerIP},
 		CursorKey:       cursorKey,
+		Realtime: server.RealtimeConfig{
+			MaxStreamsPerIP:         cfg.Limits.MaxStreamsPerIP,
+			MaxSubscriptionsPerUser: cfg.Limits.MaxSubscriptionsPerUser,
+			MaxSubscriptionsTotal:   cfg.Limits.MaxSubscriptions,
+		},
+		MetricsRequireKey:    cfg.Metrics.RequireKey,
+		MaxBodyBytesInFlight: cfg.Limits.MaxBodyBytesInFlight,
+		ReadTimeout:          cfg.Limits.ReadTimeout.Duration,
+		IdleTimeout:          cfg.Limits.IdleTimeout.Duration,
 	})
 	if err != nil {
 		return err

@@ -51,6 +51,7 @@ type Config struct {
 	Tools    []tools.Def         `toml:"tool"`
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
+	Metrics  Metrics             `toml:"metrics"`
 	Indexes  []collections.Index `toml:"index"`
 }
 
@@ -183,6 +184,31 @@ type Limits struct {
 	// MaxStreamsPerIP bounds open WebSocket/SSE/pullStream connections per
 	// client address (0 = the server default, 1000; negative = off).
 	MaxStreamsPerIP int `toml:"max_streams_per_ip"`
+	// MaxSubscriptionsPerUser bounds the live realtime subscriptions of one
+	// user, or of one client address when anonymous, over all connections
+	// (0 = the server default, 200; negative = off). MaxSubscriptions
+	// bounds those of the whole server (0 = 10000; negative = off).
+	MaxSubscriptionsPerUser int `toml:"max_subscriptions_per_user"`
+	MaxSubscriptions        int `toml:"max_subscriptions"`
+	// MaxBodyBytesInFlight bounds the request body bytes all requests hold
+	// at once; beyond it a body is refused with 503 + Retry-After (0 = the
+	// server default, 64 MiB or max_request_bytes if larger; never below
+	// max_request_bytes).
+	MaxBodyBytesInFlight int64 `toml:"max_body_bytes_in_flight"`
+	// ReadTimeout bounds how long a request's headers and body may take to
+	// arrive (default 1m; a stalled body gets 400). Handlers and streams
+	// are not bounded by it.
+	ReadTimeout Duration `toml:"read_timeout"`
+	// IdleTimeout closes idle keep-alive connections (default 2m).
+	IdleTimeout Duration `toml:"idle_timeout"`
+}
+
+// Metrics configures GET /metrics.
+type Metrics struct {
+	// RequireKey makes /metrics require the admin key or a service key
+	// with the "metrics" role (default false: public, as Prometheus
+	// scrapes usually are; the labels come from fixed sets either way).
+	RequireKey bool `toml:"require_key"`
 }
 
 // Changes configures the change log.
@@ -322,6 +348,9 @@ func (c *Config) Validate() error {
 	}
 	if k := c.Security.CursorKey; k != "" && len(k) < MinCursorKeyBytes {
 		return fmt.Errorf("config: [security] cursor_key holds %d bytes, need at least %d", len(k), MinCursorKeyBytes)
+	}
+	if n := c.Limits.MaxBodyBytesInFlight; n < 0 || n > 0 && n < c.Limits.MaxRequestBytes {
+		return fmt.Errorf("config: [limits] max_body_bytes_in_flight (%d) must be at least max_request_bytes (%d)", n, c.Limits.MaxRequestBytes)
 	}
 	if int64(c.Limits.MaxDocumentBytes) > c.Limits.MaxRequestBytes {
 		return fmt.Errorf("config: [limits] max_document_bytes (%d) exceeds max_request_bytes (%d)", c.Limits.MaxDocumentBytes, c.Limits.MaxRequestBytes)

@@ -47,6 +47,13 @@ admin_key = "from-file"
 [limits]
 max_document_bytes = 2048
 max_request_bytes = 4096
+max_body_bytes_in_flight = 8192
+max_subscriptions_per_user = 7
+max_subscriptions = 70
+read_timeout = "5s"
+idle_timeout = "30s"
+[metrics]
+require_key = true
 [changes]
 retention = "2h"
 [[index]]
@@ -70,6 +77,9 @@ fields = ["sender", "createdAt"]
 	if cfg.Limits.MaxDocumentBytes != 2048 || cfg.Changes.Retention.Duration != 2*time.Hour {
 		t.Errorf("limits=%+v retention=%v", cfg.Limits, cfg.Changes.Retention)
 	}
+	if l := cfg.Limits; l.MaxBodyBytesInFlight != 8192 || l.ReadTimeout.Duration != 5*time.Second || l.IdleTimeout.Duration != 30*time.Second || !cfg.Metrics.RequireKey || l.MaxSubscriptionsPerUser != 7 || l.MaxSubscriptions != 70 {
+		t.Errorf("limits=%+v metrics=%+v", l, cfg.Metrics)
+	}
 	if got := cfg.Indexes[len(cfg.Indexes)-1]; got.Collection != "rooms/*/messages" {
 		t.Errorf("last index=%+v, want the configured one after the seed indexes", got)
 	}
@@ -82,6 +92,8 @@ func TestLoad_Errors(t *testing.T) {
 		{"bad duration", "[changes]\nretention = \"soon\"\n", "retention"},
 		{"bad index", "[[index]]\ncollection = \"a/b\"\nfields = [\"x\"]\n", "index"},
 		{"doc over request", "[limits]\nmax_document_bytes = 10\nmax_request_bytes = 5\n", "max_document_bytes"},
+		{"body budget below request", "[limits]\nmax_body_bytes_in_flight = 1024\n", "max_body_bytes_in_flight"},
+		{"zero read timeout", "[limits]\nread_timeout = \"0s\"\n", "read_timeout"},
 		{"syntax", "[auth\n", "loom.toml"},
 		{"short cursor key", "[security]\ncursor_key = \"short\"\n", "cursor_key"},
 		{"bad trusted proxy", "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"},

@@ -48,10 +48,42 @@ type Event struct {
 // IsSnapshot reports whether e is a snapshot page.
 func (e *Event) IsSnapshot() bool { return e.Change == nil }
 
-// item is a dispatched change with its type for this subscription.
+// item is a dispatched change with its type for this subscription. The
+// type is kept as a byte rather than a ChangeOp string: every subscription
+// allocates QueueSize items up front, and this makes them 16 bytes instead
+// of 24 (a third of a subscription's memory).
 type item struct {
 	c   *Change
-	typ collections.ChangeOp
+	typ opByte
+}
+
+// opByte is a ChangeOp in one byte.
+type opByte uint8
+
+const (
+	opByteCreate opByte = iota
+	opByteUpdate
+	opByteDelete
+)
+
+func opByteOf(op collections.ChangeOp) opByte {
+	switch op {
+	case collections.OpUpdate:
+		return opByteUpdate
+	case collections.OpDelete:
+		return opByteDelete
+	}
+	return opByteCreate
+}
+
+func (b opByte) op() collections.ChangeOp {
+	switch b {
+	case opByteUpdate:
+		return collections.OpUpdate
+	case opByteDelete:
+		return collections.OpDelete
+	}
+	return collections.OpCreate
 }
 
 // Subscription is one subscriber's stream. Next must be called from one
@@ -178,7 +210,7 @@ func (s *Subscription) offerLocked(c *Change) {
 		return
 	}
 	select {
-	case s.q <- item{c, typ}:
+	case s.q <- item{c, opByteOf(typ)}:
 	default:
 		if s.catching {
 			// The consumer is still reading the store; it will read these
@@ -281,7 +313,7 @@ func (s *Subscription) next(ctx context.Context, block bool) (Event, bool, error
 				continue
 			}
 			s.scanned = it.c.Seq
-			ev, ok, err := s.accept(ctx, it.c, it.typ)
+			ev, ok, err := s.accept(ctx, it.c, it.typ.op())
 			if err != nil {
 				return Event{}, false, s.end(err)
 			}
