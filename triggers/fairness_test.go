@@ -1,0 +1,147 @@
+package triggers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/triggers"
+)
+
+// keyedReceiver answers 500 to every delivery of chat "bad" while broken
+// and to the first attempt of every note (so each note needs a retry,
+// which the poller claims), 200 to everything else, and records the
+// message ids each chat got a 200 for, in arrival order.
+type keyedReceiver struct {
+	*receiver
+	mu     sync.Mutex
+	broken bool
+	ok     map[string][]string // chat (or "note") -> ids answered 200
+	tried  map[string]bool     // notes attempted once
+}
+
+func newKeyedReceiver(t *testing.T) *keyedReceiver {
+	kr := &keyedReceiver{receiver: newReceiver(t), broken: true, ok: map[string][]string{}, tried: map[string]bool{}}
+	kr.respond = func(r received, _ int) (int, http.Header) {
+		ev, _ := r.Body["event"].(map[string]any)
+		params, _ := ev["params"].(map[string]any)
+		chat, _ := params["chatId"].(string)
+		if chat == "" {
+			chat = "note"
+		}
+		id, _ := ev["id"].(string)
+		kr.mu.Lock()
+		defer kr.mu.Unlock()
+		if chat == "bad" && kr.broken {
+			return http.StatusInternalServerError, nil
+		}
+		if chat == "note" && !kr.tried[id] {
+			kr.tried[id] = true
+			return http.StatusServiceUnavailable, nil
+		}
+		kr.ok[chat] = append(kr.ok[chat], id)
+		return http.StatusOK, nil
+	}
+	return kr
+}
+
+func (kr *keyedReceiver) delivered(chat string) []string {
+	kr.mu.Lock()
+	defer kr.mu.Unlock()
+	return slices.Clone(kr.ok[chat])
+}
+
+func (kr *keyedReceiver) setBroken(b bool) {
+	kr.mu.Lock()
+	kr.broken = b
+	kr.mu.Unlock()
+}
+
+// waitDelivered waits until chat got a 200 for n ids.
+func (kr *keyedReceiver) waitDelivered(t *testing.T, chat string, n int, timeout time.Duration) []string {
+	t.Helper()
+	kr.waitFor(t, fmt.Sprintf("%d deliveries of %s", n, chat), timeout, func([]received) bool {
+		return len(kr.delivered(chat)) >= n
+	})
+	return kr.delivered(chat)
+}
+
+func msgIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%04d", prefix, i)
+	}
+	return ids
+}
+
+// One ordering key whose head keeps failing, flooded with far more rows
+// than the node may hold in memory, must not stop the deliveries of other
+// keys of the same trigger or of other triggers (whose retries the poller
+// must find behind the flood's due rows), before or after a restart; once
+// its receiver recovers, every row of the key is delivered once, in
+// commit order.
+func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
+	const maxHeld, flood = 40, 400
+	kr := newKeyedReceiver(t)
+	files := "[" + triggerJSON("chat", kr.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "retryPolicy": {"maxAttempts": 100, "initialBackoff": "100ms", "maxBackoff": "300ms"}`) +
+		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"initialBackoff": "100ms", "maxBackoff": "100ms"}}`, kr.srv.URL, testSecret) + "]"
+	cfg := triggers.Config{MaxHeld: maxHeld}
+	e := startEnv(t, files, cfg)
+
+	// The flood: one user's chat, committed in batches, in id order.
+	for b := 0; b < flood; b += 50 {
+		var ws []collections.Write
+		for i := b; i < b+50; i++ {
+			ws = append(ws, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/u1/chats/bad/messages/m%04d", i), Data: map[string]any{"i": i}})
+		}
+		if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kr.waitFor(t, "the failing head", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+
+	// Other users' chats and another trigger, committed after the flood.
+	others := func(round string) {
+		for c := 0; c < 3; c++ {
+			for i := 0; i < 5; i++ {
+				e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/%s%d/messages/m%04d", round, c, i), map[string]any{"i": i})
+			}
+		}
+		for i := 0; i < 5; i++ {
+			e.write(t, collections.WriteCreate, fmt.Sprintf("notes/%s%04d", round, i), map[string]any{"i": i})
+		}
+		for c := 0; c < 3; c++ {
+			chat := fmt.Sprintf("%s%d", round, c)
+			if got := kr.waitDelivered(t, chat, 5, 20*time.Second); !slices.Equal(got, msgIDs("m", 5)) {
+				t.Fatalf("chat %s got %v", chat, got)
+			}
+		}
+		kr.waitFor(t, "every note of "+round, 20*time.Second, func([]received) bool {
+			n := 0
+			for _, id := range kr.delivered("note") {
+				if id[0] == round[0] {
+					n++
+				}
+			}
+			return n == 5
+		})
+	}
+	others("a")
+
+	// A restart while the key is blocked: the node takes back its own rows
+	// of the key, and its head (waiting for a retry) must still get in.
+	e.stop()
+	e.start(t, cfg)
+	others("b")
+
+	kr.setBroken(false)
+	got := kr.waitDelivered(t, "bad", flood, 60*time.Second)
+	if !slices.Equal(got, msgIDs("m", flood)) {
+		t.Fatalf("the blocked key's deliveries after recovery (%d) are not its rows once each in commit order: %v", len(got), got)
+	}
+}
