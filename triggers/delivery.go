@@ -74,22 +74,25 @@ const (
 // dispatcher runs deliveries: concurrently for rows without an ordering
 // key, one at a time in commit order per (trigger, key) otherwise.
 //
-// What it holds in memory is bounded three ways: MaxHeld in all, keyCap
-// per ordering key and triggerCap per trigger. The per-key and per-trigger
-// shares keep one tenant's blocked key (a head row waiting for its retry
-// with thousands of rows queued behind it) or one flooded trigger from
-// taking the memory every other key and trigger needs. A row refused for
-// want of room is not lost: it stays pending and due in the outbox, and
-// the key's runner (refill) or the poller picks it up once there is room.
+// What it holds in memory is bounded four ways: MaxHeld in all, keyCap
+// per ordering key, originCap per origin (the top-level document a row's
+// document lives under: its tenant, see originOf) and triggerCap per
+// trigger. The shares keep one tenant's blocked key (a head row waiting
+// for its retry with thousands of rows queued behind it), one tenant's
+// many blocked keys, or one flooded trigger from taking the memory every
+// other key, tenant and trigger needs. A row refused for want of room is
+// not lost: it stays pending and due in the outbox, and the key's runner
+// (refill) or the poller picks it up once there is room.
 type dispatcher struct {
 	s   *Service
 	sem chan struct{} // bounds concurrent requests
 
-	keyCap, triggerCap int
+	keyCap, originCap, triggerCap int
 
 	mu        sync.Mutex
 	held      map[string]heldRow   // outbox row ids this node holds
 	byKey     map[string]int       // held rows per trigger + ordering key
+	byOrigin  map[string]int       // held rows per origin
 	byTrigger map[string]int       // held rows per trigger
 	keys      map[string]*keyQueue // per trigger + ordering key
 	inflight  int                  // attempts between begin and end
@@ -105,26 +108,36 @@ type dispatcher struct {
 }
 
 // heldRow is what a held row counts against.
-type heldRow struct{ trigger, key string }
+type heldRow struct{ trigger, key, origin string }
 
-// Shares of MaxHeld. A key needs few rows in memory (they are delivered
-// one at a time; the runner refills from the outbox when it has room), a
-// trigger more (its rows without a key run concurrently).
+// Shares of MaxHeld (by default 100 rows per key, 400 per tenant, 2,500
+// per trigger). A key needs few rows in memory: they are delivered one at
+// a time, and the runner refills from the outbox when it has room. A
+// tenant gets a few keys' worth, a trigger (whose rows without a key run
+// concurrently) a quarter. They are fixed fractions rather than settings:
+// what matters is that no one share can take the rest, and rows over a
+// share lose no more than a refill's or a poll's delay.
 func keyCapOf(maxHeld int) int {
 	return max(1, min(max(16, maxHeld/100), maxHeld/4))
 }
 
+func originCapOf(maxHeld int) int {
+	return max(keyCapOf(maxHeld), maxHeld/25)
+}
+
 func triggerCapOf(maxHeld int) int {
-	return max(1, maxHeld/4, min(maxHeld, 2*keyCapOf(maxHeld)))
+	return max(1, maxHeld/4, min(maxHeld, 2*originCapOf(maxHeld)))
 }
 
 func (d *dispatcher) init(s *Service) {
 	d.s = s
 	d.sem = make(chan struct{}, s.cfg.Workers)
 	d.keyCap = keyCapOf(s.cfg.MaxHeld)
+	d.originCap = originCapOf(s.cfg.MaxHeld)
 	d.triggerCap = triggerCapOf(s.cfg.MaxHeld)
 	d.held = map[string]heldRow{}
 	d.byKey = map[string]int{}
+	d.byOrigin = map[string]int{}
 	d.byTrigger = map[string]int{}
 	d.keys = map[string]*keyQueue{}
 	d.drained = make(chan struct{})
@@ -150,16 +163,17 @@ func (d *dispatcher) reserve(dl *Delivery, force bool) bool {
 	if _, ok := d.held[dl.ID]; ok {
 		return false
 	}
-	k := queueKey(dl)
+	k, o := queueKey(dl), originKey(dl.event)
 	if !force && (len(d.held) >= d.s.cfg.MaxHeld || d.byTrigger[dl.TriggerID] >= d.triggerCap ||
-		(k != "" && d.byKey[k] >= d.keyCap)) {
+		d.byOrigin[o] >= d.originCap || (k != "" && d.byKey[k] >= d.keyCap)) {
 		if q := d.keys[k]; q != nil {
 			q.spilled = true // the key's runner looks for it when it has room
 		}
 		return false
 	}
-	d.held[dl.ID] = heldRow{trigger: dl.TriggerID, key: k}
+	d.held[dl.ID] = heldRow{trigger: dl.TriggerID, key: k, origin: o}
 	d.byTrigger[dl.TriggerID]++
+	d.byOrigin[o]++
 	if k != "" {
 		d.byKey[k]++
 	}
@@ -179,6 +193,7 @@ func (d *dispatcher) releaseLocked(id string) {
 	}
 	delete(d.held, id)
 	decr(d.byTrigger, h.trigger)
+	decr(d.byOrigin, h.origin)
 	if h.key != "" {
 		decr(d.byKey, h.key)
 	}
@@ -415,32 +430,54 @@ func (d *dispatcher) refill(k string, q *keyQueue) bool {
 
 // swapIn takes the key's head row from the outbox when it is due (or
 // leased to this node) and not held here, whatever the shares, and gives
-// back the queue's last row if that put the node, the trigger or the key
-// over its share. The rows queued here wait for that head: without this a
-// head whose retry came due (or whose lease ended) could find no room left
-// but the room taken by the rows waiting for it.
+// back the queue's last row if that put the node, the trigger, the key or
+// the head's origin over its share (a key's rows may come from several
+// origins: the head's origin may then stay one row over while the head is
+// held). The rows queued here wait for that head: without this a head
+// whose retry came due (or whose lease ended) could find no room left but
+// the room taken by the rows waiting for it.
 func (d *dispatcher) swapIn(k string, q *keyQueue, head *collections.Document) bool {
 	now := time.Now()
 	if head == nil || !d.s.dueFor(head, now) || !d.s.takeOver(d.ctx, head, now, true) {
 		return false
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	over := len(d.held) > d.s.cfg.MaxHeld || d.byTrigger[q.trigger] > d.triggerCap || d.byKey[k] > d.keyCap
-	if over && q.jobs.Len() > 1 {
-		last := 0
-		for i, j := range q.jobs {
-			if j.d.Seq > q.jobs[last].d.Seq {
-				last = i
-			}
-		}
-		j := q.jobs[last]
-		heap.Remove(&q.jobs, last)
-		d.releaseLocked(j.d.ID)
-		// Still leased to this node: refill takes it back in its turn.
-		q.spilled = true
+	if j := d.evictLast(k, q, head); j != nil {
+		d.s.unlease(d.ctx, j)
 	}
 	return true
+}
+
+// evictLast removes the queue's last row when the node, the trigger, the
+// key or the head's origin is over its share; nil when nothing was.
+func (d *dispatcher) evictLast(k string, q *keyQueue, head *collections.Document) *job {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	over := len(d.held) > d.s.cfg.MaxHeld || d.byTrigger[q.trigger] > d.triggerCap || d.byKey[k] > d.keyCap ||
+		d.byOrigin[originKey(eventOf(head))] > d.originCap
+	if !over || q.jobs.Len() < 2 {
+		return nil
+	}
+	last := 0
+	for i, j := range q.jobs {
+		if j.d.Seq > q.jobs[last].d.Seq {
+			last = i
+		}
+	}
+	j := q.jobs[last]
+	heap.Remove(&q.jobs, last)
+	d.releaseLocked(j.d.ID)
+	q.spilled = true
+	return j
+}
+
+// unlease gives back this node's lease on a row it no longer holds, so the
+// row is due at once for whoever has room (if the write fails, the lease
+// simply runs out).
+func (s *Service) unlease(ctx context.Context, j *job) {
+	if !j.stored(ctx) {
+		return // its insert failed: the change is evaluated again
+	}
+	_, _ = s.patchRow(ctx, j.d, map[string]any{fOwner: nil, fNext: ms(time.Now())})
 }
 
 // keyQueue is the rows of one ordering key this node holds.
@@ -509,6 +546,12 @@ func (s *Service) keyRows(ctx context.Context, trigger, key string, after int64,
 		return nil, err
 	}
 	return res.Docs, nil
+}
+
+// eventOf is the event an outbox row carries.
+func eventOf(doc *collections.Document) map[string]any {
+	ev, _ := doc.Data[fPayload].(map[string]any)
+	return ev
 }
 
 // dueFor reports whether a pending row may be taken by this node now: its
@@ -806,10 +849,16 @@ func (s *Service) builtin(e *entry) bool {
 // database and first two path segments), hashed to keep the trigger state
 // small.
 func originOf(d *Delivery) string {
-	segs := strings.SplitN(str(d.event["path"]), "/", 3)
-	top := strings.Join(segs[:min(2, len(segs))], "/")
-	sum := sha256.Sum256([]byte(str(d.event["database"]) + "\x00" + top))
+	sum := sha256.Sum256([]byte(originKey(d.event)))
 	return hex.EncodeToString(sum[:8])
+}
+
+// originKey is the database and top-level document of an event's document
+// ("default\x00users/alice" for users/alice/chats/c1/messages/m1): in the
+// usual layout, the tenant it belongs to.
+func originKey(event map[string]any) string {
+	segs := strings.SplitN(str(event["path"]), "/", 3)
+	return str(event["database"]) + "\x00" + strings.Join(segs[:min(2, len(segs))], "/")
 }
 
 func attemptError(a Attempt) string {

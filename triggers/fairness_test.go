@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"github.com/loomdb/loom/triggers"
 )
 
-// keyedReceiver answers 500 to every delivery of chat "bad" while broken
+// keyedReceiver answers 500 to every delivery of a chat "bad*" while broken
 // and to the first attempt of every note (so each note needs a retry,
 // which the poller claims), 200 to everything else, and records the
 // message ids each chat got a 200 for, in arrival order.
@@ -37,7 +38,7 @@ func newKeyedReceiver(t *testing.T) *keyedReceiver {
 		id, _ := ev["id"].(string)
 		kr.mu.Lock()
 		defer kr.mu.Unlock()
-		if chat == "bad" && kr.broken {
+		if strings.HasPrefix(chat, "bad") && kr.broken {
 			return http.StatusInternalServerError, nil
 		}
 		if chat == "note" && !kr.tried[id] {
@@ -144,4 +145,69 @@ func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
 	if !slices.Equal(got, msgIDs("m", flood)) {
 		t.Fatalf("the blocked key's deliveries after recovery (%d) are not its rows once each in commit order: %v", len(got), got)
 	}
+}
+
+// One tenant with many ordering keys whose heads keep failing must not
+// take all the memory of the trigger they share with other tenants.
+func TestTenantWithManyBlockedKeysDoesNotStarveOthers(t *testing.T) {
+	const maxHeld, chats, perChat = 40, 30, 4
+	kr := newKeyedReceiver(t)
+	e := startEnv(t, "["+triggerJSON("chat", kr.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "retryPolicy": {"maxAttempts": 100, "initialBackoff": "100ms", "maxBackoff": "300ms"}`)+"]", triggers.Config{MaxHeld: maxHeld})
+	var ws []collections.Write
+	for i := 0; i < perChat; i++ {
+		for c := 0; c < chats; c++ {
+			ws = append(ws, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/u1/chats/bad%02d/messages/m%04d", c, i), Data: map[string]any{"i": i}})
+		}
+	}
+	if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kr.waitFor(t, "the failing heads", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	for c := 0; c < 3; c++ {
+		for i := 0; i < 5; i++ {
+			e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok%d/messages/m%04d", c, i), map[string]any{"i": i})
+		}
+	}
+	for c := 0; c < 3; c++ {
+		chat := fmt.Sprintf("ok%d", c)
+		if got := kr.waitDelivered(t, chat, 5, 20*time.Second); !slices.Equal(got, msgIDs("m", 5)) {
+			t.Fatalf("chat %s got %v", chat, got)
+		}
+	}
+	kr.setBroken(false)
+	for c := 0; c < chats; c++ {
+		chat := fmt.Sprintf("bad%02d", c)
+		if got := kr.waitDelivered(t, chat, perChat, 30*time.Second); !slices.Equal(got, msgIDs("m", perChat)) {
+			t.Fatalf("chat %s after recovery got %v", chat, got)
+		}
+	}
+}
+
+// A trigger flooded with deliveries its receiver never answers must not
+// take all the memory: another trigger's deliveries still start.
+func TestFloodedTriggerDoesNotStarveOthers(t *testing.T) {
+	const maxHeld, flood = 40, 100
+	slow := newReceiver(t)
+	release := make(chan struct{})
+	slow.respond = func(received, int) (int, http.Header) {
+		<-release
+		return http.StatusOK, nil
+	}
+	kr := newKeyedReceiver(t)
+	files := "[" + fmt.Sprintf(`{"triggerId": "slow", "collection": "slow", "events": ["create"], "url": %q, "secret": %q, "timeout": "5m"}`, slow.srv.URL, testSecret) +
+		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"initialBackoff": "100ms", "maxBackoff": "100ms"}}`, kr.srv.URL, testSecret) + "]"
+	e := startEnv(t, files, triggers.Config{MaxHeld: maxHeld})
+	t.Cleanup(func() { close(release) }) // before the service drains and the server closes
+	var ws []collections.Write
+	for i := 0; i < flood; i++ {
+		ws = append(ws, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("slow/s%04d", i), Data: map[string]any{"i": i}})
+	}
+	if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slow.waitFor(t, "the hanging requests", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	for i := 0; i < 5; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("notes/n%04d", i), map[string]any{"i": i})
+	}
+	kr.waitDelivered(t, "note", 5, 20*time.Second)
 }
