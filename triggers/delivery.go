@@ -85,7 +85,12 @@ const (
 // (refill) or the poller picks it up once there is room.
 type dispatcher struct {
 	s   *Service
-	sem chan struct{} // bounds concurrent requests
+	sem chan struct{} // bounds concurrent requests (Workers)
+	// Shares of the Workers one trigger and one origin may keep busy, so
+	// a receiver that hangs for one tenant's or one trigger's deliveries
+	// leaves workers for everyone else (guarded by mu).
+	triggerSem, originSem         map[string]*share
+	triggerWorkers, originWorkers int
 
 	keyCap, originCap, triggerCap int
 
@@ -132,6 +137,10 @@ func triggerCapOf(maxHeld int) int {
 func (d *dispatcher) init(s *Service) {
 	d.s = s
 	d.sem = make(chan struct{}, s.cfg.Workers)
+	d.triggerWorkers = max(1, s.cfg.Workers*3/4)
+	d.originWorkers = max(1, s.cfg.Workers/4)
+	d.triggerSem = map[string]*share{}
+	d.originSem = map[string]*share{}
 	d.keyCap = keyCapOf(s.cfg.MaxHeld)
 	d.originCap = originCapOf(s.cfg.MaxHeld)
 	d.triggerCap = triggerCapOf(s.cfg.MaxHeld)
@@ -205,6 +214,62 @@ func decr(m map[string]int, k string) {
 		return
 	}
 	m[k]--
+}
+
+// share is a semaphore of one trigger or origin, kept while used.
+type share struct {
+	ch   chan struct{}
+	refs int
+}
+
+// worker waits for a worker for a request of trigger and origin: a slot
+// of the origin's share, then of the trigger's, then of the Workers (always
+// in this order, and every slot is given back when the request ends, so
+// no wait can close a cycle). free gives them back; false when ctx ended.
+func (d *dispatcher) worker(ctx context.Context, trigger, origin string) (free func(), ok bool) {
+	d.mu.Lock()
+	so := d.shareOf(d.originSem, origin, d.originWorkers)
+	st := d.shareOf(d.triggerSem, trigger, d.triggerWorkers)
+	d.mu.Unlock()
+	sems := []chan struct{}{so.ch, st.ch, d.sem}
+	taken := 0
+	free = func() {
+		for _, c := range sems[:taken] {
+			<-c
+		}
+		d.mu.Lock()
+		d.unshare(d.originSem, origin)
+		d.unshare(d.triggerSem, trigger)
+		d.mu.Unlock()
+	}
+	for _, c := range sems {
+		select {
+		case c <- struct{}{}:
+			taken++
+		case <-ctx.Done():
+			free()
+			return nil, false
+		}
+	}
+	return free, true
+}
+
+func (d *dispatcher) shareOf(m map[string]*share, k string, n int) *share {
+	sh := m[k]
+	if sh == nil {
+		sh = &share{ch: make(chan struct{}, n)}
+		m[k] = sh
+	}
+	sh.refs++
+	return sh
+}
+
+func (d *dispatcher) unshare(m map[string]*share, k string) {
+	if sh := m[k]; sh != nil {
+		if sh.refs--; sh.refs <= 0 {
+			delete(m, k)
+		}
+	}
 }
 
 // full reports whether the node holds MaxHeld rows.
@@ -604,12 +669,11 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 		return s.finishWithoutAttempt(ctx, j, "signing secret: "+err.Error())
 	}
 
-	select {
-	case s.d.sem <- struct{}{}:
-	case <-ctx.Done():
+	free, ok := s.d.worker(ctx, d.TriggerID, originKey(d.event))
+	if !ok {
 		return done
 	}
-	defer func() { <-s.d.sem }()
+	defer free()
 	// A drain lets attempts already started finish; none starts after it.
 	if !s.d.begin() {
 		return done // shutting down: the row stays leased and is taken back at the next start

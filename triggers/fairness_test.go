@@ -211,3 +211,76 @@ func TestFloodedTriggerDoesNotStarveOthers(t *testing.T) {
 	}
 	kr.waitDelivered(t, "note", 5, 20*time.Second)
 }
+
+// hangingReceiver never answers the requests hang picks (until the test
+// ends) and answers 200 to the others.
+func hangingReceiver(t *testing.T, hang func(chat string) bool) (*receiver, chan struct{}) {
+	rc := newReceiver(t)
+	release := make(chan struct{})
+	rc.respond = func(r received, _ int) (int, http.Header) {
+		if hang(chatOf(r)) {
+			<-release
+		}
+		return http.StatusOK, nil
+	}
+	return rc, release
+}
+
+func chatOf(r received) string {
+	ev, _ := r.Body["event"].(map[string]any)
+	params, _ := ev["params"].(map[string]any)
+	chat, _ := params["chatId"].(string)
+	return chat
+}
+
+// waitAnswered waits until the receiver has seen a request for every
+// change of chat ("" for a trigger without chats) in want.
+func waitAnswered(t *testing.T, rc *receiver, chat string, want int) {
+	t.Helper()
+	rc.waitFor(t, fmt.Sprintf("%d requests of %q", want, chat), 20*time.Second, func(r []received) bool {
+		ids := map[string]bool{}
+		for _, x := range r {
+			if chatOf(x) == chat {
+				ids[x.ID] = true
+			}
+		}
+		return len(ids) >= want
+	})
+}
+
+// A receiver that hangs on every delivery of one trigger keeps at most
+// that trigger's share of the workers busy: another trigger's deliveries
+// still go out.
+func TestHangingTriggerLeavesWorkersForOthers(t *testing.T) {
+	slow, release := hangingReceiver(t, func(string) bool { return true })
+	fast := newReceiver(t)
+	files := "[" + fmt.Sprintf(`{"triggerId": "slow", "collection": "slow", "events": ["create"], "url": %q, "secret": %q, "timeout": "5m"}`, slow.srv.URL, testSecret) +
+		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q}`, fast.srv.URL, testSecret) + "]"
+	e := startEnv(t, files, triggers.Config{Workers: 4})
+	t.Cleanup(func() { close(release) }) // before the service drains
+	for i := 0; i < 20; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("slow/s%04d", i), map[string]any{"i": i})
+	}
+	slow.waitFor(t, "the hanging requests", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	for i := 0; i < 5; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("notes/n%04d", i), map[string]any{"i": i})
+	}
+	waitAnswered(t, fast, "", 5)
+}
+
+// A receiver that hangs on every delivery of one tenant (one user's many
+// chats) keeps at most that tenant's share of the workers busy: another
+// user's deliveries of the same trigger still go out.
+func TestHangingTenantLeavesWorkersForOthers(t *testing.T) {
+	rc, release := hangingReceiver(t, func(chat string) bool { return strings.HasPrefix(chat, "hang") })
+	e := startEnv(t, "["+triggerJSON("chat", rc.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "timeout": "5m"`)+"]", triggers.Config{Workers: 4})
+	t.Cleanup(func() { close(release) }) // before the service drains
+	for c := 0; c < 8; c++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u1/chats/hang%d/messages/m0000", c), map[string]any{"i": c})
+	}
+	rc.waitFor(t, "the hanging requests", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	for i := 0; i < 5; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok/messages/m%04d", i), map[string]any{"i": i})
+	}
+	waitAnswered(t, rc, "ok", 5)
+}
