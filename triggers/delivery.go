@@ -162,8 +162,8 @@ func queueKey(dl *Delivery) string {
 }
 
 // reserve marks a row as held by this node; false when it is held already
-// or there is no room for it: the node, its trigger or its ordering key
-// holds its share. force skips the shares: a key's runner takes its head
+// or there is no room for it: the node, its trigger, its origin or its
+// ordering key holds its share. force skips the shares: a key's runner takes its head
 // row that way (and gives back a row in exchange, see swapIn), so rows
 // waiting for their head can never keep the head out.
 func (d *dispatcher) reserve(dl *Delivery, force bool) bool {
