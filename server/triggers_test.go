@@ -568,6 +568,8 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 	e.put(t, "others/o1", `{"n":1}`)
 	e.waitDeliveries(t, "3 delivered", "triggerId=ext&status=delivered", func(ds []deliveryOut) bool { return len(ds) == 3 })
 	other.waitFor(t, "other delivery", hasDoc("o1"))
+	// The receiver answers before the attempt is recorded: wait for that too.
+	e.waitDeliveries(t, "other delivered", "triggerId=other&status=delivered", func(ds []deliveryOut) bool { return len(ds) == 1 })
 
 	page1, cur := e.deliveries(t, "triggerId=ext&status=delivered&limit=2")
 	if len(page1) != 2 || cur == "" {

@@ -26,8 +26,10 @@ const (
 	// disabledRecheck is how long a delivery of a disabled trigger waits
 	// before looking again (an enable wakes it at once).
 	disabledRecheck = time.Minute
-	// pollBatch bounds the rows one poll claims.
+	// pollBatch bounds the rows one poll claims (and is its page size).
 	pollBatch = 256
+	// pollScan bounds the due rows one poll looks at.
+	pollScan = 4 * pollBatch
 )
 
 // job is a delivery held by this node: in flight, queued behind its
@@ -71,46 +73,208 @@ const (
 
 // dispatcher runs deliveries: concurrently for rows without an ordering
 // key, one at a time in commit order per (trigger, key) otherwise.
+//
+// What it holds in memory is bounded four ways: MaxHeld in all, keyCap
+// per ordering key, originCap per origin (the top-level document a row's
+// document lives under: its tenant, see originOf) and triggerCap per
+// trigger. The shares keep one tenant's blocked key (a head row waiting
+// for its retry with thousands of rows queued behind it), one tenant's
+// many blocked keys, or one flooded trigger from taking the memory every
+// other key, tenant and trigger needs. A row refused for want of room is
+// not lost: it stays pending and due in the outbox, and the key's runner
+// (refill) or the poller picks it up once there is room.
 type dispatcher struct {
 	s   *Service
-	sem chan struct{} // bounds concurrent requests
+	sem chan struct{} // bounds concurrent requests (Workers)
+	// Shares of the Workers one trigger and one origin may keep busy, so
+	// a receiver that hangs for one tenant's or one trigger's deliveries
+	// leaves workers for everyone else (guarded by mu).
+	triggerSem, originSem         map[string]*share
+	triggerWorkers, originWorkers int
 
-	mu       sync.Mutex
-	held     map[string]bool      // outbox row ids this node holds
-	keys     map[string]*keyQueue // per trigger + ordering key
-	inflight int                  // attempts between begin and end
-	draining bool
-	drained  chan struct{} // closed when the last attempt ends during a drain
-	wg       sync.WaitGroup
-	ctx      context.Context
-	stop     context.CancelFunc
+	keyCap, originCap, triggerCap int
+
+	mu        sync.Mutex
+	held      map[string]heldRow   // outbox row ids this node holds
+	byKey     map[string]int       // held rows per trigger + ordering key
+	byOrigin  map[string]int       // held rows per origin
+	byTrigger map[string]int       // held rows per trigger
+	keys      map[string]*keyQueue // per trigger + ordering key
+	inflight  int                  // attempts between begin and end
+	draining  bool
+	drained   chan struct{} // closed when the last attempt ends during a drain
+	wg        sync.WaitGroup
+	ctx       context.Context
+	stop      context.CancelFunc
+
+	// pollFrom is where the next poll continues in the due rows (used by
+	// the poll loop only).
+	pollFrom string
+}
+
+// heldRow is what a held row counts against.
+type heldRow struct{ trigger, key, origin string }
+
+// Shares of MaxHeld (by default 100 rows per key, 400 per tenant, 2,500
+// per trigger). A key needs few rows in memory: they are delivered one at
+// a time, and the runner refills from the outbox when it has room. A
+// tenant gets a few keys' worth, a trigger (whose rows without a key run
+// concurrently) a quarter. They are fixed fractions rather than settings:
+// what matters is that no one share can take the rest, and rows over a
+// share lose no more than a refill's or a poll's delay.
+func keyCapOf(maxHeld int) int {
+	return max(1, min(max(16, maxHeld/100), maxHeld/4))
+}
+
+func originCapOf(maxHeld int) int {
+	return max(keyCapOf(maxHeld), maxHeld/25)
+}
+
+func triggerCapOf(maxHeld int) int {
+	return max(1, maxHeld/4, min(maxHeld, 2*originCapOf(maxHeld)))
 }
 
 func (d *dispatcher) init(s *Service) {
 	d.s = s
 	d.sem = make(chan struct{}, s.cfg.Workers)
-	d.held = map[string]bool{}
+	d.triggerWorkers = max(1, s.cfg.Workers*3/4)
+	d.originWorkers = max(1, s.cfg.Workers/4)
+	d.triggerSem = map[string]*share{}
+	d.originSem = map[string]*share{}
+	d.keyCap = keyCapOf(s.cfg.MaxHeld)
+	d.originCap = originCapOf(s.cfg.MaxHeld)
+	d.triggerCap = triggerCapOf(s.cfg.MaxHeld)
+	d.held = map[string]heldRow{}
+	d.byKey = map[string]int{}
+	d.byOrigin = map[string]int{}
+	d.byTrigger = map[string]int{}
 	d.keys = map[string]*keyQueue{}
 	d.drained = make(chan struct{})
 	d.ctx, d.stop = context.WithCancel(context.Background())
 }
 
-// reserve marks a row as held by this node; false when the node is full or
-// already holds it.
-func (d *dispatcher) reserve(id string) bool {
+// queueKey names the queue of an ordering key ("" for rows without one).
+func queueKey(dl *Delivery) string {
+	if dl.OrderingKey == "" {
+		return ""
+	}
+	return dl.TriggerID + "\x00" + dl.OrderingKey
+}
+
+// reserve marks a row as held by this node; false when it is held already
+// or there is no room for it: the node, its trigger, its origin or its
+// ordering key holds its share. force skips the shares: a key's runner takes its head
+// row that way (and gives back a row in exchange, see swapIn), so rows
+// waiting for their head can never keep the head out.
+func (d *dispatcher) reserve(dl *Delivery, force bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.held[id] || len(d.held) >= d.s.cfg.MaxHeld {
+	if _, ok := d.held[dl.ID]; ok {
 		return false
 	}
-	d.held[id] = true
+	k, o := queueKey(dl), originKey(dl.event)
+	if !force && (len(d.held) >= d.s.cfg.MaxHeld || d.byTrigger[dl.TriggerID] >= d.triggerCap ||
+		d.byOrigin[o] >= d.originCap || (k != "" && d.byKey[k] >= d.keyCap)) {
+		if q := d.keys[k]; q != nil {
+			q.spilled = true // the key's runner looks for it when it has room
+		}
+		return false
+	}
+	d.held[dl.ID] = heldRow{trigger: dl.TriggerID, key: k, origin: o}
+	d.byTrigger[dl.TriggerID]++
+	d.byOrigin[o]++
+	if k != "" {
+		d.byKey[k]++
+	}
 	return true
 }
 
 func (d *dispatcher) release(id string) {
 	d.mu.Lock()
-	delete(d.held, id)
+	d.releaseLocked(id)
 	d.mu.Unlock()
+}
+
+func (d *dispatcher) releaseLocked(id string) {
+	h, ok := d.held[id]
+	if !ok {
+		return
+	}
+	delete(d.held, id)
+	decr(d.byTrigger, h.trigger)
+	decr(d.byOrigin, h.origin)
+	if h.key != "" {
+		decr(d.byKey, h.key)
+	}
+}
+
+func decr(m map[string]int, k string) {
+	if m[k] <= 1 {
+		delete(m, k)
+		return
+	}
+	m[k]--
+}
+
+// share is a semaphore of one trigger or origin, kept while used.
+type share struct {
+	ch   chan struct{}
+	refs int
+}
+
+// worker waits for a worker for a request of trigger and origin: a slot
+// of the origin's share, then of the trigger's, then of the Workers (always
+// in this order, and every slot is given back when the request ends, so
+// no wait can close a cycle). free gives them back; false when ctx ended.
+func (d *dispatcher) worker(ctx context.Context, trigger, origin string) (free func(), ok bool) {
+	d.mu.Lock()
+	so := d.shareOf(d.originSem, origin, d.originWorkers)
+	st := d.shareOf(d.triggerSem, trigger, d.triggerWorkers)
+	d.mu.Unlock()
+	sems := []chan struct{}{so.ch, st.ch, d.sem}
+	taken := 0
+	free = func() {
+		for _, c := range sems[:taken] {
+			<-c
+		}
+		d.mu.Lock()
+		d.unshare(d.originSem, origin)
+		d.unshare(d.triggerSem, trigger)
+		d.mu.Unlock()
+	}
+	for _, c := range sems {
+		select {
+		case c <- struct{}{}:
+			taken++
+		case <-ctx.Done():
+			free()
+			return nil, false
+		}
+	}
+	return free, true
+}
+
+func (d *dispatcher) shareOf(m map[string]*share, k string, n int) *share {
+	sh := m[k]
+	if sh == nil {
+		sh = &share{ch: make(chan struct{}, n)}
+		m[k] = sh
+	}
+	sh.refs++
+	return sh
+}
+
+func (d *dispatcher) unshare(m map[string]*share, k string) {
+	if sh := m[k]; sh != nil {
+		if sh.refs--; sh.refs <= 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// full reports whether the node holds MaxHeld rows.
+func (d *dispatcher) full() bool {
+	return d.heldCount() >= d.s.cfg.MaxHeld
 }
 
 func (d *dispatcher) heldCount() int {
@@ -129,15 +293,15 @@ func (d *dispatcher) submit(j *job) {
 		}()
 		return
 	}
-	k := j.d.TriggerID + "\x00" + j.d.OrderingKey
+	k := queueKey(j.d)
 	d.mu.Lock()
 	q := d.keys[k]
 	start := q == nil
 	if start {
-		q = &keyQueue{}
+		q = &keyQueue{trigger: j.d.TriggerID, key: j.d.OrderingKey}
 		d.keys[k] = q
 	}
-	heap.Push(q, j)
+	heap.Push(&q.jobs, j)
 	d.mu.Unlock()
 	if !start {
 		d.wg.Done()
@@ -205,30 +369,41 @@ func (d *dispatcher) runOne(j *job) {
 // held by other nodes (or not yet picked up after a restart) are older
 // heads in the outbox: a row is only attempted when it is the oldest
 // pending row of its key there.
+//
+// The queue holds at most keyCap rows. Later rows of the key wait in the
+// outbox and are refilled from there in seq order once half of the held
+// ones are done, so a key whose head keeps failing holds a small, fixed
+// share of memory however many rows pile up behind it.
 func (d *dispatcher) runKey(k string, q *keyQueue) {
 	for {
-		d.mu.Lock()
-		if q.Len() == 0 {
-			delete(d.keys, k)
-			d.mu.Unlock()
+		j, refill, ok := d.nextOf(k, q)
+		if !ok {
 			return
 		}
-		j := (*q)[0]
-		d.mu.Unlock()
+		if refill {
+			if !d.refill(k, q) {
+				return
+			}
+			continue
+		}
 
 		// A row still being inserted is the head when no older row of its
 		// key is pending (older rows of this batch are ahead of it here).
 		head, err := d.s.keyHead(d.ctx, j.d)
-		if err != nil || (head != j.d.ID && (head != "" || j.inserted == nil)) {
+		headID := ""
+		if head != nil {
+			headID = head.ID
+		}
+		if err != nil || (headID != j.d.ID && (headID != "" || j.inserted == nil)) {
 			if err != nil && d.ctx.Err() == nil {
 				d.s.log.Warn("ordering key head lookup", "trigger", j.d.TriggerID, "err", err)
 			}
 			if err == nil && j.inserted == nil && !d.s.stillPending(d.ctx, j.d) {
 				// Finished elsewhere (another node took it over): drop it.
-				d.mu.Lock()
-				heap.Remove(q, indexOf(q, j))
-				d.mu.Unlock()
-				d.release(j.d.ID)
+				d.drop(q, j)
+				continue
+			}
+			if err == nil && d.swapIn(k, q, head) {
 				continue
 			}
 			// An older row of the key is pending elsewhere: wait for it
@@ -241,10 +416,7 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 		out := d.s.attempt(d.ctx, j)
 		switch out {
 		case done:
-			d.mu.Lock()
-			heap.Remove(q, indexOf(q, j))
-			d.mu.Unlock()
-			d.release(j.d.ID)
+			d.drop(q, j)
 		case retry:
 			if !d.s.sleep(d.ctx, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
 				return
@@ -253,21 +425,150 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 	}
 }
 
-// keyQueue is a min-heap of jobs by seq.
-type keyQueue []*job
+// nextOf returns the key's next row, or asks for a refill when rows of the
+// key were left in the outbox and half of the queue's share is free; ok is
+// false when the queue is done (it is then removed).
+func (d *dispatcher) nextOf(k string, q *keyQueue) (j *job, refill, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := q.jobs.Len()
+	if q.spilled && n <= d.keyCap/2 {
+		q.spilled = false
+		return nil, true, true
+	}
+	if n == 0 {
+		delete(d.keys, k)
+		return nil, false, false
+	}
+	return q.jobs[0], false, true
+}
 
-func (q keyQueue) Len() int           { return len(q) }
-func (q keyQueue) Less(i, j int) bool { return q[i].d.Seq < q[j].d.Seq }
-func (q keyQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *keyQueue) Push(x any)        { *q = append(*q, x.(*job)) }
-func (q *keyQueue) Pop() any {
+// drop removes a finished row from its queue and releases it.
+func (d *dispatcher) drop(q *keyQueue, j *job) {
+	d.mu.Lock()
+	if i := indexOf(&q.jobs, j); i >= 0 {
+		heap.Remove(&q.jobs, i)
+	}
+	d.releaseLocked(j.d.ID)
+	d.mu.Unlock()
+}
+
+// refill takes the key's due rows that follow the last one queued here
+// from the outbox, in seq order, up to the key's share. The queue stays
+// marked spilled only while a full page was found and taken from; rows it
+// cannot take now (leased elsewhere, no room) are the poller's. False when
+// the dispatcher stopped.
+func (d *dispatcher) refill(k string, q *keyQueue) bool {
+	d.mu.Lock()
+	var after int64
+	for _, j := range q.jobs {
+		after = max(after, j.d.Seq)
+	}
+	room := min(d.keyCap-d.byKey[k], collections.MaxLimit)
+	d.mu.Unlock()
+	if room <= 0 {
+		return true
+	}
+	docs, err := d.s.keyRows(d.ctx, q.trigger, q.key, after, room)
+	if err != nil {
+		if d.ctx.Err() != nil {
+			return false
+		}
+		d.s.log.Warn("refilling an ordering key from the outbox", "trigger", q.trigger, "err", err)
+		d.mu.Lock()
+		q.spilled = true
+		d.mu.Unlock()
+		return d.s.sleep(d.ctx, d.s.cfg.PollInterval)
+	}
+	now := time.Now()
+	took := 0
+	for _, doc := range docs {
+		if d.s.dueFor(doc, now) && d.s.takeOver(d.ctx, doc, now, false) {
+			took++
+		}
+	}
+	d.mu.Lock()
+	q.spilled = took > 0 && (q.spilled || len(docs) == room)
+	d.mu.Unlock()
+	return true
+}
+
+// swapIn takes the key's head row from the outbox when it is due (or
+// leased to this node) and not held here, whatever the shares, and gives
+// back the queue's last row if that put the node, the trigger, the key or
+// the head's origin over its share (a key's rows may come from several
+// origins: the head's origin may then stay one row over while the head is
+// held). The rows queued here wait for that head: without this a head
+// whose retry came due (or whose lease ended) could find no room left but
+// the room taken by the rows waiting for it.
+func (d *dispatcher) swapIn(k string, q *keyQueue, head *collections.Document) bool {
+	now := time.Now()
+	if head == nil || !d.s.dueFor(head, now) || !d.s.takeOver(d.ctx, head, now, true) {
+		return false
+	}
+	if j := d.evictLast(k, q, head); j != nil {
+		d.s.unlease(d.ctx, j)
+	}
+	return true
+}
+
+// evictLast removes the queue's last row when the node, the trigger, the
+// key or the head's origin is over its share; nil when nothing was.
+func (d *dispatcher) evictLast(k string, q *keyQueue, head *collections.Document) *job {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	over := len(d.held) > d.s.cfg.MaxHeld || d.byTrigger[q.trigger] > d.triggerCap || d.byKey[k] > d.keyCap ||
+		d.byOrigin[originKey(eventOf(head))] > d.originCap
+	if !over || q.jobs.Len() < 2 {
+		return nil
+	}
+	last := 0
+	for i, j := range q.jobs {
+		if j.d.Seq > q.jobs[last].d.Seq {
+			last = i
+		}
+	}
+	j := q.jobs[last]
+	heap.Remove(&q.jobs, last)
+	d.releaseLocked(j.d.ID)
+	q.spilled = true
+	return j
+}
+
+// unlease gives back this node's lease on a row it no longer holds, so the
+// row is due at once for whoever has room (if the write fails, the lease
+// simply runs out).
+func (s *Service) unlease(ctx context.Context, j *job) {
+	if !j.stored(ctx) {
+		return // its insert failed: the change is evaluated again
+	}
+	_, _ = s.patchRow(ctx, j.d, map[string]any{fOwner: nil, fNext: ms(time.Now())})
+}
+
+// keyQueue is the rows of one ordering key this node holds.
+type keyQueue struct {
+	trigger, key string
+	jobs         jobHeap
+	// spilled: rows of the key were refused for want of room and may
+	// wait in the outbox.
+	spilled bool
+}
+
+// jobHeap is a min-heap of jobs by seq.
+type jobHeap []*job
+
+func (q jobHeap) Len() int           { return len(q) }
+func (q jobHeap) Less(i, j int) bool { return q[i].d.Seq < q[j].d.Seq }
+func (q jobHeap) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *jobHeap) Push(x any)        { *q = append(*q, x.(*job)) }
+func (q *jobHeap) Pop() any {
 	old := *q
 	j := old[len(old)-1]
 	*q = old[:len(old)-1]
 	return j
 }
 
-func indexOf(q *keyQueue, j *job) int {
+func indexOf(q *jobHeap, j *job) int {
 	for i, x := range *q {
 		if x == j {
 			return i
@@ -276,26 +577,52 @@ func indexOf(q *keyQueue, j *job) int {
 	return -1
 }
 
-// keyHead returns the id of the oldest pending row of d's ordering key.
-func (s *Service) keyHead(ctx context.Context, d *Delivery) (string, error) {
+// keyHead returns the oldest pending row of d's ordering key (nil when
+// there is none).
+func (s *Service) keyHead(ctx context.Context, d *Delivery) (*collections.Document, error) {
+	docs, err := s.keyRows(ctx, d.TriggerID, d.OrderingKey, 0, 1)
+	if err != nil || len(docs) == 0 {
+		return nil, err
+	}
+	return docs[0], nil
+}
+
+// keyRows returns up to limit pending rows of an ordering key with a seq
+// after after, in seq order.
+func (s *Service) keyRows(ctx context.Context, trigger, key string, after int64, limit int) ([]*collections.Document, error) {
 	q := collections.Query{
 		Collection: outboxColl,
 		Filters: []collections.Filter{
-			{Field: fTrigger, Op: collections.OpEq, Value: d.TriggerID},
-			{Field: fKey, Op: collections.OpEq, Value: d.OrderingKey},
+			{Field: fTrigger, Op: collections.OpEq, Value: trigger},
+			{Field: fKey, Op: collections.OpEq, Value: key},
 			{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
 		},
 		OrderBy: []collections.Order{{Field: fSeq}},
-		Limit:   1,
+		Limit:   limit,
+	}
+	if after > 0 {
+		q.Filters = append(q.Filters, collections.Filter{Field: fSeq, Op: collections.OpGt, Value: after})
 	}
 	if err := q.Normalize(); err != nil {
-		return "", err
+		return nil, err
 	}
 	res, err := s.store.Query(ctx, SystemDB, q)
-	if err != nil || len(res.Docs) == 0 {
-		return "", err
+	if err != nil {
+		return nil, err
 	}
-	return res.Docs[0].ID, nil
+	return res.Docs, nil
+}
+
+// eventOf is the event an outbox row carries.
+func eventOf(doc *collections.Document) map[string]any {
+	ev, _ := doc.Data[fPayload].(map[string]any)
+	return ev
+}
+
+// dueFor reports whether a pending row may be taken by this node now: its
+// lease or retry wait is over, or it is leased to this node already.
+func (s *Service) dueFor(doc *collections.Document, now time.Time) bool {
+	return num(doc.Data[fNext]) <= ms(now) || str(doc.Data[fOwner]) == s.cfg.NodeID
 }
 
 // stillPending reports whether d's row is still pending at the version this
@@ -342,12 +669,11 @@ func (s *Service) attempt(ctx context.Context, j *job) outcome {
 		return s.finishWithoutAttempt(ctx, j, "signing secret: "+err.Error())
 	}
 
-	select {
-	case s.d.sem <- struct{}{}:
-	case <-ctx.Done():
+	free, ok := s.d.worker(ctx, d.TriggerID, originKey(d.event))
+	if !ok {
 		return done
 	}
-	defer func() { <-s.d.sem }()
+	defer free()
 	// A drain lets attempts already started finish; none starts after it.
 	if !s.d.begin() {
 		return done // shutting down: the row stays leased and is taken back at the next start
@@ -587,10 +913,16 @@ func (s *Service) builtin(e *entry) bool {
 // database and first two path segments), hashed to keep the trigger state
 // small.
 func originOf(d *Delivery) string {
-	segs := strings.SplitN(str(d.event["path"]), "/", 3)
-	top := strings.Join(segs[:min(2, len(segs))], "/")
-	sum := sha256.Sum256([]byte(str(d.event["database"]) + "\x00" + top))
+	sum := sha256.Sum256([]byte(originKey(d.event)))
 	return hex.EncodeToString(sum[:8])
+}
+
+// originKey is the database and top-level document of an event's document
+// ("default\x00users/alice" for users/alice/chats/c1/messages/m1): in the
+// usual layout, the tenant it belongs to.
+func originKey(event map[string]any) string {
+	segs := strings.SplitN(str(event["path"]), "/", 3)
+	return str(event["database"]) + "\x00" + strings.Join(segs[:min(2, len(segs))], "/")
 }
 
 func attemptError(a Attempt) string {
@@ -657,7 +989,12 @@ func (d *dispatcher) poll(ctx context.Context) {
 	}
 }
 
-// pollOnce claims up to pollBatch due rows.
+// pollOnce claims up to pollBatch due rows, looking at no more than
+// pollScan of them. Due rows it cannot take (held here already, or their
+// key or trigger holds its share) stay where they are, so each poll goes
+// on where the last one stopped and wraps around at the end: however many
+// rows one blocked key leaves due in the outbox, every due row is looked at
+// within a bounded number of polls, and a poll's work stays bounded.
 func (s *Service) pollOnce(ctx context.Context) error {
 	now := time.Now()
 	q := collections.Query{
@@ -669,19 +1006,38 @@ func (s *Service) pollOnce(ctx context.Context) error {
 		OrderBy: []collections.Order{{Field: fNext}},
 		Limit:   pollBatch,
 	}
+	q.StartAfter = s.d.pollFrom
 	if err := q.Normalize(); err != nil {
+		s.d.pollFrom = ""
 		return err
 	}
-	res, err := s.store.Query(ctx, SystemDB, q)
-	if err != nil {
-		return err
-	}
-	for _, doc := range res.Docs {
-		if !s.takeOver(ctx, doc, now) {
-			if s.d.heldCount() >= s.cfg.MaxHeld {
-				return nil
+	wrapped := q.StartAfter == ""
+	claimed, scanned := 0, 0
+	for claimed < pollBatch && scanned < pollScan && !s.d.full() {
+		res, err := s.store.Query(ctx, SystemDB, q)
+		if err != nil {
+			s.d.pollFrom = ""
+			return err
+		}
+		for _, doc := range res.Docs {
+			scanned++
+			if s.takeOver(ctx, doc, now, false) {
+				claimed++
 			}
 		}
+		if s.d.full() {
+			return nil // this page is looked at again when there is room
+		}
+		if res.NextCursor == "" {
+			// The end: the next page starts at the front again.
+			s.d.pollFrom, q.StartAfter = "", ""
+			if wrapped {
+				return nil
+			}
+			wrapped = true
+			continue
+		}
+		s.d.pollFrom, q.StartAfter = res.NextCursor, res.NextCursor
 	}
 	return nil
 }
@@ -709,7 +1065,7 @@ func (s *Service) adoptOwn(ctx context.Context) {
 		}
 		for _, doc := range res.Docs {
 			if str(doc.Data[fOwner]) == s.cfg.NodeID {
-				s.takeOver(ctx, doc, now)
+				s.takeOver(ctx, doc, now, false)
 			}
 		}
 		if res.NextCursor == "" {
@@ -720,8 +1076,9 @@ func (s *Service) adoptOwn(ctx context.Context) {
 }
 
 // takeOver claims one outbox row and starts it; false when it was not
-// taken (held already, full, or claimed by someone else).
-func (s *Service) takeOver(ctx context.Context, doc *collections.Document, now time.Time) bool {
+// taken (held already, no room, or claimed by someone else). force skips
+// the shares of the key and the trigger (see dispatcher.reserve).
+func (s *Service) takeOver(ctx context.Context, doc *collections.Document, now time.Time, force bool) bool {
 	d, err := decodeDelivery(doc)
 	if err != nil {
 		s.log.Error("skipping a malformed outbox row", "err", err)
@@ -735,7 +1092,7 @@ func (s *Service) takeOver(ctx context.Context, doc *collections.Document, now t
 		s.park(ctx, d, now)
 		return false
 	}
-	if !s.d.reserve(d.ID) {
+	if !s.d.reserve(d, force) {
 		return false
 	}
 	j := &job{d: d}

@@ -241,11 +241,12 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 	writes := make([]collections.Write, len(rows))
 	var jobs []*job
 	for i, d := range rows {
-		// Lease the new row to this node when it has room, so the first
-		// attempt needs no claim round-trip; otherwise the row waits,
-		// due at once, for a poller with room.
+		// Lease the new row to this node when it has room (for the row,
+		// its trigger and its ordering key), so the first attempt needs no
+		// claim round-trip; otherwise the row waits, due at once, for its
+		// key's runner or a poller with room.
 		d.NextAttemptAt = ms(now)
-		if e := s.entry(d.TriggerID); e != nil && s.d.reserve(d.ID) {
+		if e := s.entry(d.TriggerID); e != nil && s.d.reserve(d, false) {
 			lease := now.Add(e.c.Timeout + s.cfg.LeaseSlack)
 			d.owner = s.cfg.NodeID
 			d.NextAttemptAt = ms(lease)

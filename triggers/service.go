@@ -51,7 +51,10 @@ type Config struct {
 	// across restarts of the same node (so its own leases are taken back
 	// at once after a crash) and unique among nodes sharing a store.
 	NodeID string
-	// Workers bounds concurrent webhook requests.
+	// Workers bounds concurrent webhook requests. One trigger keeps at
+	// most 3/4 of them busy and one origin (see DisableOrigins) 1/4, so a
+	// receiver hanging on one trigger's or one tenant's deliveries leaves
+	// workers for the others.
 	Workers int
 	// LeaseSlack is added to a trigger's timeout to make a delivery lease.
 	LeaseSlack time.Duration
@@ -77,8 +80,13 @@ type Config struct {
 	// itself, and its deliveries going dead means a fault an admin must
 	// see, not a receiver that went away. The admin can still disable it.
 	BuiltinURL string
-	// MaxHeld bounds deliveries held in memory (in flight or waiting for a
-	// retry); beyond it new matches wait in the outbox for the poller.
+	// MaxHeld bounds deliveries held in memory (in flight, queued behind
+	// their ordering key, or a key's head waiting for its retry); beyond it
+	// new matches wait in the outbox for the poller. One ordering key holds
+	// at most max(16, MaxHeld/100) of them, one origin max(that,
+	// MaxHeld/25) and one trigger a quarter (at least two origins' worth),
+	// so no key, tenant or trigger can take the room the others need;
+	// their further rows wait in the outbox, in order, until there is room.
 	MaxHeld int
 	// RotationOverlap is how long the previous secret keeps signing after
 	// a rotation.
