@@ -85,15 +85,17 @@ func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *s
 		roles[name] = role
 	}
 	return webhooks.New(webhooks.Config{
-		Docs:          docs,
-		Model:         model,
-		Tools:         reg,
-		Roles:         roles,
-		Secret:        secret,
-		Registerer:    metrics,
-		MaxIterations: cfg.Agents.MaxIterations,
-		TokenBudget:   cfg.Agents.TokenBudget,
-		Logger:        logger,
+		Docs:               docs,
+		Model:              model,
+		Tools:              reg,
+		Roles:              roles,
+		Secret:             secret,
+		Registerer:         metrics,
+		MaxIterations:      cfg.Agents.MaxIterations,
+		TokenBudget:        cfg.Agents.TokenBudget,
+		UserTokensPerDay:   cfg.Agents.UserTokensPerDay,
+		UserConcurrentRuns: cfg.Agents.UserConcurrentRuns,
+		Logger:             logger,
 	})
 }
 
