@@ -141,7 +141,7 @@ func (h *Handlers) checkRuns(ctx context.Context, c chat, msg *collections.Docum
 		}
 	}
 	if len(runs) >= limit {
-		return &limitError{fmt.Sprintf("You already have %d requests in progress, the most at once; ask again when one has finished.", len(runs))}
+		return &limitError{fmt.Sprintf("Too many requests in progress (at most %d at once); ask again when one has finished.", limit)}
 	}
 	return nil
 }

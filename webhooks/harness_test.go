@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
+	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks"
@@ -51,6 +53,11 @@ type stackOpts struct {
 	model         llm.Model
 	maxIterations int
 	tokenBudget   int
+	// rules, when set, is the server's rules file (default: the shipped
+	// rules).
+	rules string
+	// Per-user limits (0: the runtime's defaults).
+	userTokensPerDay, userConcurrentRuns int
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -105,11 +112,22 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		model = llm.Offline()
 	}
 	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret,
-		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget})
+		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget,
+		UserTokensPerDay: o.userTokensPerDay, UserConcurrentRuns: o.userConcurrentRuns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1,
+	var ruleSet *rules.Set // nil: rules.Default(), the shipped rules
+	if o.rules != "" {
+		file := filepath.Join(dir, "security.toml")
+		if err := os.WriteFile(file, []byte(o.rules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ruleSet, err = rules.Load(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1, Rules: ruleSet,
 		// Idle keep-alive connections that never carried a request hold a
 		// graceful shutdown for 5 s (net/http StateNew): do not wait that long.
 		ShutdownTimeout: time.Second})
