@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -46,10 +47,7 @@ func (s sealer) sign(path string, data map[string]any, fields []string) string {
 	for i, f := range fields {
 		vals[i] = data[f]
 	}
-	// json.Marshal sorts map keys and writes a json.Number as its text, so
-	// the data the runtime wrote and the same data read back over the API
-	// encode alike.
-	b, err := json.Marshal(vals)
+	b, err := canonicalJSON(vals)
 	if err != nil {
 		return "" // never verifies
 	}
@@ -74,4 +72,23 @@ func (s sealer) valid(d *collections.Document, fields []string) bool {
 	got, _ := d.Data[sealField].(string)
 	want := s.sign(d.Path, d.Data, fields)
 	return got != "" && want != "" && hmac.Equal([]byte(got), []byte(want))
+}
+
+// canonicalJSON encodes v so that the data the runtime wrote and the same
+// data read back over the API encode alike: json.Marshal sorts map keys
+// and writes a json.Number as its text, and one decode-encode round trip
+// turns what the store would change (invalid UTF-8 becomes U+FFFD) into
+// what it stores.
+func canonicalJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var back any
+	if err := dec.Decode(&back); err != nil {
+		return nil, err
+	}
+	return json.Marshal(back)
 }
