@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -425,4 +426,51 @@ func TestAgents_ConcurrentRunsLimit(t *testing.T) {
 	if n := len(fake.reqs("orch")); n != 2 {
 		t.Fatalf("%d orchestrator requests, want 2", n)
 	}
+}
+
+// A burst of queries in several chats at once: the limit holds although
+// none of them has a task yet when they arrive (the orchestrator handles
+// one user's messages one at a time: on-user-message is ordered per user).
+func TestAgents_ConcurrentRunsLimitHoldsForABurst(t *testing.T) {
+	releaseOrch, releaseSub := make(chan struct{}), make(chan struct{})
+	freeOrch := sync.OnceFunc(func() { close(releaseOrch) })
+	freeSub := sync.OnceFunc(func() { close(releaseSub) })
+	t.Cleanup(freeOrch)
+	t.Cleanup(freeSub)
+	fake, model := newFake(t, script{
+		orch: func(n int, _ map[string]any) llmtest.Step {
+			if n == 0 {
+				<-releaseOrch
+			}
+			return delegate("general", "A long job.")
+		},
+		sub: func(int, map[string]any) llmtest.Step {
+			<-releaseSub
+			return llmtest.Step{Content: "Done."}
+		},
+	})
+	s := startStack(t, stackOpts{model: model, userConcurrentRuns: 1})
+	for _, c := range []string{"c1", "c2", "c3"} {
+		s.say(c, "m-"+c, "A long job")
+	}
+	s.waitFor("an orchestrator request", 15*time.Second, func() bool { return len(fake.reqs("orch")) >= 1 })
+	freeOrch()
+	s.waitFor("three replies", 15*time.Second, func() bool {
+		for _, c := range []string{"c1", "c2", "c3"} {
+			if s.get(s.chat(c)+"/messages/m-"+c+"-reply") == nil {
+				return false
+			}
+		}
+		return true
+	})
+	var refused int
+	for _, c := range []string{"c1", "c2", "c3"} {
+		if strings.HasPrefix(field(s.get(s.chat(c)+"/messages/m-"+c+"-reply"), "content"), "Too many requests in progress") {
+			refused++
+		}
+	}
+	if n := len(fake.reqs("orch")); n != 1 || refused != 2 {
+		t.Fatalf("%d orchestrator requests and %d refused queries, want 1 and 2\n%s", n, refused, s.dump())
+	}
+	freeSub()
 }
