@@ -46,7 +46,7 @@ func usagePath(uid string, t time.Time) string {
 // a limitError, before any request is sent, once the user's tokens of the
 // day are spent, and it adds what the call used to the user's usage.
 func (h *Handlers) complete(ctx context.Context, uid string, req llm.Request) (*llm.Response, error) {
-	if err := h.checkTokens(ctx, uid); err != nil {
+	if err := h.checkTokens(ctx, uid, promptEstimate(req)); err != nil {
 		return nil, err
 	}
 	res, err := h.model.Complete(ctx, req)
@@ -61,9 +61,12 @@ func (h *Handlers) complete(ctx context.Context, uid string, req llm.Request) (*
 }
 
 // checkTokens fails with a limitError when the user has used their tokens
-// of the day. A usage record the runtime could not have written (a
-// negative or non-integer count) counts as spent.
-func (h *Handlers) checkTokens(ctx context.Context, uid string) error {
+// of the day, or when a request whose prompt is estimated at prompt tokens
+// would go beyond them: a user's documents can make one prompt large (the
+// chat history, a long instruction), and usage is known only after the
+// call. A usage record the runtime could not have written (a negative or
+// non-integer count) counts as spent.
+func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64) error {
 	limit := h.cfg.UserTokensPerDay
 	if limit < 0 {
 		return nil
@@ -83,7 +86,24 @@ func (h *Handlers) checkTokens(ctx context.Context, uid string) error {
 	if used >= int64(limit) {
 		return &limitError{fmt.Sprintf("Daily token budget of %d tokens reached; resets at 00:00 UTC.", limit)}
 	}
+	if left := int64(limit) - used; prompt > left {
+		return &limitError{fmt.Sprintf("This request needs about %d tokens, more than the %d left of the daily token budget of %d tokens; it resets at 00:00 UTC.", prompt, left, limit)}
+	}
 	return nil
+}
+
+// promptEstimate estimates the prompt tokens of req from its text, at
+// four bytes a token (English prose; other scripts take more tokens per
+// byte, so this bounds the overshoot of one call rather than prevents it).
+func promptEstimate(req llm.Request) int64 {
+	var n int
+	for _, m := range req.Messages {
+		n += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.Name) + len(tc.Arguments)
+		}
+	}
+	return int64((n + 3) / 4)
 }
 
 // addUsage adds tokens to the user's usage record of the day, with

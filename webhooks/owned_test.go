@@ -88,7 +88,7 @@ func TestAgents_UserWritesOnlyUserMessages(t *testing.T) {
 	s.settle(10 * time.Second)
 	before := s.agentDocs()
 	sa := c + "/sub-agents/m1-t0"
-	usage := "users/" + s.user + "/agent-usage/" + time.Now().UTC().Format("2006-01-02")
+	usageDoc := "users/" + s.user + "/agent-usage/" + time.Now().UTC().Format("2006-01-02")
 
 	denied := []struct {
 		name, method, path string
@@ -110,7 +110,7 @@ func TestAgents_UserWritesOnlyUserMessages(t *testing.T) {
 		{"edit own message", "PATCH", c + "/messages/m1", map[string]any{"content": "edited"}},
 		{"delete a task", "DELETE", c + "/tasks/m1-t0", nil},
 		{"chat with a status", "PATCH", c, map[string]any{"status": "x"}},
-		{"usage record", "PATCH", usage, map[string]any{"tokens": 0}},
+		{"usage record", "PATCH", usageDoc, map[string]any{"tokens": 0}},
 		{"new usage record", "PUT", "users/" + s.user + "/agent-usage/2000-01-01", map[string]any{"tokens": 0}},
 	}
 	for _, d := range denied {
@@ -136,7 +136,7 @@ func TestAgents_UserWritesOnlyUserMessages(t *testing.T) {
 			t.Errorf("alice GET %s: %d %v", p, code, body)
 		}
 	}
-	if code, body := s.do("GET", "/api/v1/databases/default/documents/"+usage, alice, ""); code != 200 {
+	if code, body := s.do("GET", "/api/v1/databases/default/documents/"+usageDoc, alice, ""); code != 200 {
 		t.Errorf("alice GET her usage: %d %v", code, body)
 	}
 	if code := s.write("PATCH", c, alice, map[string]any{"title": "Arithmetic"}); code != 200 {
@@ -326,18 +326,28 @@ func TestAgents_LoweredIterationCountGivesNoExtraSteps(t *testing.T) {
 // The daily token budget: a query that would go over it is answered with
 // a clear message and sends no LLM request.
 func TestAgents_DailyTokenBudget(t *testing.T) {
-	fake, model := newFake(t, script{}) // 15 tokens per request
-	s := startStack(t, stackOpts{model: model, userTokensPerDay: 40})
+	fake, model := newFake(t, script{ // 1000 tokens per request
+		orch: func(int, map[string]any) llmtest.Step {
+			st := delegate("researcher", "Compute 6*7.")
+			st.Usage = usage(900, 100)
+			return st
+		},
+		sub: func(int, map[string]any) llmtest.Step { return llmtest.Step{Content: "42", Usage: usage(900, 100)} },
+		plain: func(int, map[string]any) llmtest.Step {
+			return llmtest.Step{Content: "It is 42.", Usage: usage(900, 100)}
+		},
+	})
+	s := startStack(t, stackOpts{model: model, userTokensPerDay: 2500})
 	s.say("c1", "m1", "What is 6*7?")
 	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
 	s.settle(10 * time.Second)
-	nreq := len(fake.Requests()) // orchestrator, sub-agent, summary: 45 tokens
+	nreq := len(fake.Requests()) // orchestrator, sub-agent, summary: 3000 tokens
 	if nreq != 3 {
 		t.Fatalf("%d LLM requests for the first query, want 3", nreq)
 	}
-	usage := "users/" + s.user + "/agent-usage/" + time.Now().UTC().Format("2006-01-02")
-	code, body := s.do("GET", "/api/v1/databases/default/documents/"+usage, s.token, "")
-	if code != 200 || fmt.Sprint(body["tokens"]) != "45" {
+	usageDoc := "users/" + s.user + "/agent-usage/" + time.Now().UTC().Format("2006-01-02")
+	code, body := s.do("GET", "/api/v1/databases/default/documents/"+usageDoc, s.token, "")
+	if code != 200 || fmt.Sprint(body["tokens"]) != "3000" {
 		t.Fatalf("usage record as the user: %d %v", code, body)
 	}
 
@@ -345,7 +355,7 @@ func TestAgents_DailyTokenBudget(t *testing.T) {
 	s.waitFor("the reply", 15*time.Second, func() bool { return s.get(s.chat("c2")+"/messages/m2-reply") != nil })
 	s.settle(10 * time.Second)
 	reply := s.get(s.chat("c2") + "/messages/m2-reply")
-	if want := "Daily token budget of 40 tokens reached; resets at 00:00 UTC."; field(reply, "content") != want || field(reply, "status") != "failed" {
+	if want := "Daily token budget of 2500 tokens reached; resets at 00:00 UTC."; field(reply, "content") != want || field(reply, "status") != "failed" {
 		t.Fatalf("reply %v, want content %q", reply.Data, want)
 	}
 	if n := len(fake.Requests()); n != nreq {
@@ -360,21 +370,26 @@ func TestAgents_DailyTokenBudget(t *testing.T) {
 // The budget runs out in the middle of a sub-agent's work: the task fails
 // with the reason, the chat says so, and no further request is sent.
 func TestAgents_TokenBudgetStopsARun(t *testing.T) {
-	fake, model := newFake(t, script{
+	fake, model := newFake(t, script{ // 1000 tokens per request
+		orch: func(int, map[string]any) llmtest.Step {
+			st := delegate("researcher", "Keep adding.")
+			st.Usage = usage(900, 100)
+			return st
+		},
 		sub: func(n int, _ map[string]any) llmtest.Step {
-			return llmtest.Step{ToolCalls: []llm.ToolCall{call(fmt.Sprintf("call_%d", n), "calculator", `{"expression":"1+1"}`)}}
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call(fmt.Sprintf("call_%d", n), "calculator", `{"expression":"1+1"}`)}, Usage: usage(900, 100)}
 		},
 	})
-	s := startStack(t, stackOpts{model: model, userTokensPerDay: 40})
+	s := startStack(t, stackOpts{model: model, userTokensPerDay: 2500})
 	s.say("c1", "m1", "Keep adding")
 	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
 	s.settle(10 * time.Second)
 
-	// orchestrator 15, steps 30 and 45: the next step is refused.
+	// orchestrator 1000, steps 2000 and 3000: the next step is refused.
 	if n := len(fake.reqs("sub")); n != 2 {
 		t.Fatalf("%d sub-agent requests, want 2", n)
 	}
-	want := "Daily token budget of 40 tokens reached; resets at 00:00 UTC."
+	want := "Daily token budget of 2500 tokens reached; resets at 00:00 UTC."
 	if task := s.get(s.chat("c1") + "/tasks/m1-t0"); field(task, "status") != "failed" || field(task, "error") != want {
 		t.Fatalf("task %v", task.Data)
 	}
@@ -473,4 +488,23 @@ func TestAgents_ConcurrentRunsLimitHoldsForABurst(t *testing.T) {
 		t.Fatalf("%d orchestrator requests and %d refused queries, want 1 and 2\n%s", n, refused, s.dump())
 	}
 	freeSub()
+}
+
+// A query whose prompt alone would go beyond what is left of the budget is
+// refused before the call: usage is only known afterwards, and one user
+// message can make a prompt large.
+func TestAgents_TokenBudgetBoundsOnePrompt(t *testing.T) {
+	fake, model := newFake(t, script{})
+	s := startStack(t, stackOpts{model: model, userTokensPerDay: 500})
+	s.say("c1", "m1", strings.Repeat("very long question ", 1000)) // ~19000 bytes
+	s.waitFor("the reply", 15*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m1-reply") != nil })
+	s.settle(10 * time.Second)
+	reply := s.get(s.chat("c1") + "/messages/m1-reply")
+	if c := field(reply, "content"); !strings.HasPrefix(c, "This request needs about ") || !strings.Contains(c, "more than the 500 left of the daily token budget of 500 tokens") {
+		t.Fatalf("reply %q", c)
+	}
+	if n := len(fake.Requests()); n != 0 {
+		t.Fatalf("%d LLM requests, want none", n)
+	}
+	s.noRetries()
 }
