@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/collections"
@@ -44,8 +45,9 @@ type stack struct {
 	store collections.Store
 	trig  *triggers.Service
 	URL   string
-	user  string // the signed-up user's uid
-	token string // and access token
+	user  string               // the signed-up user's uid
+	token string               // and access token
+	reg   *prometheus.Registry // the agent runtime's metrics
 	stop  func()
 }
 
@@ -111,7 +113,8 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if model == nil {
 		model = llm.Offline()
 	}
-	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret,
+	metrics := prometheus.NewRegistry()
+	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret, Registerer: metrics,
 		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget,
 		UserTokensPerDay: o.userTokensPerDay, UserConcurrentRuns: o.userConcurrentRuns})
 	if err != nil {
@@ -140,7 +143,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	tctx, tcancel := context.WithCancel(context.Background())
 	tdone := make(chan struct{})
 	go func() { defer close(tdone); _ = trig.Run(tctx) }()
-	s := &stack{t: t, store: st, trig: trig, URL: url}
+	s := &stack{t: t, store: st, trig: trig, URL: url, reg: metrics}
 	s.stop = func() {
 		cancel()
 		<-served

@@ -53,9 +53,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
 		if runErr != nil {
 			patch["status"], patch["error"] = "failed", runErr.Error()
-			h.m.toolRuns.WithLabelValues(str(tc, "toolName"), "failed").Inc()
+			h.m.toolRuns.WithLabelValues(h.toolLabel(str(tc, "toolName")), "failed").Inc()
 		} else {
-			h.m.toolRuns.WithLabelValues(str(tc, "toolName"), "success").Inc()
+			h.m.toolRuns.WithLabelValues(h.toolLabel(str(tc, "toolName")), "success").Inc()
 			b, err := json.Marshal(result)
 			if err != nil {
 				patch["status"], patch["error"] = "failed", "result is not JSON: "+err.Error()
@@ -106,6 +106,16 @@ func (h *Handlers) mayRun(ctx context.Context, c chat, sa, tool string) error {
 	return nil
 }
 
+// toolLabel is the tool label of a metric: the tool's name if it is
+// registered, else "unknown" (the model or a forged document picks the
+// name, and every label value is a time series kept for good).
+func (h *Handlers) toolLabel(name string) string {
+	if _, ok := h.tools.Get(name); ok {
+		return name
+	}
+	return "unknown"
+}
+
 // errToolRefused is a tool call the runtime does not run.
 var errToolRefused = errors.New("refused")
 
@@ -116,7 +126,7 @@ func (h *Handlers) refuseToolCall(ctx context.Context, tc *collections.Document)
 	if str(tc, "status") != "pending" {
 		return nil
 	}
-	h.m.toolRuns.WithLabelValues(str(tc, "toolName"), "refused").Inc()
+	h.m.toolRuns.WithLabelValues(h.toolLabel(str(tc, "toolName")), "refused").Inc()
 	_, err := h.docs.Update(ctx, tc.Path, map[string]any{
 		"status": "failed", "error": "refused: the agent runtime did not create this tool call",
 	}, tc.Version)
