@@ -424,7 +424,6 @@ func TestAgents_ConcurrentRunsLimit(t *testing.T) {
 			close(release)
 		}
 	}
-	t.Cleanup(free)
 	fake, model := newFake(t, script{
 		sub: func(n int, _ map[string]any) llmtest.Step {
 			if n == 0 {
@@ -434,6 +433,7 @@ func TestAgents_ConcurrentRunsLimit(t *testing.T) {
 		},
 	})
 	s := startStack(t, stackOpts{model: model, userConcurrentRuns: 1})
+	t.Cleanup(free) // before the fake server's Close, which waits for the blocked request
 	s.say("c1", "m1", "A long job")
 	s.waitFor("the first task running", 15*time.Second, func() bool {
 		return field(s.get(s.chat("c1")+"/tasks/m1-t0"), "status") == "running" && len(fake.reqs("sub")) == 1
@@ -465,8 +465,6 @@ func TestAgents_ConcurrentRunsLimitHoldsForABurst(t *testing.T) {
 	releaseOrch, releaseSub := make(chan struct{}), make(chan struct{})
 	freeOrch := sync.OnceFunc(func() { close(releaseOrch) })
 	freeSub := sync.OnceFunc(func() { close(releaseSub) })
-	t.Cleanup(freeOrch)
-	t.Cleanup(freeSub)
 	fake, model := newFake(t, script{
 		orch: func(n int, _ map[string]any) llmtest.Step {
 			if n == 0 {
@@ -480,6 +478,8 @@ func TestAgents_ConcurrentRunsLimitHoldsForABurst(t *testing.T) {
 		},
 	})
 	s := startStack(t, stackOpts{model: model, userConcurrentRuns: 1})
+	t.Cleanup(freeOrch) // before the fake server's Close, which waits for blocked requests
+	t.Cleanup(freeSub)
 	for _, c := range []string{"c1", "c2", "c3"} {
 		s.say(c, "m-"+c, "A long job")
 	}
