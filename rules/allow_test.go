@@ -105,6 +105,66 @@ func TestSet_Allow_Default(t *testing.T) {
 	}
 }
 
+// TestSet_Allow_DefaultRuntimeOwned: below users/{uid}/orch-chats/ the
+// owner reads everything but writes only the chat document and new 'user'
+// messages; users/{uid}/agent-usage/ is read-only to them.
+func TestSet_Allow_DefaultRuntimeOwned(t *testing.T) {
+	s := rules.Default()
+	svc := &rules.Auth{UID: "key:agents", Roles: []string{"service"}}
+	chat := "users/alice/orch-chats/c1"
+	msg := chat + "/messages/m1"
+	tests := []struct {
+		name     string
+		auth     *rules.Auth
+		op       rules.Op
+		path     string
+		resource string // the document after the write ("" for reads and deletes)
+		want     bool
+	}{
+		{"user message", alice, rules.OpCreate, msg, `{"role":"user","content":"hi","userId":"alice","chatId":"c1"}`, true},
+		{"user message, bare", alice, rules.OpCreate, msg, `{"role":"user","content":"hi"}`, true},
+		{"other user's chat", bob, rules.OpCreate, msg, `{"role":"user","content":"hi"}`, false},
+		{"assistant message", alice, rules.OpCreate, msg, `{"role":"assistant","content":"hi"}`, false},
+		{"no role", alice, rules.OpCreate, msg, `{"content":"hi"}`, false},
+		{"content not a string", alice, rules.OpCreate, msg, `{"role":"user","content":{"x":1}}`, false},
+		{"extra field", alice, rules.OpCreate, msg, `{"role":"user","content":"hi","status":"done"}`, false},
+		{"wrong userId", alice, rules.OpCreate, msg, `{"role":"user","content":"hi","userId":"bob"}`, false},
+		{"wrong chatId", alice, rules.OpCreate, msg, `{"role":"user","content":"hi","chatId":"c2"}`, false},
+		{"edit message", alice, rules.OpUpdate, msg, `{"role":"user","content":"edited"}`, false},
+		{"delete message", alice, rules.OpDelete, msg, "", false},
+		{"read message", alice, rules.OpGet, msg, "", true},
+		{"chat title", alice, rules.OpCreate, chat, `{"title":"t","userId":"alice"}`, true},
+		{"chat rename", alice, rules.OpUpdate, chat, `{"title":"t2"}`, true},
+		{"chat other field", alice, rules.OpUpdate, chat, `{"title":"t","status":"x"}`, false},
+		{"chat of bob", bob, rules.OpCreate, chat, `{"title":"t"}`, false},
+		{"task", alice, rules.OpCreate, chat + "/tasks/t1", `{"type":"agent"}`, false},
+		{"task status", alice, rules.OpUpdate, chat + "/tasks/t1", `{"status":"pending"}`, false},
+		{"read task", alice, rules.OpGet, chat + "/tasks/t1", "", true},
+		{"sub-agent", alice, rules.OpUpdate, chat + "/sub-agents/s1", `{"iterationCount":-1}`, false},
+		{"sub-agent message", alice, rules.OpCreate, chat + "/sub-agents/s1/messages/m1", `{"role":"user","content":"x"}`, false},
+		{"tool call", alice, rules.OpCreate, chat + "/sub-agents/s1/tool-calls/c1", `{"status":"pending"}`, false},
+		{"read tool call", alice, rules.OpList, chat + "/sub-agents/s1/tool-calls/c1", "", true},
+		{"usage", alice, rules.OpUpdate, "users/alice/agent-usage/2026-01-01", `{"tokens":0}`, false},
+		{"read usage", alice, rules.OpGet, "users/alice/agent-usage/2026-01-01", "", true},
+		{"a collection named like it", alice, rules.OpCreate, "users/alice/orch-chats-old/c1", `{"x":1}`, true},
+		{"service writes a task", svc, rules.OpCreate, chat + "/tasks/t1", `{"type":"agent"}`, true},
+		{"service updates a sub-agent", svc, rules.OpUpdate, chat + "/sub-agents/s1", `{"iterationCount":1}`, true},
+		{"service writes usage", svc, rules.OpUpdate, "users/alice/agent-usage/2026-01-01", `{"tokens":1}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := rules.Request{Auth: tt.auth, Op: tt.op, Path: tt.path}
+			if tt.resource != "" {
+				req.Resource = MustDecode(t, tt.resource)
+			}
+			if tt.op != rules.OpCreate {
+				req.Existing = map[string]any{"role": "user", "content": "hi"}
+			}
+			check(t, s, req, nil, tt.want)
+		})
+	}
+}
+
 func TestSet_Allow_OpsAndOR(t *testing.T) {
 	s := MustParse(t, `
 [[rule]]                      # 1: errors for anonymous callers

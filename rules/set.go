@@ -227,15 +227,35 @@ func (s *Set) may(auth *Auth, segs []string, ops ...Op) bool {
 	return false
 }
 
-// DefaultSource is the TOML of the built-in rules: a signed-in user may read
-// and write every document below users/{their uid}/ (not users/{uid} itself:
-// {rest=**} needs at least one segment), and so may a service key with the
-// "service" role (the agent runtime's handlers write into users' chats).
-// Everything else is denied, which leaves it to the admin key.
-const DefaultSource = `[[rule]]
+// DefaultSource is the TOML of the built-in rules (shipped, with comments,
+// as security.toml): a signed-in user may read every document below
+// users/{their uid}/ (not users/{uid} itself: {rest=**} needs at least one
+// segment) and write every one except the agent runtime's: in a chat below
+// users/{uid}/orch-chats/ a user may only write the chat document and create
+// their own 'user' messages, and users/{uid}/agent-usage/ is read-only. A
+// service key with the "service" role (the agent runtime's handlers) may
+// read and write everything below users/. Everything else is denied, which
+// leaves it to the admin key.
+const DefaultSource = `
+[[rule]]
 match = "users/{userId}/{rest=**}"
-allow = ["read", "write"]
+allow = ["read"]
 if    = "request.auth != null && request.auth.uid == userId"
+
+[[rule]]
+match = "users/{userId}/{rest=**}"
+allow = ["write"]
+if    = "request.auth != null && request.auth.uid == userId && !rest.startsWith('orch-chats/') && !rest.startsWith('agent-usage/')"
+
+[[rule]]
+match = "users/{userId}/orch-chats/{chatId}"
+allow = ["create", "update"]
+if    = "request.auth != null && request.auth.uid == userId && request.resource.data.all(k, k in ['title', 'userId']) && (!('userId' in request.resource.data) || request.resource.data.userId == userId)"
+
+[[rule]]
+match = "users/{userId}/orch-chats/{chatId}/messages/{messageId}"
+allow = ["create"]
+if    = "request.auth != null && request.auth.uid == userId && request.resource.data.role == 'user' && type(request.resource.data.content) == string && request.resource.data.all(k, k in ['role', 'content', 'userId', 'chatId']) && (!('userId' in request.resource.data) || request.resource.data.userId == userId) && (!('chatId' in request.resource.data) || request.resource.data.chatId == chatId)"
 
 [[rule]]
 match = "users/{userId}/{rest=**}"

@@ -71,15 +71,21 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	if str(task, "type") != "agent" {
 		return nil
 	}
+	if !h.seals.valid(task, taskSeal) {
+		// Only the orchestrator plans tasks; this one was written by
+		// someone else (a rules file that lets users write tasks).
+		h.log.Warn("agent-init: ignoring a task the runtime did not create", "path", task.Path)
+		return nil
+	}
 	sa := task.ID // one sub-agent per task, named after it
 	role := h.roleOf(task)
-	if _, err := h.createOnce(ctx, c.subAgent(sa), map[string]any{
+	if _, err := h.createOnce(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
 		"userId": c.uid, "chatId": c.id, "taskId": task.ID, "role": role, "status": "active",
 		"iterationCount": 0, "tokenBudget": h.cfg.TokenBudget, "tokensUsed": 0,
-	}); err != nil {
+	}, subAgentSeal)); err != nil {
 		return err
 	}
-	if _, err := h.createOnce(ctx, c.subMessages(sa)+"/"+msgID(0), map[string]any{
+	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "system", "content": h.cfg.Roles[role].SystemPrompt, "seq": 0,
 	}); err != nil {
 		return err
@@ -93,10 +99,18 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
-	_, err = h.createOnce(ctx, c.subMessages(sa)+"/"+msgID(1), map[string]any{
+	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,
 	})
 	return err
+}
+
+// createSubMessage creates (once) the sub-agent message data describes, at
+// the id its seq gives, sealed.
+func (h *Handlers) createSubMessage(ctx context.Context, c chat, sa string, data map[string]any) (*collections.Document, error) {
+	seq, _ := collections.Int64(data["seq"])
+	path := c.subMessages(sa) + "/" + msgID(seq)
+	return h.createOnce(ctx, path, h.seals.seal(path, data, subMessageSeal))
 }
 
 // agentLoop runs one LLM step of a sub-agent when a user or tool message
@@ -115,6 +129,12 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	agent, err := h.getOpt(ctx, c.subAgent(sa))
 	if err != nil || agent == nil {
 		return err
+	}
+	if !h.seals.valid(agent, subAgentSeal) || !h.seals.valid(ev.Doc, subMessageSeal) {
+		// Only agent-init starts sub-agents and only the runtime writes
+		// their messages: this one was written by someone else.
+		h.log.Warn("agent-loop: ignoring a sub-agent or message the runtime did not write", "path", ev.Path)
+		return nil
 	}
 	msgs, err := h.subMessages(ctx, c, sa)
 	if err != nil {
@@ -141,13 +161,23 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	if err != nil {
 		return err
 	}
-	if int(num(agent, "iterationCount")) >= h.cfg.MaxIterations {
+	if !h.seals.valid(task, taskSeal) {
+		return nil // see agentInit: not a task of the runtime's
+	}
+	if steps, ok := stepsTaken(agent, msgs); !ok {
+		return h.finishTask(ctx, c, sa, agent, task, "", "the sub-agent's iteration count is invalid")
+	} else if steps >= int64(h.cfg.MaxIterations) {
 		return h.finishTask(ctx, c, sa, agent, task, "", fmt.Sprintf("max iterations (%d) reached", h.cfg.MaxIterations))
 	}
 	if num(agent, "contextTokens") > int64(h.cfg.TokenBudget) {
-		if agent, err = h.compress(ctx, c, sa, agent, msgs); err != nil {
+		compressed, err := h.compress(ctx, c, sa, agent, msgs)
+		if le, ok := asLimit(err); ok {
+			return h.finishTask(ctx, c, sa, agent, task, "", le.msg)
+		}
+		if err != nil {
 			return err
 		}
+		agent = compressed
 	}
 	role := h.roleOf(task)
 	toolDefs := []llm.Tool{askUserTool}
@@ -156,7 +186,10 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 			toolDefs = append(toolDefs, llm.Tool{Name: d.Name, Description: d.Description, Parameters: d.InputSchema})
 		}
 	}
-	res, err := h.model.Complete(ctx, llm.Request{Messages: buildContext(agent, msgs), Tools: toolDefs})
+	res, err := h.complete(ctx, c.uid, llm.Request{Messages: buildContext(agent, msgs), Tools: toolDefs})
+	if le, ok := asLimit(err); ok {
+		return h.finishTask(ctx, c, sa, agent, task, "", le.msg)
+	}
 	if permanentModelError(err) {
 		// Retrying the same request cannot help: end the task so the user
 		// hears about it instead of waiting on dead deliveries.
@@ -177,15 +210,17 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	if len(calls) > 0 {
 		data["toolCalls"] = calls
 	}
-	step, err := h.docs.Create(ctx, c.subMessages(sa)+"/"+msgID(seq), data)
+	stepPath := c.subMessages(sa) + "/" + msgID(seq)
+	step, err := h.docs.Create(ctx, stepPath, h.seals.seal(stepPath, data, subMessageSeal))
 	if errors.Is(err, collections.ErrAlreadyExists) {
 		return nil // another delivery wrote this step
 	}
 	if err != nil {
 		return err
 	}
+	steps, _ := stepsTaken(agent, msgs)
 	agent, err = h.docs.Update(ctx, agent.Path, map[string]any{
-		"iterationCount": num(agent, "iterationCount") + 1,
+		"iterationCount": steps + 1,
 		"tokensUsed":     num(agent, "tokensUsed") + int64(res.Usage.TotalTokens),
 		"contextTokens":  res.Usage.PromptTokens,
 	}, 0)
@@ -213,14 +248,36 @@ func (h *Handlers) subMessages(ctx context.Context, c chat, sa string) ([]*colle
 		if err != nil {
 			return nil, err
 		}
-		if sys != nil {
+		if sys != nil && h.seals.valid(sys, subMessageSeal) {
 			msgs = append(msgs, sys)
 		}
 	}
 	for i := len(desc) - 1; i >= 0; i-- {
-		msgs = append(msgs, desc[i])
+		// Only the runtime's messages are the sub-agent's conversation.
+		if h.seals.valid(desc[i], subMessageSeal) {
+			msgs = append(msgs, desc[i])
+		}
 	}
 	return msgs, nil
+}
+
+// stepsTaken is how many LLM steps a sub-agent has taken: its
+// iterationCount, but never less than the assistant messages it has
+// written, so a count lowered by someone else grants no extra steps. ok is
+// false when the count is not one the runtime writes (negative or not an
+// integer).
+func stepsTaken(agent *collections.Document, msgs []*collections.Document) (steps int64, ok bool) {
+	n, ok := collections.Int64(agent.Data["iterationCount"])
+	if !ok || n < 0 {
+		return 0, false
+	}
+	var written int64
+	for _, m := range msgs {
+		if str(m, "role") == "assistant" {
+			written++
+		}
+	}
+	return max(n, written), true
 }
 
 // pendingCalls reports whether the last assistant message has tool calls
@@ -302,7 +359,8 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		if d, ok := h.tools.Get(tc.Name); ok {
 			data["visibility"] = d.Visibility
 		}
-		if _, err := h.createOnce(ctx, c.toolCalls(sa)+"/"+toolCallID(tc.ID), data); err != nil {
+		path := c.toolCalls(sa) + "/" + toolCallID(tc.ID)
+		if _, err := h.createOnce(ctx, path, h.seals.seal(path, data, toolCallSeal)); err != nil {
 			return err
 		}
 	}
@@ -398,10 +456,13 @@ func (h *Handlers) compress(ctx context.Context, c chat, sa string, agent *colle
 			fmt.Fprintf(&b, "  called %s(%s)\n", tc.Name, tc.Arguments)
 		}
 	}
-	res, err := h.model.Complete(ctx, llm.Request{Messages: []llm.Message{
+	res, err := h.complete(ctx, c.uid, llm.Request{Messages: []llm.Message{
 		{Role: "system", Content: "Summarise this agent conversation for the agent itself: keep facts, results, decisions and open questions. Be brief."},
 		{Role: "user", Content: b.String()},
 	}})
+	if _, ok := asLimit(err); ok {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("compress: %w", err)
 	}

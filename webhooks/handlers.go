@@ -67,7 +67,15 @@ type Config struct {
 	// hold the largest event, a document and its previous state, or that
 	// document's deliveries are refused on every attempt.
 	MaxBody int64
-	Logger  *slog.Logger
+	// UserTokensPerDay bounds the LLM tokens one user's runs use per UTC
+	// day (0: DefaultUserTokensPerDay; negative: no limit, so one user can
+	// spend without bound).
+	UserTokensPerDay int
+	// UserConcurrentRuns bounds a user's queries in progress at once (0:
+	// DefaultUserConcurrentRuns; negative: no limit).
+	UserConcurrentRuns int
+
+	Logger *slog.Logger
 	// Registerer receives the runtime's metrics (nil: not exported).
 	Registerer prometheus.Registerer
 }
@@ -81,6 +89,7 @@ type Handlers struct {
 	wh     *standardwebhooks.Webhook
 	log    *slog.Logger
 	m      *metrics
+	seals  sealer
 	routes map[string]func(context.Context, *Event) error
 }
 
@@ -113,6 +122,12 @@ func New(cfg Config) (*Handlers, error) {
 		cfg.History = DefaultHistory
 	}
 	cfg.MaxBody = max(cfg.MaxBody, DefaultMaxBody)
+	if cfg.UserTokensPerDay == 0 {
+		cfg.UserTokensPerDay = DefaultUserTokensPerDay
+	}
+	if cfg.UserConcurrentRuns == 0 {
+		cfg.UserConcurrentRuns = DefaultUserConcurrentRuns
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,7 +139,7 @@ func New(cfg Config) (*Handlers, error) {
 		return nil, fmt.Errorf("webhooks: metrics: %w", err)
 	}
 	h := &Handlers{cfg: cfg, docs: cfg.Docs, model: meteredModel{Model: cfg.Model, m: m}, tools: cfg.Tools, wh: wh,
-		log: cfg.Logger.With("component", "agents"), m: m}
+		log: cfg.Logger.With("component", "agents"), m: m, seals: newSealer(cfg.Secret)}
 	h.routes = map[string]func(context.Context, *Event) error{
 		"orchestrator":          h.orchestrator,
 		"agent-init":            h.agentInit,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
+	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks"
@@ -43,8 +45,9 @@ type stack struct {
 	store collections.Store
 	trig  *triggers.Service
 	URL   string
-	user  string // the signed-up user's uid
-	token string // and access token
+	user  string               // the signed-up user's uid
+	token string               // and access token
+	reg   *prometheus.Registry // the agent runtime's metrics
 	stop  func()
 }
 
@@ -52,6 +55,11 @@ type stackOpts struct {
 	model         llm.Model
 	maxIterations int
 	tokenBudget   int
+	// rules, when set, is the server's rules file (default: the shipped
+	// rules).
+	rules string
+	// Per-user limits (0: the runtime's defaults).
+	userTokensPerDay, userConcurrentRuns int
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -106,15 +114,24 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	if model == nil {
 		model = llm.Offline()
 	}
-	// One registry for the server and the runtime, as cmd/loom has it:
-	// /metrics shows both.
 	metrics := prometheus.NewRegistry()
-	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret,
-		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget, Registerer: metrics})
+	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret, Registerer: metrics,
+		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget,
+		UserTokensPerDay: o.userTokensPerDay, UserConcurrentRuns: o.userConcurrentRuns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1, Registry: metrics,
+	var ruleSet *rules.Set // nil: rules.Default(), the shipped rules
+	if o.rules != "" {
+		file := filepath.Join(dir, "security.toml")
+		if err := os.WriteFile(file, []byte(o.rules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if ruleSet, err = rules.Load(file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1, Registry: metrics, Rules: ruleSet,
 		// Idle keep-alive connections that never carried a request hold a
 		// graceful shutdown for 5 s (net/http StateNew): do not wait that long.
 		ShutdownTimeout: time.Second})
@@ -127,7 +144,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	tctx, tcancel := context.WithCancel(context.Background())
 	tdone := make(chan struct{})
 	go func() { defer close(tdone); _ = trig.Run(tctx) }()
-	s := &stack{t: t, store: st, trig: trig, URL: url}
+	s := &stack{t: t, store: st, trig: trig, URL: url, reg: metrics}
 	s.stop = func() {
 		cancel()
 		<-served

@@ -12,11 +12,12 @@ import (
 
 var toolLabelRE = regexp.MustCompile(`loom_agent_tool_runs_total\{outcome="[a-z]+",tool="([^"]*)"\}`)
 
-// TestMetrics_ToolLabelsFromRegistry: a user writes tool calls naming
-// tools that do not exist (as anyone may, below users/{uid}/): /metrics
-// counts them under tool="unknown", never under the name they chose.
+// TestMetrics_ToolLabelsFromRegistry: under a rules file that lets users
+// write tool calls, a user writes tool calls naming tools that do not
+// exist: /metrics counts them under tool="unknown", never under the name
+// they chose (the runtime refuses to run them: it did not create them).
 func TestMetrics_ToolLabelsFromRegistry(t *testing.T) {
-	s := startStack(t, stackOpts{})
+	s := startStack(t, stackOpts{rules: permissiveRules})
 	calls := s.chat("c1") + "/sub-agents/sa1/tool-calls"
 	for _, id := range []string{"t1", "t2", "t3"} {
 		body, _ := json.Marshal(map[string]any{"doc": map[string]any{
@@ -39,7 +40,7 @@ func TestMetrics_ToolLabelsFromRegistry(t *testing.T) {
 		for _, m := range toolLabelRE.FindAllStringSubmatch(string(b), -1) {
 			labels = append(labels, m[1])
 		}
-		return strings.Contains(string(b), `loom_agent_tool_runs_total{outcome="failed",tool="unknown"} 3`) ||
+		return strings.Contains(string(b), `loom_agent_tool_runs_total{outcome="refused",tool="unknown"} 3`) ||
 			len(labels) > 0 && labels[0] != "unknown"
 	})
 	for _, l := range labels {

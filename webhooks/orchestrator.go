@@ -62,16 +62,28 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		if err != nil {
 			return err
 		}
-		res, err := h.model.Complete(ctx, llm.Request{
-			Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
-			Tools:    h.orchestratorTools(),
-		})
+		err = h.checkRuns(ctx, c, msg)
+		var res *llm.Response
+		if err == nil {
+			res, err = h.complete(ctx, c.uid, llm.Request{
+				Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
+				Tools:    h.orchestratorTools(),
+			})
+		}
+		if le, ok := asLimit(err); ok {
+			// A limit of the user's: say so once, in the chat, and stop.
+			_, err = h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
+				"userId": c.uid, "chatId": c.id, "role": "assistant", "replyTo": msg.ID, "status": "failed",
+				"kind": "limit", "content": le.msg,
+			}, chatMessageSeal))
+			return err
+		}
 		if permanentModelError(err) {
 			// Tell the user rather than retry a request that cannot succeed.
-			_, err = h.createOnce(ctx, replyPath, map[string]any{
+			_, err = h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
 				"userId": c.uid, "chatId": c.id, "role": "assistant", "replyTo": msg.ID, "status": "failed",
 				"content": "Sorry, the model could not answer: " + err.Error(), "model": h.model.Name(),
-			})
+			}, chatMessageSeal))
 			return err
 		}
 		if err != nil {
@@ -91,13 +103,19 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		if len(plan) > 0 {
 			status = "delegated"
 		}
-		reply, err = h.createOnce(ctx, replyPath, map[string]any{
+		reply, err = h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
 			"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 			"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
-		})
+		}, chatMessageSeal))
 		if err != nil {
 			return err
 		}
+	}
+	if !h.seals.valid(reply, chatMessageSeal) {
+		// Someone else wrote the reply (a rules file that lets users write
+		// assistant messages): its plan is not the model's.
+		h.log.Warn("orchestrator: ignoring a reply the runtime did not write", "path", reply.Path)
+		return nil
 	}
 	plan, _ := reply.Data["plan"].([]any)
 	for i, p := range plan {
@@ -131,6 +149,9 @@ func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Doc
 		if role != "user" && role != "assistant" {
 			continue
 		}
+		if role == "assistant" && !h.seals.valid(d, chatMessageSeal) {
+			continue // not the runtime's: the model must not take it for its own words
+		}
 		seen = seen || d.ID == msg.ID
 		out = append(out, llm.Message{Role: role, Content: str(d, "content")})
 	}
@@ -161,7 +182,7 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 			instr = str(msg, "content")
 		}
 		base["type"], base["name"], base["instruction"] = "agent", "agent:"+agent, instr
-		_, err := h.createOnce(ctx, path, base)
+		_, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
 		return err
 	case "run_tool":
 		tool, _ := args["name"].(string)
@@ -170,8 +191,8 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 			toolArgs = []byte("{}")
 		}
 		base["type"], base["name"], base["instruction"], base["status"] = "tool", "tool:"+tool, string(toolArgs), "running"
-		task, err := h.createOnce(ctx, path, base)
-		if err != nil || str(task, "status") != "running" {
+		task, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
+		if err != nil || str(task, "status") != "running" || !h.seals.valid(task, taskSeal) {
 			return err
 		}
 		result, runErr := h.tools.Run(ctx, tool, string(toolArgs), toolsCall(c.uid))
@@ -189,7 +210,7 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		// task so the user sees it.
 		base["type"], base["name"], base["instruction"], base["status"] = "tool", "tool:"+name, argsText, "failed"
 		base["error"] = fmt.Sprintf("unknown orchestrator tool %q", name)
-		_, err := h.createOnce(ctx, path, base)
+		_, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
 		return err
 	}
 }
@@ -198,32 +219,21 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 // chat that waits for the user, as its answer.
 func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.Document) (bool, error) {
 	// A redelivery finds the message routed already.
-	tasks, err := h.docs.Query(ctx, collections.Query{
-		Collection: c.tasks(),
-		Filters:    []collections.Filter{eq("status", "waiting")},
-		Limit:      1,
-	})
+	task, err := h.firstTask(ctx, c, eq("status", "waiting"))
 	if err != nil {
 		return false, err
 	}
-	var task *collections.Document
-	if len(tasks) > 0 {
-		task = tasks[0]
-	} else {
+	if task == nil {
 		// Routed before a crash: the task is running again; find it by the
 		// answer it got.
-		routed, err := h.docs.Query(ctx, collections.Query{
-			Collection: c.tasks(),
-			Filters:    []collections.Filter{eq("answerMessageId", msg.ID)},
-			Limit:      1,
-		})
-		if err != nil || len(routed) == 0 {
+		if task, err = h.firstTask(ctx, c, eq("answerMessageId", msg.ID)); err != nil || task == nil {
 			return false, err
 		}
-		task = routed[0]
 	}
-	sa := str(task, "subAgentId")
-	if sa == "" {
+	// A task's sub-agent is named after it (agentInit); subAgentId only
+	// says it has started.
+	sa := task.ID
+	if str(task, "type") != "agent" || str(task, "subAgentId") != sa {
 		return false, nil
 	}
 	// Wake the sub-agent before its new message triggers the loop.
@@ -247,11 +257,26 @@ func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.
 	if err != nil {
 		return false, err
 	}
-	_, err = h.createOnce(ctx, answerPath, map[string]any{
+	_, err = h.createOnce(ctx, answerPath, h.seals.seal(answerPath, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(msg, "content"),
 		"seq": seq, "chatMessageId": msg.ID,
-	})
+	}, subMessageSeal))
 	return true, err
+}
+
+// firstTask returns the first task of the chat that matches f and that
+// the runtime created, or nil.
+func (h *Handlers) firstTask(ctx context.Context, c chat, f collections.Filter) (*collections.Document, error) {
+	tasks, err := h.docs.Query(ctx, collections.Query{Collection: c.tasks(), Filters: []collections.Filter{f}, Limit: 20})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		if h.seals.valid(t, taskSeal) {
+			return t, nil
+		}
+	}
+	return nil, nil
 }
 
 // nextFreeSeq returns the seq after a sub-agent's last message and after

@@ -126,7 +126,7 @@ func TestAgents_LongIDsDoNotPoisonTheRuntime(t *testing.T) {
 			return llmtest.Step{ToolCalls: []llm.ToolCall{call(longCall, "calculator", `{"expression":"6*7"}`)}}
 		},
 	})
-	s := startStack(t, stackOpts{model: model})
+	s := startStack(t, stackOpts{model: model, userTokensPerDay: -1, userConcurrentRuns: -1})
 	alice := s.user
 
 	var ids []string
@@ -231,7 +231,7 @@ func TestAgents_ContentFailuresAreRecordedNotRetried(t *testing.T) {
 			return llmtest.Step{Content: big(map[string]any{"role": "assistant"})}
 		},
 	})
-	s := startStack(t, stackOpts{model: model})
+	s := startStack(t, stackOpts{model: model, userTokensPerDay: -1, userConcurrentRuns: -1})
 
 	s.say("c1", "huge", big(map[string]any{"role": "user", "content": "", "userId": s.user, "chatId": "c1"}))
 	s.say("c2", "short", "short question")
@@ -306,7 +306,7 @@ func TestAgents_RefusedCompressionFailsTheTask(t *testing.T) {
 			return llmtest.Step{Content: "Summarised for you: done."}
 		},
 	})
-	s := startStack(t, stackOpts{model: model, tokenBudget: 100})
+	s := startStack(t, stackOpts{model: model, tokenBudget: 100, userTokensPerDay: -1, userConcurrentRuns: -1})
 	s.say("c1", "m1", "Add numbers")
 	s.waitFor("the task to end", 30*time.Second, func() bool { return s.answered("c1", "m1") })
 	s.settle(10 * time.Second)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/loomdb/loom/collections"
@@ -31,9 +32,21 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	if err != nil || tc == nil {
 		return err
 	}
+	if !h.seals.valid(tc, toolCallSeal) {
+		// Only the agent loop asks for tools: refuse, on the record, and
+		// wake nobody.
+		return h.refuseToolCall(ctx, tc)
+	}
 	if str(tc, "status") == "pending" {
 		start := time.Now()
-		result, runErr := h.tools.Run(ctx, str(tc, "toolName"), str(tc, "argsJson"), toolsCall(c.uid))
+		var result any
+		runErr := h.mayRun(ctx, c, sa, str(tc, "toolName"))
+		if runErr != nil && !errors.Is(runErr, errToolRefused) {
+			return runErr // could not read the sub-agent: retry the delivery
+		}
+		if runErr == nil {
+			result, runErr = h.tools.Run(ctx, str(tc, "toolName"), str(tc, "argsJson"), toolsCall(c.uid))
+		}
 		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
 			return runErr // cancelled: retry the delivery
 		}
@@ -67,13 +80,47 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		content = content[:maxResultChars] + "…(truncated)"
 	}
 	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
-	if _, err := h.createOnce(ctx, c.subMessages(sa)+"/"+msgID(seq), map[string]any{
+	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
 		"toolCallId": str(tc, "callId"), "name": str(tc, "toolName"),
 	}); err != nil {
 		return err
 	}
 	return h.mirror(ctx, c, tc, content)
+}
+
+// mayRun checks that a sub-agent may run a tool: the tool is in its role's
+// list (the model may name a tool it was not offered).
+func (h *Handlers) mayRun(ctx context.Context, c chat, sa, tool string) error {
+	agent, err := h.getOpt(ctx, c.subAgent(sa))
+	if err != nil {
+		return err
+	}
+	if !h.seals.valid(agent, subAgentSeal) {
+		return fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
+	}
+	role := str(agent, "role")
+	if r, ok := h.cfg.Roles[role]; !ok || !slices.Contains(r.Tools, tool) {
+		return fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
+	}
+	return nil
+}
+
+// errToolRefused is a tool call the runtime does not run.
+var errToolRefused = errors.New("refused")
+
+// refuseToolCall marks a pending tool call the runtime did not create as
+// failed, without running it or writing a tool message.
+func (h *Handlers) refuseToolCall(ctx context.Context, tc *collections.Document) error {
+	h.log.Warn("tool-runner: refusing a tool call the runtime did not create", "path", tc.Path, "tool", str(tc, "toolName"))
+	if str(tc, "status") != "pending" {
+		return nil
+	}
+	h.m.toolRuns.WithLabelValues(h.toolLabel(str(tc, "toolName")), "refused").Inc()
+	_, err := h.docs.Update(ctx, tc.Path, map[string]any{
+		"status": "failed", "error": "refused: the agent runtime did not create this tool call",
+	}, tc.Version)
+	return ignoreConflict(err)
 }
 
 // mirror shows a tool call in the user's chat as its visibility says:
@@ -88,10 +135,11 @@ func (h *Handlers) mirror(ctx context.Context, c chat, tc *collections.Document,
 	default:
 		text = fmt.Sprintf("%s(%s) → %s", str(tc, "toolName"), str(tc, "argsJson"), content)
 	}
-	_, err := h.createOnce(ctx, c.messages()+"/"+mirrorID(str(tc, "subAgentId"), tc.ID), map[string]any{
+	path := c.messages() + "/" + mirrorID(str(tc, "subAgentId"), tc.ID)
+	_, err := h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "kind": "tool", "content": text,
 		"toolName": str(tc, "toolName"), "toolCallId": tc.ID,
-	})
+	}, chatMessageSeal))
 	return err
 }
 
@@ -103,6 +151,9 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 		return err
 	}
 	task := ev.Doc
+	if !h.seals.valid(task, taskSeal) {
+		return nil // see agentInit: not a task of the runtime's
+	}
 	path := c.messages() + "/" + resultID(task.ID)
 	if existing, err := h.getOpt(ctx, path); err != nil || existing != nil {
 		return err
@@ -113,9 +164,10 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	case "success":
 		content = str(task, "result")
 		if h.model.Name() != "offline" && content != "" {
-			res, err := h.model.Complete(ctx, llmSummaryRequest(str(task, "instruction"), content))
+			res, err := h.complete(ctx, c.uid, llmSummaryRequest(str(task, "instruction"), content))
+			_, limited := asLimit(err)
 			switch {
-			case permanentModelError(err):
+			case limited, permanentModelError(err):
 				// Keep the sub-agent's own answer.
 			case err != nil:
 				return fmt.Errorf("finalize model: %w", err)
@@ -128,10 +180,10 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	default:
 		return nil
 	}
-	_, err = h.createOnce(ctx, path, map[string]any{
+	_, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 		"taskId": task.ID, "replyTo": str(task, "triggerMessageId"), "status": status,
-	})
+	}, chatMessageSeal))
 	return err
 }
 
@@ -142,13 +194,14 @@ func (h *Handlers) notify(ctx context.Context, ev *Event) error {
 		return err
 	}
 	task := ev.Doc
-	if str(task, "status") != "waiting" {
+	if str(task, "status") != "waiting" || !h.seals.valid(task, taskSeal) {
 		return nil
 	}
 	// One question per wait: the id carries the task version of the wait.
-	_, err = h.createOnce(ctx, c.messages()+"/"+questionID(task.ID, task.Version), map[string]any{
+	path := c.messages() + "/" + questionID(task.ID, task.Version)
+	_, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": str(task, "question"),
 		"taskId": task.ID, "kind": "question", "status": "waiting",
-	})
+	}, chatMessageSeal))
 	return err
 }

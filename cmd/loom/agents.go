@@ -85,14 +85,16 @@ func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *s
 		roles[name] = role
 	}
 	return webhooks.New(webhooks.Config{
-		Docs:          docs,
-		Model:         model,
-		Tools:         reg,
-		Roles:         roles,
-		Secret:        secret,
-		Registerer:    metrics,
-		MaxIterations: cfg.Agents.MaxIterations,
-		TokenBudget:   cfg.Agents.TokenBudget,
+		Docs:               docs,
+		Model:              model,
+		Tools:              reg,
+		Roles:              roles,
+		Secret:             secret,
+		Registerer:         metrics,
+		MaxIterations:      cfg.Agents.MaxIterations,
+		TokenBudget:        cfg.Agents.TokenBudget,
+		UserTokensPerDay:   cfg.Agents.UserTokensPerDay,
+		UserConcurrentRuns: cfg.Agents.UserConcurrentRuns,
 		// A delivery carries a document and its previous state.
 		MaxBody: 2*int64(cfg.Limits.MaxDocumentBytes) + 1<<20,
 		Logger:  logger,

@@ -519,3 +519,33 @@ func TestAgents_StandaloneProcess(t *testing.T) {
 	noErrorLogs(t, serve)
 	noErrorLogs(t, agents)
 }
+
+// TestServe_AgentUserTokenBudget: [agents] user_tokens_per_day reaches the
+// runtime. With a budget of 1 token no query can be answered: the user is
+// told so in the chat, and no task starts.
+func TestServe_AgentUserTokenBudget(t *testing.T) {
+	t.Parallel()
+	p := startAgentServe(t, "serve", t.TempDir(), agentConfig(t, "[agents]\nuser_tokens_per_day = 1\n"))
+	token, uid := chatUser(t, p.url)
+	sayInChat(t, p.url, token, uid, "What is 6*7?")
+	chat := "users/" + uid + "/orch-chats/c1"
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, reply := request(t, "GET", p.url+"/api/v1/databases/default/documents/"+chat+"/messages/m1-reply", token, nil)
+		if code == 200 {
+			if c, _ := reply["content"].(string); reply["status"] != "failed" || !strings.Contains(c, "the daily token budget of 1 tokens") {
+				t.Fatalf("reply %v, want the budget's message", reply)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reply: %d %v\n%s", code, reply, p.dump())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if tasks := listColl(t, p.url, token, chat+"/tasks"); len(tasks) != 0 {
+		t.Errorf("tasks %v started over the budget", tasks)
+	}
+	wantNoDeadDeliveries(t, p.url)
+	noErrorLogs(t, p)
+}

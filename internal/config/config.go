@@ -153,6 +153,14 @@ type Agents struct {
 	// TokenBudget is a sub-agent's context size in prompt tokens above
 	// which older messages are summarised (default 8000).
 	TokenBudget int `toml:"token_budget"`
+	// UserTokensPerDay bounds the LLM tokens (prompt + completion) one
+	// user's agent runs may use per UTC day; the next LLM call is refused
+	// and the user told so in the chat. 0 = the default (200000); negative
+	// = no limit, which lets any signed-up user spend without bound.
+	UserTokensPerDay int `toml:"user_tokens_per_day"`
+	// UserConcurrentRuns bounds a user's queries in progress at once (0 =
+	// the default, 3; negative = no limit).
+	UserConcurrentRuns int `toml:"user_concurrent_runs"`
 	// ToolsFile is a JSON array of tool definitions (default ./tools.json
 	// when present); [[tool]] entries add to it.
 	ToolsFile string `toml:"tools_file"`

@@ -155,3 +155,15 @@ login_user_failures = 50
 		t.Errorf("auth=%+v", a)
 	}
 }
+
+// The per-user agent limits are loom.toml keys ([agents]).
+func TestLoad_AgentUserLimits(t *testing.T) {
+	p := writeFile(t, "[agents]\nuser_tokens_per_day = 5000\nuser_concurrent_runs = -1\n")
+	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Agents.UserTokensPerDay != 5000 || cfg.Agents.UserConcurrentRuns != -1 {
+		t.Fatalf("agents=%+v, want user_tokens_per_day 5000, user_concurrent_runs -1", cfg.Agents)
+	}
+}
