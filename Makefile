@@ -61,6 +61,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCheckIP -fuzztime 20s ./internal/ssrf/
 	$(GO) test -run '^$$' -fuzz FuzzCalculator -fuzztime 20s ./webhooks/tools/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 20s ./webhooks/
+	$(GO) test -run '^$$' -fuzz FuzzDeriveID -fuzztime 20s ./webhooks/
 
 clean:
 	rm -rf bin
