@@ -246,6 +246,10 @@ func (c *Client) Update(ctx context.Context, path string, data map[string]any, i
 	return decodeDoc(resp)
 }
 
+// maxEmptyPages bounds how many empty pages in a row Query follows before
+// it returns what it has.
+const maxEmptyPages = 32
+
 // Query returns up to q.Limit documents (0 means collections.DefaultLimit)
 // of the query, starting after q.StartAfter, following the server's
 // nextCursor across pages.
@@ -259,6 +263,7 @@ func (c *Client) Query(ctx context.Context, q collections.Query) ([]*collections
 	}
 	u := c.base + "/api/v1/databases/" + url.PathEscape(c.db) + "/query"
 	var out []*collections.Document
+	empty := 0 // pages in a row that held no document
 	for len(out) < want {
 		page := q
 		page.Limit = min(want-len(out), c.pageSize)
@@ -275,7 +280,15 @@ func (c *Client) Query(ctx context.Context, q collections.Query) ([]*collections
 			return nil, err
 		}
 		out = append(out, docs...)
-		if next == "" || len(docs) == 0 {
+		if next == "" {
+			break
+		}
+		// Security rules can hide every document the server examined for a
+		// page: a page can be empty and still have a next one. Follow it, but
+		// not forever.
+		if len(docs) > 0 {
+			empty = 0
+		} else if empty++; empty >= maxEmptyPages {
 			break
 		}
 		q.StartAfter = next

@@ -519,3 +519,38 @@ func TestRetryable(t *testing.T) {
 		t.Errorf("connection refused: %v, want retryable", err)
 	}
 }
+
+// TestQueryFollowsEmptyPages: when security rules hide every document the
+// server examined for a page, the page is empty but has a nextCursor; the
+// client follows it to the documents further on instead of stopping.
+func TestQueryFollowsEmptyPages(t *testing.T) {
+	ctx := context.Background()
+	sparse, err := rules.Parse([]byte(`[[rule]]
+match = "users/{userId}/{rest=**}"
+allow = ["read"]
+if    = "request.auth != null && 'service' in request.auth.roles && resource.data.n % 100 == 99"
+`), "sparse.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, sparse)
+	seed(t, e, 300) // n = 0..299: the key may read n = 99, 199, 299
+	svc := e.client(t, e.serviceKey(t, "hooks"), 5)
+
+	before := e.queries.Load()
+	docs, err := svc.Query(ctx, collections.Query{Collection: "users/u1/items", OrderBy: []collections.Order{{Field: "n"}}, Limit: 10})
+	if err != nil {
+		t.Fatalf("Query: %v", err)
+	}
+	var got []int64
+	for _, d := range docs {
+		n, _ := d.Data["n"].(json.Number).Int64()
+		got = append(got, n)
+	}
+	if fmt.Sprint(got) != "[99 199 299]" {
+		t.Fatalf("got n=%v, want [99 199 299] (the readable documents past empty pages)", got)
+	}
+	if n := e.queries.Load() - before; n < 3 {
+		t.Errorf("%d query requests: the server's pages should have been empty in between", n)
+	}
+}
