@@ -49,9 +49,8 @@ type Event struct {
 func (e *Event) IsSnapshot() bool { return e.Change == nil }
 
 // item is a dispatched change with its type for this subscription. The
-// type is kept as a byte rather than a ChangeOp string: every subscription
-// allocates QueueSize items up front, and this makes them 16 bytes instead
-// of 24 (a third of a subscription's memory).
+// type is kept as a byte rather than a ChangeOp string: 16 bytes an item
+// instead of 24 in a subscriber's backlog.
 type item struct {
 	c   *Change
 	typ opByte
@@ -95,7 +94,7 @@ type Subscription struct {
 	check func(ctx context.Context, d *collections.Document) (bool, error)
 	start int64
 
-	q    chan item
+	q    *queue
 	done chan struct{} // closed (under hub.mu) when err is set
 
 	// Guarded by hub.mu.
@@ -141,7 +140,7 @@ func (h *Hub) Subscribe(ctx context.Context, req Request) (*Subscription, error)
 		db:       req.DB,
 		query:    q,
 		check:    req.Check,
-		q:        make(chan item, h.queueSize),
+		q:        newQueue(h.queueSize),
 		done:     make(chan struct{}),
 		catching: true,
 	}
@@ -209,9 +208,7 @@ func (s *Subscription) offerLocked(c *Change) {
 	if !ok {
 		return
 	}
-	select {
-	case s.q <- item{c, opByteOf(typ)}:
-	default:
+	if !s.q.push(item{c, opByteOf(typ)}) {
 		if s.catching {
 			// The consumer is still reading the store; it will read these
 			// changes from there too.
@@ -303,12 +300,8 @@ func (s *Subscription) next(ctx context.Context, block bool) (Event, bool, error
 				return Event{}, false, ctx.Err()
 			default:
 			}
-			if len(s.q) == 0 {
-				return Event{}, false, nil
-			}
 		}
-		select {
-		case it := <-s.q:
+		if it, ok := s.q.pop(); ok {
 			if it.c.Seq <= s.scanned {
 				continue
 			}
@@ -321,6 +314,15 @@ func (s *Subscription) next(ctx context.Context, block bool) (Event, bool, error
 				s.given = ev.Seq
 				return ev, true, nil
 			}
+			continue
+		}
+		if !block {
+			return Event{}, false, nil
+		}
+		// A push after the pop above left its signal in ready: no wake-up
+		// is lost.
+		select {
+		case <-s.q.ready:
 		case <-s.done:
 		case <-ctx.Done():
 			return Event{}, false, ctx.Err()
@@ -444,9 +446,7 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 	// Live changes were dropped while we read the store: read them from
 	// the store as well, up to the current dispatch position.
 	s.overflowed = false
-	for len(s.q) > 0 {
-		<-s.q
-	}
+	s.q.drain()
 	s.regP = h.pos
 	return nil
 }
