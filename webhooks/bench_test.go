@@ -25,7 +25,9 @@ func BenchmarkAgentHop(b *testing.B) {
 	runs := envInt("LOOM_AGENT_RUNS", 30)
 	conc := envInt("LOOM_AGENT_CONC", 1)
 	for i := 0; i < b.N; i++ {
-		s := startStack(b, stackOpts{})
+		// One user runs every chat: the per-user limits (3 queries at a
+		// time) are not what this measures.
+		s := startStack(b, stackOpts{userConcurrentRuns: -1, userTokensPerDay: -1})
 		var mu sync.Mutex
 		hops := map[string][]time.Duration{}
 		var total []time.Duration
