@@ -98,6 +98,9 @@ func (s *Server) limitIP(c *gin.Context) bool {
 // 429s, and the hashing that does happen is bounded by the auth service.
 func (s *Server) signup(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
+		if err := auth.CheckSignup(b["username"], b["password"]); err != nil {
+			return auth.Tokens{}, err
+		}
 		if wait := s.signups.reserve(s.clientAddr(c), time.Now()); wait > 0 {
 			e := rateLimited(wait)
 			e.Message = fmt.Sprintf("Too many signups from this address; retry after %d s.", retrySeconds(wait))

@@ -159,6 +159,21 @@ func TestAuthAPI_SignupLimitedPerAddress(t *testing.T) {
 	wantStatus(t, "another /64", env.signupFrom(t, "six3", from("2001:db8:1:3::1")), http.StatusOK)
 }
 
+// A signup the server refuses for its own content (a weak password, a bad
+// username) costs no hashing, so it does not use up the address's signups:
+// a person fixing their password is not locked out by the signup limit.
+func TestAuthAPI_InvalidSignupsDoNotUseTheLimit(t *testing.T) {
+	env := newAuthEnvWith(t, nil, server.Config{TrustedProxies: []string{"127.0.0.1"}, SignupRate: 1, SignupBurst: 1})
+	addr := from("198.51.100.8")
+	for i := range 5 {
+		r := env.Do(t, "POST", "/auth/v1/signup", fmt.Sprintf(`{"username":"carol","password":"short%d"}`, i), addr)
+		wantStatus(t, "signup with a weak password", r, http.StatusBadRequest)
+	}
+	wantStatus(t, "signup with a bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"c","password":"correct horse battery"}`, addr), http.StatusBadRequest)
+	wantStatus(t, "the first valid signup", env.signupFrom(t, "carol", addr), http.StatusOK)
+	wantRateLimited(t, "the next one", env.signupFrom(t, "carol2", addr))
+}
+
 // Password hashing is bounded: with one hashing slot and no waiting, a
 // signup that arrives while another is hashing gets 503 UNAVAILABLE with
 // Retry-After, visible in /metrics, and goes through once the slot is free.

@@ -98,14 +98,22 @@ func checkPassword(pw string) error {
 	return nil
 }
 
+// CheckSignup validates a signup's username and password without touching
+// the store: what a server checks before it charges the signup to the
+// client's address (a typo or a weak password costs no hashing, so it
+// should not use up the client's signups either).
+func CheckSignup(username, password string) error {
+	if !validUsername(username) {
+		return fmt.Errorf("%w: use %d to %d characters of A-Z a-z 0-9 _ . @ -", ErrInvalidUsername, MinUsernameLength, MaxUsernameLength)
+	}
+	return checkPassword(password)
+}
+
 // Signup creates a user with the default roles and logs it in. Usernames are
 // unique case-insensitively; the one who commits first wins a race and the
 // others get ErrUserExists. ErrBusy means no hashing slot freed in time.
 func (s *Service) Signup(ctx context.Context, username, password string) (Tokens, error) {
-	if !validUsername(username) {
-		return Tokens{}, fmt.Errorf("%w: use %d to %d characters of A-Z a-z 0-9 _ . @ -", ErrInvalidUsername, MinUsernameLength, MaxUsernameLength)
-	}
-	if err := checkPassword(password); err != nil {
+	if err := CheckSignup(username, password); err != nil {
 		return Tokens{}, err
 	}
 	nameDoc := docPath(colUsernames, usernameKey(username))
