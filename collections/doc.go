@@ -4,8 +4,8 @@
 // patterns, the document envelope, deep-merge patches, the query AST with its
 // reference evaluator (Match, Compare), opaque query cursors, the change-log
 // record, and the Store interface that every engine implements. Engines live in
-// subpackages (collections/sqlite, collections/mongo) and are picked by
-// cmd/loom; nothing else imports them.
+// subpackages (collections/sqlite; a MongoDB engine is planned) and are picked
+// by cmd/loom; nothing else imports them.
 //
 // # Basics
 //

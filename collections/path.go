@@ -2,7 +2,7 @@ package collections
 
 import "strings"
 
-// Path limits from the spec.
+// Path limits, as the README states them under Documents.
 const (
 	MaxPathBytes = 1024
 	MaxIDBytes   = 128

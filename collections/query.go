@@ -10,7 +10,7 @@ import (
 // Op is a filter operator.
 type Op string
 
-// Filter operators (spec 01). "contains" is accepted as an alias of
+// Filter operators (README, Queries). "contains" is accepted as an alias of
 // array-contains by ParseQuery and NormalizeFilters.
 const (
 	OpEq               Op = "=="

@@ -1,5 +1,6 @@
 // Package rules compiles and evaluates Loom's security rules: Firestore-like
-// allow rules whose conditions are CEL expressions (spec 04).
+// allow rules whose conditions are CEL expressions (README, "Users, keys
+// and security rules").
 //
 // # Basics
 //

@@ -8,7 +8,8 @@ import (
 	"github.com/loomdb/loom/collections"
 )
 
-// MaxBatchWrites bounds the writes of one batch (spec 01).
+// MaxBatchWrites bounds the writes of one batch: the README's "atomic batch
+// of up to 500 writes".
 const MaxBatchWrites = 500
 
 // batch serves POST /batch: {"writes": [{type, path, data?, ifMatch?}...]}

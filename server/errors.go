@@ -19,7 +19,7 @@ import (
 	"github.com/loomdb/loom/triggers"
 )
 
-// Error codes of the wire format (spec 01 §Errors).
+// Error codes of the wire format (README, Errors).
 const (
 	codeBadRequest         = "BAD_REQUEST"
 	codeInvalidPath        = "INVALID_PATH"

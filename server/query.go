@@ -7,7 +7,7 @@ import (
 	"github.com/loomdb/loom/rules"
 )
 
-// query serves POST /query: the body is a query object (spec 01 §Query),
+// query serves POST /query: the body is a query object (README, Queries),
 // decoded strictly by collections.DecodeQuery (unknown keys and operators
 // are 400 INVALID_QUERY, never dropped) and normalized by serveQuery.
 func (s *Server) query(c *gin.Context) {

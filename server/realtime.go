@@ -18,10 +18,11 @@ import (
 	"github.com/loomdb/loom/server/realtime"
 )
 
-// Realtime (spec 02): /realtime/ws and /realtime/sse stream subscriptions
-// from one realtime.Hub. Both transports share the subscription checks
-// (openSubscription) and the event encoding (appendEvent), so an SSE
-// event's data is byte-for-byte the WebSocket event message.
+// Realtime (README, "Realtime: WebSocket and SSE"): /realtime/ws and
+// /realtime/sse stream subscriptions from one realtime.Hub. Both transports
+// share the subscription checks (openSubscription) and the event encoding
+// (appendEvent), so an SSE event's data is byte-for-byte the WebSocket event
+// message.
 
 // Realtime defaults applied to zero RealtimeConfig fields.
 const (

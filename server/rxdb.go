@@ -16,8 +16,8 @@ import (
 	"github.com/loomdb/loom/rules"
 )
 
-// RxDB replication (spec 02), wire-compatible with rxdb-server's
-// replicateServer client:
+// RxDB replication (README, "RxDB replication"), wire-compatible with
+// rxdb-server's replicateServer client:
 //
 //	GET  /replication/rxdb/{db}/{collection...}/{schemaVersion}/pull
 //	POST /replication/rxdb/{db}/{collection...}/{schemaVersion}/push

@@ -308,7 +308,7 @@ func (sc *scenario) Run(t *testing.T) {
 	}
 }
 
-// checkErrorShape asserts the spec's error body: application/json
+// checkErrorShape asserts the error body of README "Errors": application/json
 // {"code":"UPPER_SNAKE","message":"...","details":{...}?}.
 func checkErrorShape(t testing.TB, res *response) {
 	t.Helper()

@@ -30,9 +30,9 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	// DefaultMaxRequestBytes bounds a request body (spec 04: 10 MiB). The
-	// whole body is buffered in memory, so this is also the per-request
-	// memory cost an attacker can force.
+	// DefaultMaxRequestBytes bounds a request body (10 MiB, as the README
+	// states under Documents). The whole body is buffered in memory, so this
+	// is also the per-request memory cost an attacker can force.
 	DefaultMaxRequestBytes = 10 << 20
 	// DefaultShutdownTimeout bounds how long Serve waits for in-flight
 	// requests after its context is cancelled before cutting connections.

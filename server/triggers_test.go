@@ -970,8 +970,8 @@ func TestTriggersWebhook_GoneDisablesTrigger(t *testing.T) {
 }
 
 // A deleted trigger's pending deliveries must not go to a new trigger that
-// reuses its id (Delete: "Its pending deliveries go dead"; spec: a trigger
-// added later does not fire for past changes).
+// reuses its id (Delete: "Its pending deliveries go dead"; README: a
+// trigger added later fires only for changes after it was added).
 func TestTriggersAdmin_DeleteThenReregisterDropsOldDeliveries(t *testing.T) {
 	a := newWHReceiver(t, func(http.ResponseWriter, *http.Request, int) int { return http.StatusInternalServerError })
 	b := newWHReceiver(t, nil)

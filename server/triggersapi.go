@@ -11,7 +11,7 @@ import (
 	"github.com/loomdb/loom/triggers"
 )
 
-// Routes of the triggers admin API (spec 03).
+// Routes of the triggers admin API (README, "Triggers and webhooks").
 const (
 	routeTriggers   = "/admin/v1/triggers"
 	routeDeliveries = "/admin/v1/deliveries"

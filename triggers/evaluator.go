@@ -24,10 +24,11 @@ const (
 // it evaluates the enabled triggers and inserts one outbox row per match
 // in the same transaction that advances the cursor, so a crash at any point
 // neither loses nor duplicates a row. One node evaluates at a time: it
-// holds the evaluator lease (spec 00), so the other nodes' evaluators do
-// not race it (and send no early requests for rows they would lose). The
-// cursor advance is a compare-and-set besides, so even two evaluators
-// during a lease handover never both insert a change's rows.
+// holds the evaluator lease (docs/architecture.md, "Several nodes"), so
+// the other nodes' evaluators do not race it (and send no early requests
+// for rows they would lose). The cursor advance is a compare-and-set
+// besides, so even two evaluators during a lease handover never both insert
+// a change's rows.
 func (s *Service) evaluate(ctx context.Context) {
 	var ev *evalState
 	var lease time.Time // until when this node holds the evaluator lease

@@ -1,8 +1,8 @@
 // Package webhooks is Loom's agent runtime: the built-in webhook handlers
 // (orchestrator, agent-init, agent-loop, tool-runner, orchestrator-finalize,
 // orchestrator-notify) that turn trigger deliveries into an orchestrator →
-// sub-agent → tool → answer run whose entire state is documents (spec 05,
-// seed 002).
+// sub-agent → tool → answer run whose entire state is documents (listed in
+// docs/architecture.md, "The agent runtime's documents").
 //
 // Handlers are real webhook consumers: they verify the Standard Webhooks
 // signature and read and write documents through Loom's HTTP API with a

@@ -381,7 +381,7 @@ type adminKey struct {
 
 // loadAdminKey returns the admin API key: LOOM_ADMIN_KEY / [auth] admin_key
 // when set, else the key generated on first start. Only the key's SHA-256 is
-// written to the data directory (spec 04: keys are stored hashed), so the
+// written to the data directory (keys are never stored in clear), so the
 // key is printed once and cannot be read back; deleting the file makes the
 // next start generate a new one.
 func loadAdminKey(cfg config.Config) (adminKey, error) {

@@ -1,7 +1,7 @@
-// Package auth holds Loom's user accounts, tokens and API keys (spec 04,
-// "Users and tokens"). Everything it stores is a system document written
-// through collections.Store, so it works on every engine and never appears in
-// the change log.
+// Package auth holds Loom's user accounts, tokens and API keys (README,
+// "Users, keys and security rules"). Everything it stores is a system
+// document written through collections.Store, so it works on every engine and
+// never appears in the change log.
 //
 // # Basics
 //

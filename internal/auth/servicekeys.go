@@ -21,7 +21,7 @@ const (
 )
 
 // defaultServiceRoles are given to a service key created without roles
-// (spec 04: "service" for webhook handlers).
+// ("service", the role the default rules give webhook handlers).
 var defaultServiceRoles = []string{"service"}
 
 // ErrInvalidServiceKey: a service-key name or role that CreateServiceKey

@@ -12,7 +12,7 @@ import (
 	"github.com/loomdb/loom/collections"
 )
 
-// Account rules (spec 04).
+// Account rules (README, "Users, keys and security rules").
 const (
 	MinUsernameLength = 3
 	MaxUsernameLength = 64

@@ -31,7 +31,7 @@ const (
 )
 
 // Config is the whole server configuration. The TOML keys are a contract
-// (spec 01, "loom.toml keys"): unknown keys are an error.
+// (documented in the README and loom.toml): unknown keys are an error.
 type Config struct {
 	// Process settings: flags / LOOM_* env only.
 	Addr     string `toml:"-"`
@@ -240,7 +240,8 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// SeedIndexes are the agent runtime's indexes (seed 002, spec 05). They
+// SeedIndexes are the agent runtime's indexes (its collections are listed
+// in docs/architecture.md, "The agent runtime's documents"). They
 // ship in the default configuration; each is a partial index on its
 // collection group, so other collections pay nothing for them.
 var SeedIndexes = []collections.Index{

@@ -1,7 +1,8 @@
 // Package loomclient is a small client for Loom's documents API, used by the
 // agent runtime's handlers.
 //
-// It implements webhooks.Docs over the REST API (spec 01):
+// It implements webhooks.Docs over the REST API (README, Documents and
+// Queries):
 //
 //	Get     GET   /api/v1/databases/{db}/documents/{path}
 //	Create  POST  /api/v1/databases/{db}/documents/{collection} with the
