@@ -33,9 +33,9 @@ const (
 	// DefaultMaxSubscriptionsPerUser bounds the live subscriptions of one
 	// user (or anonymous client address) over all its connections and
 	// transports; DefaultMaxSubscriptionsTotal those of the whole server.
-	// A subscription holds about 19 KB of heap, most of it its queue
-	// (BENCHMARKS.md, "Resource exhaustion"), so these hold about 4 MB per
-	// user and 190 MB in all.
+	// An idle subscription holds about 2 KB of heap, plus up to 16 KB of
+	// queue while its subscriber lags (BENCHMARKS.md, "Resource
+	// exhaustion"): at most about 4 MB per user and 190 MB in all.
 	DefaultMaxSubscriptionsPerUser = 200
 	DefaultMaxSubscriptionsTotal   = 10000
 	// maxWSMessage is the largest inbound message answered normally;

@@ -84,7 +84,7 @@ func (s *Server) readTrigger(c *gin.Context) (triggers.Trigger, error) {
 	dec := json.NewDecoder(bytes.NewReader(body.Bytes()))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&def); err != nil {
-		return def, errorf(http.StatusBadRequest, codeBadRequest, "The body must be one trigger definition (spec 03): %s.", err.Error())
+		return def, errorf(http.StatusBadRequest, codeBadRequest, "The body must be one trigger definition: %s.", err.Error())
 	}
 	if dec.More() {
 		return def, errorf(http.StatusBadRequest, codeBadRequest, "Unexpected data after the trigger definition.")
