@@ -65,8 +65,8 @@ type RealtimeConfig struct {
 	// MaxSubscriptions bounds the subscriptions of one WebSocket
 	// connection (DefaultMaxSubscriptions).
 	MaxSubscriptions int
-	// MaxSubscriptionsPerUser bounds the live subscriptions (WebSocket and
-	// SSE) of one user, or of one client address for anonymous callers
+	// MaxSubscriptionsPerUser bounds the live subscriptions (WebSocket,
+	// SSE and RxDB pullStream) of one user, or of one client address for anonymous callers
 	// (DefaultMaxSubscriptionsPerUser; negative: no limit). The admin key
 	// counts only towards the total.
 	MaxSubscriptionsPerUser int
@@ -308,6 +308,9 @@ type subParams struct {
 	snapshot    bool
 	resume      bool
 	after       int64
+	// ownRules: the transport applies the rules itself instead of the
+	// hub (RxDB's pullStream checks the one state it sends, as pull does).
+	ownRules bool
 }
 
 // openSubscription applies the access checks and the subscription bounds,
@@ -328,7 +331,7 @@ func (s *Server) openSubscription(ctx context.Context, caller *Caller, key strin
 	}
 	release := func() { s.rt.subs.release(key) }
 	req := realtime.Request{DB: p.db, Query: p.query, Resume: p.resume, After: p.after, Snapshot: p.snapshot}
-	if !caller.Admin {
+	if !caller.Admin && !p.ownRules {
 		db := p.db
 		req.Check = func(ctx context.Context, d *collections.Document) (bool, error) {
 			return s.readable(ctx, caller, db, rules.OpList, d)
