@@ -32,8 +32,9 @@ const rxdbWriteWait = 30 * time.Second
 // every change after it, so the two never leave a gap. The stream never
 // sends "RESYNC" as data (the client would crash on it): to force a
 // resync it ends, and the reconnect pulls again. It ends when the token
-// expires (the reconnect then sees the 401), when the hub ends the
-// subscription (slow consumer, change log purged past it) and at shutdown.
+// expires or is revoked (the reconnect then sees the 401), when the hub
+// ends the subscription (slow consumer, change log purged past it) and at
+// shutdown.
 func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 	if err := s.checkList(t.caller, t.collection); err != nil {
 		s.writeError(c, err)
@@ -124,6 +125,14 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		case <-expiry.C:
 			return
 		case <-heartbeat.C:
+			// A credential can be revoked while the stream is open (a
+			// service key): check it again at each heartbeat rather than
+			// per commit. The reconnect then sees the 401.
+			if t.caller.Kind != kindAdminKey {
+				if _, err := s.resolveCaller(c.Request); err != nil {
+					return
+				}
+			}
 			if !send([]byte(":\n\n")) {
 				return
 			}

@@ -758,3 +758,34 @@ func TestRxDB_PullStreamCountsAsSubscription(t *testing.T) {
 		}
 	}
 }
+
+// A pullStream opened with a service key ends soon after the key is
+// revoked (it is checked again at each heartbeat), with no commit needed.
+func TestRxDB_PullStreamEndsWhenKeyRevoked(t *testing.T) {
+	set, err := rules.Parse([]byte(rules.DefaultSource+`
+[[rule]]
+match = "jobs/{id}"
+allow = ["read"]
+if    = "request.auth != null && 'service' in request.auth.roles"
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RateLimit: -1, Rules: set, RxDB: server.RxDBConfig{Heartbeat: 50 * time.Millisecond}})
+	r := env.Do(t, "POST", "/admin/v1/keys", `{"name":"sync"}`, nil)
+	wantStatus(t, "create key", r, http.StatusCreated)
+	key, _ := r.JSON(t)["key"].(string)
+	st := openStream(t, env, map[string]string{"X-API-Key": key}, "jobs")
+	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/sync", "", nil), http.StatusNoContent)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-st.lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream went on after its key was revoked")
+		}
+	}
+}
