@@ -21,7 +21,8 @@ import (
 // Realtime (spec 02): /realtime/ws and /realtime/sse stream subscriptions
 // from one realtime.Hub. Both transports share the subscription checks
 // (openSubscription) and the event encoding (appendEvent), so an SSE
-// event's data is byte-for-byte the WebSocket event message.
+// event's data is byte-for-byte the WebSocket event message. RxDB's
+// pullStream (rxdb_stream.go) is a subscription of the same hub.
 
 // Realtime defaults applied to zero RealtimeConfig fields.
 const (
