@@ -22,7 +22,8 @@ import (
 // /realtime/sse stream subscriptions from one realtime.Hub. Both transports
 // share the subscription checks (openSubscription) and the event encoding
 // (appendEvent), so an SSE event's data is byte-for-byte the WebSocket event
-// message.
+// message. RxDB's pullStream (rxdb_stream.go) is a subscription of the same
+// hub.
 
 // Realtime defaults applied to zero RealtimeConfig fields.
 const (
@@ -66,8 +67,8 @@ type RealtimeConfig struct {
 	// MaxSubscriptions bounds the subscriptions of one WebSocket
 	// connection (DefaultMaxSubscriptions).
 	MaxSubscriptions int
-	// MaxSubscriptionsPerUser bounds the live subscriptions (WebSocket and
-	// SSE) of one user, or of one client address for anonymous callers
+	// MaxSubscriptionsPerUser bounds the live subscriptions (WebSocket,
+	// SSE and RxDB pullStream) of one user, or of one client address for anonymous callers
 	// (DefaultMaxSubscriptionsPerUser; negative: no limit). The admin key
 	// counts only towards the total.
 	MaxSubscriptionsPerUser int
@@ -309,6 +310,9 @@ type subParams struct {
 	snapshot    bool
 	resume      bool
 	after       int64
+	// ownRules: the transport applies the rules itself instead of the
+	// hub (RxDB's pullStream checks the one state it sends, as pull does).
+	ownRules bool
 }
 
 // openSubscription applies the access checks and the subscription bounds,
@@ -329,7 +333,7 @@ func (s *Server) openSubscription(ctx context.Context, caller *Caller, key strin
 	}
 	release := func() { s.rt.subs.release(key) }
 	req := realtime.Request{DB: p.db, Query: p.query, Resume: p.resume, After: p.after, Snapshot: p.snapshot}
-	if !caller.Admin {
+	if !caller.Admin && !p.ownRules {
 		db := p.db
 		req.Check = func(ctx context.Context, d *collections.Document) (bool, error) {
 			return s.readable(ctx, caller, db, rules.OpList, d)

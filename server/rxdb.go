@@ -269,7 +269,7 @@ func (s *Server) rxdbPull(c *gin.Context, t *rxdbTarget) {
 // rules would strand the documents after it. Pages are therefore refilled
 // until full or the end is reached.
 func (s *Server) rxdbChanges(ctx context.Context, caller *Caller, db, collection string, cp collections.Checkpoint, limit int) (docs []*collections.Document, next collections.Checkpoint, more bool, err error) {
-	next, scan := cp, cp // scan: the last document examined
+	cur, scan := rxdbCursor{next: cp}, cp // scan: the last document examined
 	for {
 		page, err := s.store.ChangedSince(ctx, db, collection, scan, limit)
 		if err != nil {
@@ -281,22 +281,32 @@ func (s *Server) rxdbChanges(ctx context.Context, caller *Caller, db, collection
 			if err != nil {
 				return nil, cp, false, err
 			}
-			switch {
-			case ok:
-				next = scan
-			case d.Seq != next.Seq:
-				next = collections.Checkpoint{Seq: d.Seq}
-			}
+			cur.examine(d, ok)
 			if ok {
 				docs = append(docs, d)
 				if len(docs) == limit {
-					return docs, next, true, nil
+					return docs, cur.next, true, nil
 				}
 			}
 		}
 		if len(page) < limit {
-			return docs, next, false, nil
+			return docs, cur.next, false, nil
 		}
+	}
+}
+
+// rxdbCursor moves a checkpoint over examined documents in (seq, id)
+// order, for pull and pullStream alike. It moves past documents the rules
+// hid, but never names one: past a hidden document it is {lwt: its seq,
+// id: the last readable id of that seq or ""}.
+type rxdbCursor struct{ next collections.Checkpoint }
+
+func (c *rxdbCursor) examine(d *collections.Document, readable bool) {
+	switch {
+	case readable:
+		c.next = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
+	case d.Seq != c.next.Seq:
+		c.next = collections.Checkpoint{Seq: d.Seq}
 	}
 }
 

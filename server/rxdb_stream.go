@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/rules"
+	"github.com/loomdb/loom/server/realtime"
 )
 
 // rxdbWriteWait bounds one pullStream write: a client that does not drain
@@ -15,8 +18,12 @@ import (
 const rxdbWriteWait = 30 * time.Second
 
 // rxdbPullStream answers GET .../pullStream: a text/event-stream with one
-// `data: {"documents":[...],"checkpoint":{...}}` per committed batch of
+// `data: {"documents":[...],"checkpoint":{...}}` per batch of committed
 // changes to the collection that the caller may read.
+//
+// The stream is a subscription of the realtime hub, like WebSocket and SSE:
+// a commit costs one dispatch per stream of its collection, not a change-log
+// query per open stream. It counts towards the subscription bounds.
 //
 // The stream starts at the change-log head read before the response
 // headers go out. rxdb-server's client re-pulls from its own checkpoint
@@ -24,7 +31,10 @@ const rxdbWriteWait = 30 * time.Second
 // pull covers everything up to at least this head; the stream then carries
 // every change after it, so the two never leave a gap. The stream never
 // sends "RESYNC" as data (the client would crash on it): to force a
-// resync it ends, and the reconnect pulls again.
+// resync it ends, and the reconnect pulls again. It ends when the token
+// expires or is revoked (the reconnect then sees the 401), when the hub
+// ends the subscription (slow consumer, change log purged past it) and at
+// shutdown.
 func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 	if err := s.checkList(t.caller, t.collection); err != nil {
 		s.writeError(c, err)
@@ -35,18 +45,30 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		return
 	}
 	defer done()
-	ctx := c.Request.Context()
-	// Take the notification channel before reading the head, so a commit
-	// between the two is not missed.
-	notify := s.store.Notify()
+	select {
+	case <-s.rt.stop:
+		s.writeError(c, errorf(http.StatusServiceUnavailable, codeUnavailable, "The server is shutting down."))
+		return
+	default:
+	}
+	ctx, cancel := context.WithCancel(c.Request.Context())
+	defer cancel()
 	head, err := s.store.Head(ctx)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	// Every document whose last change is after head: seq >= head+1 (ids are
-	// never empty).
-	cp := collections.Checkpoint{Seq: head + 1}
+	p := subParams{db: t.db, query: collections.Query{Collection: t.collection}, resume: true, after: head, ownRules: true}
+	if err := p.query.Normalize(); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	sub, err := s.openSubscription(ctx, t.caller, subKey(t.caller, s.clientAddr(c)), p)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	defer sub.Close()
 
 	w := c.Writer
 	rc := http.NewResponseController(w)
@@ -76,48 +98,55 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		return
 	}
 
+	// One producer goroutine reads the subscription and applies the rules;
+	// this goroutine writes.
+	batches := make(chan rxdbEvent, 4)
+	go s.rxdbBatches(ctx, sub, t.caller, t.db, head, batches)
+	defer func() {
+		cancel()
+		for range batches { // let the producer finish
+		}
+	}()
+
 	heartbeat := time.NewTicker(s.rxdb.Heartbeat)
 	defer heartbeat.Stop()
-	stop := s.rt.stop // closed when Serve shuts down
+	// The token may expire while the stream is open: end it then, the
+	// client reconnects and sees the 401.
+	expiry := time.NewTimer(untilExpiry(t.caller.expiry()))
+	defer expiry.Stop()
 	buf := getBuf()
 	defer putBuf(buf)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-stop:
+		case <-s.rt.stop: // Serve is shutting down
+			return
+		case <-expiry.C:
 			return
 		case <-heartbeat.C:
-			if !send([]byte(":\n\n")) {
-				return
-			}
-			continue
-		case <-notify:
-		}
-		notify = s.store.Notify()
-		for more := true; more; {
-			// The token may have expired since the stream opened: end the
-			// stream, the client reconnects and sees the 401.
-			caller := t.caller
-			if caller.Kind != kindAdminKey {
-				if caller, err = s.resolveCaller(c.Request); err != nil {
+			// A credential can be revoked while the stream is open (a
+			// service key): check it again at each heartbeat rather than
+			// per commit. The reconnect then sees the 401.
+			if t.caller.Kind != kindAdminKey {
+				if _, err := s.resolveCaller(c.Request); err != nil {
 					return
 				}
 			}
-			var docs []*collections.Document
-			docs, cp, more, err = s.rxdbChanges(ctx, caller, t.db, t.collection, cp, DefaultRxDBLimit)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.WarnContext(ctx, "rxdb pullStream ended", "collection", t.collection, "err", err)
-				}
+			if !send([]byte(":\n\n")) {
 				return
 			}
-			if len(docs) == 0 {
-				continue
+		case ev, ok := <-batches:
+			if !ok {
+				return
+			}
+			if ev.err != nil {
+				s.rxdbStreamEnded(ctx, t.collection, ev.err)
+				return
 			}
 			buf.Reset()
 			buf.WriteString("data: ")
-			if err := appendRxDBBatch(buf, docs, cp); err != nil {
+			if err := appendRxDBBatch(buf, ev.docs, ev.cp); err != nil {
 				s.log.ErrorContext(ctx, "rxdb pullStream encode", "collection", t.collection, "err", err)
 				return
 			}
@@ -127,4 +156,116 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 			}
 		}
 	}
+}
+
+// rxdbStreamEnded logs why the hub ended a pullStream, unless it is an
+// expected end (the client reconnects and re-pulls in every case).
+func (s *Server) rxdbStreamEnded(ctx context.Context, collection string, err error) {
+	var slow *realtime.SlowConsumerError
+	switch {
+	case ctx.Err() != nil, errors.Is(err, realtime.ErrClosed):
+	case errors.As(err, &slow), errors.Is(err, realtime.ErrReset):
+		s.log.InfoContext(ctx, "rxdb pullStream fell behind; the client re-pulls", "collection", collection, "err", err)
+	default:
+		s.log.WarnContext(ctx, "rxdb pullStream ended", "collection", collection, "err", err)
+	}
+}
+
+// rxdbEvent is one pullStream event, or the error that ends the stream.
+type rxdbEvent struct {
+	docs []*collections.Document
+	cp   collections.Checkpoint
+	err  error
+}
+
+// rxdbBatches turns the subscription's changes into pullStream events on
+// out, which it closes when the subscription ends. Each event holds the
+// changes ready at once, up to DefaultRxDBLimit documents.
+//
+// The rules are those of pull: a change is sent as the document's state
+// after it (a tombstone for a delete) when the caller may list that state,
+// and is skipped otherwise — a document that becomes unreadable is not
+// sent, exactly as a pull would not return it. The state before the change
+// is never sent and no event type tells anything about it, so unlike
+// WebSocket events it needs no check of its own. The checkpoint moves as
+// pull's does (rxdbCursor), so it never names a hidden document.
+func (s *Server) rxdbBatches(ctx context.Context, sub *heldSub, caller *Caller, db string, head int64, out chan<- rxdbEvent) {
+	defer close(out)
+	emit := func(ev rxdbEvent) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// Every document whose last change is after head: seq >= head+1 (ids
+	// are never empty).
+	cur := rxdbCursor{next: collections.Checkpoint{Seq: head + 1}}
+	for {
+		ev, err := sub.Next(ctx)
+		var b rxdbStreamBatch
+		for err == nil {
+			d := ev.Change.After
+			ok, rerr := s.readable(ctx, caller, db, rules.OpList, d)
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			cur.examine(d, ok)
+			if ok {
+				b.add(d)
+			}
+			if b.n >= DefaultRxDBLimit {
+				break
+			}
+			var ready bool
+			if ev, ready, err = sub.TryNext(ctx); !ready && err == nil {
+				break
+			}
+		}
+		if b.n > 0 && !emit(rxdbEvent{docs: b.documents(), cp: cur.next}) {
+			return
+		}
+		if err != nil {
+			emit(rxdbEvent{err: err})
+			return
+		}
+	}
+}
+
+// rxdbStreamBatch collects the documents of one pullStream event, each
+// once: a document changed twice in a batch is sent in its later state, at
+// that state's place (the (seq, id) order a pull returns). RxDB writes a
+// batch in one bulk write, which must not name a document twice.
+type rxdbStreamBatch struct {
+	docs []*collections.Document // nil where a later state replaced one
+	at   map[string]int          // id → index in docs
+	n    int                     // documents (non-nil entries)
+}
+
+func (b *rxdbStreamBatch) add(d *collections.Document) {
+	if i, ok := b.at[d.ID]; ok {
+		b.docs[i] = nil
+		b.n--
+	}
+	if b.at == nil {
+		b.at = map[string]int{}
+	}
+	b.at[d.ID] = len(b.docs)
+	b.docs = append(b.docs, d)
+	b.n++
+}
+
+func (b *rxdbStreamBatch) documents() []*collections.Document {
+	if b.n == len(b.docs) {
+		return b.docs
+	}
+	out := make([]*collections.Document, 0, b.n)
+	for _, d := range b.docs {
+		if d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }

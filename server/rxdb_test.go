@@ -652,3 +652,140 @@ func TestRxDB_PushIsAllOrNothing(t *testing.T) {
 	r = env.Do(t, "POST", rxBase("shared")+"/push", fmt.Sprintf(`[{"newDocumentState":{"id":"s3","owner":%q,"_deleted":false}},{"newDocumentState":{"id":"s3","owner":%q,"_deleted":false}}]`, alice.UID, alice.UID), alice.h())
 	wantRx(t, "duplicate row", r, http.StatusBadRequest)
 }
+
+// pullStream applies the rules as pull does: an event carries the
+// document's state after a change when the caller may read it, a document
+// that becomes unreadable is not sent, one that becomes readable is, and
+// each event equals a pull from the previous event's checkpoint (its
+// checkpoint never names a hidden document).
+func TestRxDB_PullStreamRulesAsPull(t *testing.T) {
+	set, err := rules.Parse([]byte(rxSharedRules), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RateLimit: -1, Rules: set})
+	alice := env.signup(t, "alice")
+	admin := map[string]string{"Authorization": "Bearer " + testAdminKey}
+	put := func(id, owner string) {
+		t.Helper()
+		r := env.Do(t, "PUT", api+"/documents/shared/"+id, fmt.Sprintf(`{"doc":{"owner":%q}}`, owner), admin)
+		if r.Status != http.StatusOK && r.Status != http.StatusCreated {
+			t.Fatalf("put %s: status=%d; body %s", id, r.Status, r.Body)
+		}
+	}
+	st := openStream(t, env, alice.h(), "shared")
+	var cp rxBatch // the previous event
+	wantEvent := func(what string, ids ...string) {
+		t.Helper()
+		ev := st.next(t, 5*time.Second)
+		var got []string
+		for _, d := range ev.Documents {
+			got = append(got, d["id"].(string))
+			if d["owner"] != alice.UID {
+				t.Fatalf("%s: sent %v, which alice may not read", what, d)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(ids, ",") {
+			t.Fatalf("%s: event documents %v, want %v", what, got, ids)
+		}
+		if cp.Checkpoint.LWT > 0 {
+			pull := env.mustPull(t, alice.h(), "shared", cp.Checkpoint.LWT, cp.Checkpoint.ID, 100)
+			if len(pull.Documents) != len(ev.Documents) || pull.Checkpoint != ev.Checkpoint {
+				t.Fatalf("%s: event %+v, but a pull from the previous checkpoint gives %+v", what, ev, pull)
+			}
+		}
+		cp = ev
+	}
+	put("s1", alice.UID)
+	wantEvent("readable create", "s1")
+	put("s1", "bob") // becomes unreadable: not sent
+	put("s2", "bob") // never readable: not sent
+	put("s3", alice.UID)
+	wantEvent("after hidden changes", "s3")
+	put("s1", alice.UID) // readable again
+	wantEvent("becomes readable", "s1")
+}
+
+// A pullStream opened with a user token ends when the token expires, with
+// no commit needed to notice (the client reconnects and sees the 401).
+func TestRxDB_PullStreamEndsAtTokenExpiry(t *testing.T) {
+	env := newShortTokenEnv(t, time.Second)
+	u := env.signup(t, "rxexp")
+	st := openStream(t, env, u.h(), "users/"+u.UID+"/todos")
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-st.lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream went on after the token expired")
+		}
+	}
+}
+
+// An open pullStream is a live subscription: it counts towards
+// MaxSubscriptionsPerUser with WebSocket and SSE subscriptions, and
+// closing it frees its place.
+func TestRxDB_PullStreamCountsAsSubscription(t *testing.T) {
+	env := newAuthEnv(t, server.Config{RateLimit: -1, Realtime: server.RealtimeConfig{MaxSubscriptionsPerUser: 1}})
+	alice := env.signup(t, "alice")
+	coll := "users/" + alice.UID + "/todos"
+	st := openStream(t, env, alice.h(), coll)
+	wantRx(t, "second pullStream", env.Do(t, "GET", rxBase(coll)+"/pullStream", "", alice.h()), http.StatusTooManyRequests)
+	wantStatus(t, "SSE beside a pullStream", env.Do(t, "GET", "/realtime/sse?collection="+coll, "", alice.h()), http.StatusTooManyRequests)
+	st.res.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatal("the place of a closed pullStream was not freed")
+		}
+		time.Sleep(20 * time.Millisecond)
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", env.URL+rxBase(coll)+"/pullStream", nil)
+		req.Header.Set("Authorization", "Bearer "+alice.Access)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		ok := res.StatusCode == http.StatusOK
+		res.Body.Close()
+		cancel()
+		if ok {
+			return
+		}
+	}
+}
+
+// A pullStream opened with a service key ends soon after the key is
+// revoked (it is checked again at each heartbeat), with no commit needed.
+func TestRxDB_PullStreamEndsWhenKeyRevoked(t *testing.T) {
+	set, err := rules.Parse([]byte(rules.DefaultSource+`
+[[rule]]
+match = "jobs/{id}"
+allow = ["read"]
+if    = "request.auth != null && 'service' in request.auth.roles"
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := newAuthEnv(t, server.Config{RateLimit: -1, Rules: set, RxDB: server.RxDBConfig{Heartbeat: 50 * time.Millisecond}})
+	r := env.Do(t, "POST", "/admin/v1/keys", `{"name":"sync"}`, nil)
+	wantStatus(t, "create key", r, http.StatusCreated)
+	key, _ := r.JSON(t)["key"].(string)
+	st := openStream(t, env, map[string]string{"X-API-Key": key}, "jobs")
+	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/sync", "", nil), http.StatusNoContent)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-st.lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the stream went on after its key was revoked")
+		}
+	}
+}

@@ -1,6 +1,6 @@
 // Package realtime fans the change log out to live subscriptions. It knows
-// nothing about HTTP: server/ turns subscriptions into WebSocket and SSE
-// streams.
+// nothing about HTTP: server/ turns subscriptions into WebSocket, SSE and
+// RxDB pullStream streams.
 //
 // Basics: one Hub per Store runs one tailer goroutine. It sleeps on
 // Store.Notify, reads the change log once (Store.ReadChanges) and hands each
