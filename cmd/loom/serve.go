@@ -205,7 +205,7 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 	}
 	// The built-in handlers' triggers are the ones delivering under
 	// ${LOOM_URL}/webhooks/ while this server serves the agent runtime.
-	expand := triggers.EnvExpander(envDefaults)
+	expand := triggers.EnvExpander(os.LookupEnv, envDefaults)
 	builtinURL := ""
 	if agentsEnabled(cfg) {
 		base, err := expand("LOOM_URL")
