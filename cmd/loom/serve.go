@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,11 +49,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(f, os.Getenv)
+	cfg, logger, err := loadConfig(f, os.Getenv, stderr)
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stderr, os.Getenv("LOOM_LOG_LEVEL"))
 
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -96,7 +94,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("config [webhooks]: %w", err)
 	}
-	whSecret, err := loadWebhookSecret(cfg.Data)
+	whSecret, err := loadWebhookSecret(cfg)
 	if err != nil {
 		return err
 	}
@@ -197,7 +195,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // openTriggers loads triggers.json (a bad file refuses to start) and builds
-// the delivery pipeline with the SSRF guard from [webhooks].
+// the delivery pipeline with the SSRF guard from [webhooks]. ${VAR} in the
+// triggers expands from the process environment, envDefaults filling in.
 func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, guard *ssrf.Guard, envDefaults map[string]string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
 	node, err := loadNodeID(cfg.Data)
 	if err != nil {
@@ -297,7 +296,7 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			Path:             filepath.Join(cfg.Data, "loom.db"),
 			Retention:        cfg.Changes.Retention.Duration,
 			MaxDocumentBytes: cfg.Limits.MaxDocumentBytes,
-			Indexes:          append(slices.Clone(cfg.Indexes), triggers.Indexes...),
+			Indexes:          storeIndexes(cfg),
 			Logger:           logger.With("component", "sqlite"),
 			Registerer:       reg,
 		})

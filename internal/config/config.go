@@ -1,5 +1,10 @@
 // Package config loads Loom's configuration: defaults, then the TOML file,
 // then LOOM_* environment variables, then command-line flags (later wins).
+//
+// Config only describes: it is plain data, and Load is the one reader of
+// loom.toml and of the LOOM_* settings. It imports no feature package;
+// cmd/loom turns it into each package's own types (tool definitions, the
+// indexes joined with those the features need).
 package config
 
 import (
@@ -14,7 +19,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/webhooks/tools"
 )
 
 // Defaults.
@@ -48,11 +52,21 @@ type Config struct {
 	LLM      LLM                 `toml:"llm"`
 	Agents   Agents              `toml:"agents"`
 	RxDB     RxDB                `toml:"rxdb"`
-	Tools    []tools.Def         `toml:"tool"`
+	Tools    []Tool              `toml:"tool"`
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
 	Metrics  Metrics             `toml:"metrics"`
 	Indexes  []collections.Index `toml:"index"`
+
+	// More process settings (env or flags only).
+	// LogLevel is LOOM_LOG_LEVEL (debug, info, warn, error; default info).
+	LogLevel string `toml:"-"`
+	// WebhookSecret signs the built-in triggers' deliveries and the
+	// handlers verify it: LOOM_WEBHOOK_SECRET or loom agents --secret.
+	// Unset, loom serve generates one into the data directory.
+	WebhookSecret string `toml:"-"`
+	// Remote is the Loom server `loom agents` works for.
+	Remote Remote `toml:"-"`
 }
 
 // Server configures the HTTP server.
@@ -105,6 +119,13 @@ type Security struct {
 
 // MinCursorKeyBytes is the shortest accepted [security] cursor_key.
 const MinCursorKeyBytes = 32
+
+// Remote is where `loom agents` reads and writes documents: flags
+// --loom-url and --api-key, or LOOM_URL and LOOM_API_KEY.
+type Remote struct {
+	URL    string
+	APIKey string
+}
 
 // Webhooks configures outbound webhook delivery. Deliveries never connect
 // to loopback, private, link-local or other internal addresses unless the
@@ -171,6 +192,26 @@ type Agents struct {
 	// (http_get, http tools), whose URLs the model chooses. Default none.
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
+}
+
+// Tool is a [[tool]] entry: a tool offered to the agents, the same fields
+// as an entry of the tools file (spec 05).
+type Tool struct {
+	Name          string         `toml:"name"`
+	Description   string         `toml:"description"`
+	InputSchema   map[string]any `toml:"input_schema"`   // JSON schema, type object
+	ExecutionType string         `toml:"execution_type"` // builtin | http
+	Visibility    string         `toml:"visibility"`     // visible (default) | hidden | result-only
+	Execution     *ToolExecution `toml:"execution"`
+}
+
+// ToolExecution is how an http tool is called.
+type ToolExecution struct {
+	URL     string            `toml:"url"`
+	Method  string            `toml:"method"`
+	Headers map[string]string `toml:"headers"`
+	Body    string            `toml:"body"`
+	Timeout int               `toml:"timeout"` // milliseconds
 }
 
 // AgentRole is a sub-agent role: its system prompt and the tools it is
@@ -240,23 +281,6 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// SeedIndexes are the agent runtime's indexes (seed 002, spec 05). They
-// ship in the default configuration; each is a partial index on its
-// collection group, so other collections pay nothing for them.
-var SeedIndexes = []collections.Index{
-	{Collection: "users/*/orch-chats/*/messages", Fields: []string{"createdAt"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"chatId"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"triggerMessageId"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"status"}},
-	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"taskId"}},
-	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"userId"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "createdAt"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "seq"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"subAgentId"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"status"}},
-}
-
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
@@ -273,6 +297,8 @@ func Default() Config {
 // Flags are command-line values; an empty string means "not given".
 type Flags struct {
 	Addr, Data, Config, Triggers, Engine, MongoURI string
+	// loom agents only.
+	LoomURL, APIKey, WebhookSecret string
 }
 
 // Load builds the configuration: defaults < config file < LOOM_* env <
@@ -315,12 +341,15 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.LLM.BaseURL, "", "LOOM_LLM_BASE_URL")
 	set(&cfg.LLM.APIKey, "", "LOOM_LLM_API_KEY")
 	set(&cfg.LLM.Model, "", "LOOM_LLM_MODEL")
+	set(&cfg.LogLevel, "", "LOOM_LOG_LEVEL")
+	set(&cfg.WebhookSecret, flags.WebhookSecret, "LOOM_WEBHOOK_SECRET")
+	set(&cfg.Remote.URL, flags.LoomURL, "LOOM_URL")
+	set(&cfg.Remote.APIKey, flags.APIKey, "LOOM_API_KEY")
 	if cfg.Triggers == "" {
 		if _, err := os.Stat(DefaultTriggersFile); err == nil {
 			cfg.Triggers = DefaultTriggersFile
 		}
 	}
-	cfg.Indexes = mergeIndexes(SeedIndexes, cfg.Indexes)
 	return cfg, cfg.Validate()
 }
 
@@ -379,17 +408,4 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-func mergeIndexes(base, extra []collections.Index) []collections.Index {
-	out := make([]collections.Index, 0, len(base)+len(extra))
-	seen := map[string]bool{}
-	for _, ix := range append(append([]collections.Index{}, base...), extra...) {
-		key := ix.Collection + "|" + strings.Join(ix.Fields, ",")
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, ix)
-		}
-	}
-	return out
 }
