@@ -42,7 +42,7 @@ func agentsEnabled(cfg config.Config) bool {
 // buildAgents builds the agent runtime's handlers over docs (Loom's HTTP
 // API with a service key). The tools' HTTP goes through its own SSRF guard
 // ([agents] allow_hosts / allow_cidrs, default none): the model chooses
-// those URLs, so the loopback that [webhooks] allows for the built-in
+// those URLs, so the loopback that [delivery] allows for the built-in
 // handlers must not be open to it.
 func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *slog.Logger, metrics prometheus.Registerer) (*webhooks.Handlers, error) {
 	guard, err := ssrf.New(cfg.Agents.AllowHosts, cfg.Agents.AllowCIDRs)

@@ -15,13 +15,18 @@ import (
 // This file turns the configuration, which only describes, into what the
 // packages take: config imports no feature package, so the joins happen here.
 
-// loadConfig loads the configuration and builds the logger it names.
+// loadConfig loads the configuration and builds the logger it names, which
+// then reports what the file should change (a deprecated section).
 func loadConfig(flags config.Flags, getenv func(string) string, stderr io.Writer) (config.Config, *slog.Logger, error) {
 	cfg, err := config.Load(flags, getenv)
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	return cfg, newLogger(stderr, cfg.LogLevel), nil
+	logger := newLogger(stderr, cfg.LogLevel)
+	for _, w := range cfg.Warnings {
+		logger.Warn(w)
+	}
+	return cfg, logger, nil
 }
 
 // storeIndexes are the engine indexes: the agent runtime's, then those the

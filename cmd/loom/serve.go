@@ -90,9 +90,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer ln.Close()
 	self := selfURL(ln.Addr())
-	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
+	guard, err := ssrf.New(cfg.Delivery.AllowHosts, cfg.Delivery.AllowCIDRs)
 	if err != nil {
-		return fmt.Errorf("config [webhooks]: %w", err)
+		return fmt.Errorf("config [delivery]: %w", err)
 	}
 	whSecret, err := loadWebhookSecret(cfg)
 	if err != nil {
@@ -195,7 +195,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // openTriggers loads triggers.json (a bad file refuses to start) and builds
-// the delivery pipeline with the SSRF guard from [webhooks]. ${VAR} in the
+// the delivery pipeline with the SSRF guard from [delivery]. ${VAR} in the
 // triggers expands from the process environment, envDefaults filling in.
 func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, guard *ssrf.Guard, envDefaults map[string]string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
 	node, err := loadNodeID(cfg.Data)
@@ -219,11 +219,11 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 		Expand:           expand,
 		Transport:        guard.Transport(),
 		NodeID:           node,
-		Workers:          cfg.Webhooks.Workers,
-		DisableAfterDead: cfg.Webhooks.DisableAfterDead,
-		DisableOrigins:   cfg.Webhooks.DisableAfterDeadOrigins,
+		Workers:          cfg.Delivery.Workers,
+		DisableAfterDead: cfg.Delivery.DisableAfterDead,
+		DisableOrigins:   cfg.Delivery.DisableAfterDeadOrigins,
 		BuiltinURL:       builtinURL,
-		Retention:        cfg.Webhooks.Retention.Duration,
+		Retention:        cfg.Delivery.Retention.Duration,
 		Registerer:       reg,
 		Logger:           logger,
 		Version:          version,
@@ -244,7 +244,7 @@ func selfURL(addr net.Addr) string {
 	ip := tcp.IP
 	if ip == nil || ip.IsUnspecified() {
 		// ":8080" listens on both stacks; 127.0.0.1 is what the shipped
-		// [webhooks] allow list names.
+		// [delivery] allow list names.
 		ip = net.IPv4(127, 0, 0, 1)
 	}
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))

@@ -48,7 +48,7 @@ type Config struct {
 	Server   Server              `toml:"server"`
 	Auth     Auth                `toml:"auth"`
 	Security Security            `toml:"security"`
-	Webhooks Webhooks            `toml:"webhooks"`
+	Delivery Delivery            `toml:"delivery"`
 	LLM      LLM                 `toml:"llm"`
 	Agents   Agents              `toml:"agents"`
 	RxDB     RxDB                `toml:"rxdb"`
@@ -58,7 +58,10 @@ type Config struct {
 	Metrics  Metrics             `toml:"metrics"`
 	Indexes  []collections.Index `toml:"index"`
 
-	// More process settings (env or flags only).
+	// More process settings (env or flags only), and what loading found.
+	// Warnings are what the file does that still works but should change
+	// (a deprecated section); the caller logs them.
+	Warnings []string `toml:"-"`
 	// LogLevel is LOOM_LOG_LEVEL (debug, info, warn, error; default info).
 	LogLevel string `toml:"-"`
 	// WebhookSecret signs the built-in triggers' deliveries and the
@@ -127,11 +130,13 @@ type Remote struct {
 	APIKey string
 }
 
-// Webhooks configures outbound webhook delivery. Deliveries never connect
-// to loopback, private, link-local or other internal addresses unless the
-// URL's host is in AllowHosts or the address is in AllowCIDRs (default:
-// none; the shipped loom.toml allows the server's own loopback address).
-type Webhooks struct {
+// Delivery configures the triggers' outbound webhook delivery ([delivery];
+// formerly [webhooks], still accepted with a warning). Deliveries never
+// connect to loopback, private, link-local or other internal addresses
+// unless the URL's host is in AllowHosts or the address is in AllowCIDRs
+// (default: none; the shipped loom.toml allows the server's own loopback
+// address).
+type Delivery struct {
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
 	// Workers bounds concurrent webhook requests (default 64).
@@ -353,12 +358,23 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// fileConfig is what loom.toml decodes into: the configuration and the
+// sections still accepted under an old name.
+type fileConfig struct {
+	Config
+	// Webhooks is the old name of [delivery], which configures trigger
+	// delivery: webhooks/ is the agent runtime's handlers, so the name
+	// misled.
+	Webhooks *Delivery `toml:"webhooks"`
+}
+
 func (c *Config) readFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	md, err := toml.Decode(string(b), c)
+	f := fileConfig{Config: *c}
+	md, err := toml.Decode(string(b), &f)
 	if err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
@@ -370,6 +386,16 @@ func (c *Config) readFile(path string) error {
 		sort.Strings(keys)
 		return fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
 	}
+	if md.IsDefined("webhooks") {
+		if md.IsDefined("delivery") {
+			return fmt.Errorf("config %s: both [delivery] and [webhooks] are set; [webhooks] is the old name of [delivery], keep only [delivery]", path)
+		}
+		if f.Webhooks != nil {
+			f.Delivery = *f.Webhooks
+		}
+		f.Warnings = append(f.Warnings, fmt.Sprintf("config %s: [webhooks] is deprecated, rename it to [delivery] (same keys)", path))
+	}
+	*c = f.Config
 	return nil
 }
 

@@ -36,8 +36,8 @@ func TestLoad_Defaults(t *testing.T) {
 	if cfg.Changes.Retention.Duration != 7*24*time.Hour {
 		t.Fatalf("retention=%v, want 168h", cfg.Changes.Retention)
 	}
-	if len(cfg.Indexes) != 0 {
-		t.Fatalf("indexes=%v, want none (the features' own indexes are joined by cmd/loom)", cfg.Indexes)
+	if len(cfg.Indexes) != 0 || len(cfg.Warnings) != 0 {
+		t.Fatalf("indexes=%v warnings=%v, want none (the features' own indexes are joined by cmd/loom)", cfg.Indexes, cfg.Warnings)
 	}
 }
 
@@ -99,7 +99,10 @@ func TestLoad_Errors(t *testing.T) {
 		{"short cursor key", "[security]\ncursor_key = \"short\"\n", "cursor_key"},
 		{"bad trusted proxy", "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"},
 		{"negative hash slots", "[auth]\nmax_concurrent_hashes = -1\n", "max_concurrent_hashes"},
+		{"unknown delivery key", "[delivery]\nworkerz = 3\n", "delivery.workerz"},
+		{"unknown deprecated webhooks key", "[webhooks]\nworkerz = 3\n", "webhooks.workerz"},
 		{"unknown tool key", "[[tool]]\nname = \"t\"\nexecution = { url = \"http://x\", verb = \"GET\" }\n", "tool.execution.verb"},
+		{"delivery and webhooks", "[delivery]\nworkers = 3\n[webhooks]\nworkers = 4\n", "both [delivery] and [webhooks]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -124,8 +127,44 @@ func TestShippedConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Webhooks.AllowHosts) == 0 {
+	if len(cfg.Delivery.AllowHosts) == 0 {
 		t.Fatal("the shipped config should allow the server's own loopback address for webhooks")
+	}
+	if len(cfg.Warnings) != 0 {
+		t.Fatalf("warnings=%v, want none", cfg.Warnings)
+	}
+}
+
+const deliveryKeys = `
+allow_hosts = ["127.0.0.1"]
+allow_cidrs = ["127.0.0.0/8"]
+workers = 8
+disable_after_dead = -1
+disable_after_dead_origins = 2
+retention = "1h"
+`
+
+// [delivery] configures trigger delivery; [webhooks], its old name, still
+// loads the same keys, with a warning naming the new section.
+func TestLoad_Delivery(t *testing.T) {
+	want := config.Delivery{
+		AllowHosts: []string{"127.0.0.1"}, AllowCIDRs: []string{"127.0.0.0/8"},
+		Workers: 8, DisableAfterDead: -1, DisableAfterDeadOrigins: 2, Retention: config.Duration{Duration: time.Hour},
+	}
+	for _, section := range []string{"delivery", "webhooks"} {
+		t.Run(section, func(t *testing.T) {
+			cfg, err := config.Load(config.Flags{Config: writeFile(t, "["+section+"]"+deliveryKeys)}, env(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Delivery; !reflect.DeepEqual(got, want) {
+				t.Errorf("delivery=%+v, want %+v", got, want)
+			}
+			deprecated := section == "webhooks"
+			if warned := len(cfg.Warnings) == 1 && strings.Contains(cfg.Warnings[0], "[delivery]"); warned != deprecated || len(cfg.Warnings) > 1 {
+				t.Errorf("warnings=%q, want a warning naming [delivery]: %v", cfg.Warnings, deprecated)
+			}
+		})
 	}
 }
 
