@@ -378,13 +378,19 @@ func (c *Config) readFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
+	var unknown []string
+	for _, k := range md.Undecoded() {
+		// A tool's input_schema is free-form JSON schema: the decoder
+		// reports the keys of its nested tables as undecoded, but they all
+		// land in the map.
+		if len(k) > 2 && k[0] == "tool" && k[1] == "input_schema" {
+			continue
 		}
-		sort.Strings(keys)
-		return fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
+		unknown = append(unknown, k.String())
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(unknown, ", "))
 	}
 	if md.IsDefined("webhooks") {
 		if md.IsDefined("delivery") {

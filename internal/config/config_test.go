@@ -192,7 +192,9 @@ func TestLoad_ProcessSettings(t *testing.T) {
 	}
 }
 
-// [[tool]] entries are plain data with the tools file's fields.
+// [[tool]] entries are plain data with the tools file's fields; the input
+// schema is free-form (its nested tables are not unknown keys), the rest of
+// an entry is not.
 func TestLoad_Tools(t *testing.T) {
 	p := writeFile(t, `
 [[tool]]
@@ -200,7 +202,7 @@ name           = "weather"
 description    = "Current weather for a city"
 execution_type = "http"
 visibility     = "visible"
-input_schema   = { type = "object", required = ["city"] }
+input_schema   = { type = "object", properties = { city = { type = "string", enum = ["Paris"] } }, required = ["city"] }
 execution      = { url = "https://wttr.in/{{input.city}}", method = "GET", headers = { Accept = "application/json" }, body = "b", timeout = 10000 }
 `)
 	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
@@ -215,6 +217,10 @@ execution      = { url = "https://wttr.in/{{input.city}}", method = "GET", heade
 	if tool.Name != "weather" || tool.ExecutionType != "http" || tool.Visibility != "visible" || tool.InputSchema["type"] != "object" ||
 		tool.Execution == nil || !reflect.DeepEqual(*tool.Execution, want) {
 		t.Errorf("tool=%+v execution=%+v", tool, tool.Execution)
+	}
+	props, _ := tool.InputSchema["properties"].(map[string]any)
+	if city, _ := props["city"].(map[string]any); city["type"] != "string" {
+		t.Errorf("input_schema=%v, want properties.city.type string", tool.InputSchema)
 	}
 }
 
