@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -41,8 +40,9 @@ type Config struct {
 	Store collections.Store
 	// File is triggers.json ("" = no file triggers).
 	File string
-	// Expand resolves ${VAR} in url, headers and secret. Nil: the process
-	// environment, where an unset variable is an error.
+	// Expand resolves ${VAR} in url, headers and secret; the caller gives
+	// the environment (EnvExpander). Nil: no variable is set, so every
+	// ${VAR} is an error.
 	Expand Expander
 	// Transport sends the webhooks. It should be an SSRF-guarded transport
 	// (internal/ssrf); nil means http.DefaultTransport (tests only).
@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, errors.New("triggers: no store")
 	}
 	if cfg.Expand == nil {
-		cfg.Expand = EnvExpander(nil)
+		cfg.Expand = EnvExpander(func(string) (string, bool) { return "", false }, nil)
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport
@@ -257,11 +257,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// EnvExpander resolves ${VAR} from the process environment; defaults
-// supply values for unset variables (LOOM_URL, LOOM_WEBHOOK_SECRET).
-func EnvExpander(defaults map[string]string) Expander {
+// EnvExpander resolves ${VAR} with lookup (the process environment:
+// os.LookupEnv, given by the caller so that this package reads none);
+// defaults supply values for unset variables (LOOM_URL,
+// LOOM_WEBHOOK_SECRET).
+func EnvExpander(lookup func(name string) (string, bool), defaults map[string]string) Expander {
 	return func(name string) (string, error) {
-		if v, ok := os.LookupEnv(name); ok {
+		if v, ok := lookup(name); ok {
 			return v, nil
 		}
 		if v, ok := defaults[name]; ok {

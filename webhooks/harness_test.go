@@ -21,7 +21,6 @@ import (
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/internal/auth"
-	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
@@ -67,7 +66,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 	dir := t.TempDir()
 	st, err := sqlite.Open(context.Background(), sqlite.Config{
 		Path:    filepath.Join(dir, "loom.db"),
-		Indexes: append(slices.Clone(config.SeedIndexes), triggers.Indexes...),
+		Indexes: append(slices.Clone(webhooks.Indexes), triggers.Indexes...),
 	})
 	if err != nil {
 		t.Fatal(err)

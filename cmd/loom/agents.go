@@ -42,7 +42,7 @@ func agentsEnabled(cfg config.Config) bool {
 // buildAgents builds the agent runtime's handlers over docs (Loom's HTTP
 // API with a service key). The tools' HTTP goes through its own SSRF guard
 // ([agents] allow_hosts / allow_cidrs, default none): the model chooses
-// those URLs, so the loopback that [webhooks] allows for the built-in
+// those URLs, so the loopback that [delivery] allows for the built-in
 // handlers must not be open to it.
 func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *slog.Logger, metrics prometheus.Registerer) (*webhooks.Handlers, error) {
 	guard, err := ssrf.New(cfg.Agents.AllowHosts, cfg.Agents.AllowCIDRs)
@@ -116,17 +116,17 @@ func loadTools(cfg config.Config) ([]tools.Def, error) {
 			return nil, err
 		}
 	}
-	return append(defs, cfg.Tools...), nil
+	return append(defs, toolDefs(cfg.Tools)...), nil
 }
 
 // loadWebhookSecret returns LOOM_WEBHOOK_SECRET, or the secret kept in the
 // data directory (generated on first start). It signs the built-in
 // triggers' deliveries and the handlers verify it.
-func loadWebhookSecret(dir string) (string, error) {
-	if s := os.Getenv("LOOM_WEBHOOK_SECRET"); s != "" {
-		return s, nil
+func loadWebhookSecret(cfg config.Config) (string, error) {
+	if cfg.WebhookSecret != "" {
+		return cfg.WebhookSecret, nil
 	}
-	path := filepath.Join(dir, webhookSecretFile)
+	path := filepath.Join(cfg.Data, webhookSecretFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if s := strings.TrimSpace(string(b)); s != "" {
@@ -166,27 +166,28 @@ func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fset := flag.NewFlagSet("loom agents", flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	addr := fset.String("addr", "127.0.0.1:8081", "listen address for /webhooks/*")
-	loomURL := fset.String("loom-url", os.Getenv("LOOM_URL"), "Loom base URL (env LOOM_URL)")
-	apiKey := fset.String("api-key", os.Getenv("LOOM_API_KEY"), "service key with the service role (env LOOM_API_KEY)")
-	secret := fset.String("secret", os.Getenv("LOOM_WEBHOOK_SECRET"), "Standard Webhooks secret of the triggers (env LOOM_WEBHOOK_SECRET)")
-	cfgFile := fset.String("config", "", "TOML config for [llm], [agents], [[tool]] and [webhooks] (env LOOM_CONFIG, default ./loom.toml when present)")
+	var f config.Flags
+	fset.StringVar(&f.LoomURL, "loom-url", "", "Loom base URL (env LOOM_URL)")
+	fset.StringVar(&f.APIKey, "api-key", "", "service key with the service role (env LOOM_API_KEY)")
+	fset.StringVar(&f.WebhookSecret, "secret", "", "Standard Webhooks secret of the triggers (env LOOM_WEBHOOK_SECRET)")
+	fset.StringVar(&f.Config, "config", "", "TOML config for [llm], [agents] and [[tool]] (env LOOM_CONFIG, default ./loom.toml when present)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
-	if *loomURL == "" || *apiKey == "" || *secret == "" {
-		return errors.New("loom agents needs --loom-url, --api-key and --secret (or LOOM_URL, LOOM_API_KEY, LOOM_WEBHOOK_SECRET)")
-	}
-	cfg, err := config.Load(config.Flags{Config: *cfgFile}, os.Getenv)
+	cfg, logger, err := loadConfig(f, os.Getenv, stderr)
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stderr, os.Getenv("LOOM_LOG_LEVEL"))
-	docs, err := loomclient.New(loomclient.Config{BaseURL: *loomURL, APIKey: *apiKey})
+	remote := cfg.Remote
+	if remote.URL == "" || remote.APIKey == "" || cfg.WebhookSecret == "" {
+		return errors.New("loom agents needs --loom-url, --api-key and --secret (or LOOM_URL, LOOM_API_KEY, LOOM_WEBHOOK_SECRET)")
+	}
+	docs, err := loomclient.New(loomclient.Config{BaseURL: remote.URL, APIKey: remote.APIKey})
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	h, err := buildAgents(cfg, docs, *secret, logger, reg)
+	h, err := buildAgents(cfg, docs, cfg.WebhookSecret, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -199,7 +200,7 @@ func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "Loom agents %s serving http://%s/webhooks/* for %s\n", version, ln.Addr(), *loomURL)
+	fmt.Fprintf(stdout, "Loom agents %s serving http://%s/webhooks/* for %s\n", version, ln.Addr(), remote.URL)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,11 +49,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(f, os.Getenv)
+	cfg, logger, err := loadConfig(f, os.Getenv, stderr)
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stderr, os.Getenv("LOOM_LOG_LEVEL"))
 
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
 		return fmt.Errorf("data directory: %w", err)
@@ -92,11 +90,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer ln.Close()
 	self := selfURL(ln.Addr())
-	guard, err := ssrf.New(cfg.Webhooks.AllowHosts, cfg.Webhooks.AllowCIDRs)
+	guard, err := ssrf.New(cfg.Delivery.AllowHosts, cfg.Delivery.AllowCIDRs)
 	if err != nil {
-		return fmt.Errorf("config [webhooks]: %w", err)
+		return fmt.Errorf("config [delivery]: %w", err)
 	}
-	whSecret, err := loadWebhookSecret(cfg.Data)
+	whSecret, err := loadWebhookSecret(cfg)
 	if err != nil {
 		return err
 	}
@@ -197,7 +195,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // openTriggers loads triggers.json (a bad file refuses to start) and builds
-// the delivery pipeline with the SSRF guard from [webhooks].
+// the delivery pipeline with the SSRF guard from [delivery]. ${VAR} in the
+// triggers expands from the process environment, envDefaults filling in.
 func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, guard *ssrf.Guard, envDefaults map[string]string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
 	node, err := loadNodeID(cfg.Data)
 	if err != nil {
@@ -205,7 +204,7 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 	}
 	// The built-in handlers' triggers are the ones delivering under
 	// ${LOOM_URL}/webhooks/ while this server serves the agent runtime.
-	expand := triggers.EnvExpander(envDefaults)
+	expand := triggers.EnvExpander(os.LookupEnv, envDefaults)
 	builtinURL := ""
 	if agentsEnabled(cfg) {
 		base, err := expand("LOOM_URL")
@@ -220,11 +219,11 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 		Expand:           expand,
 		Transport:        guard.Transport(),
 		NodeID:           node,
-		Workers:          cfg.Webhooks.Workers,
-		DisableAfterDead: cfg.Webhooks.DisableAfterDead,
-		DisableOrigins:   cfg.Webhooks.DisableAfterDeadOrigins,
+		Workers:          cfg.Delivery.Workers,
+		DisableAfterDead: cfg.Delivery.DisableAfterDead,
+		DisableOrigins:   cfg.Delivery.DisableAfterDeadOrigins,
 		BuiltinURL:       builtinURL,
-		Retention:        cfg.Webhooks.Retention.Duration,
+		Retention:        cfg.Delivery.Retention.Duration,
 		Registerer:       reg,
 		Logger:           logger,
 		Version:          version,
@@ -245,7 +244,7 @@ func selfURL(addr net.Addr) string {
 	ip := tcp.IP
 	if ip == nil || ip.IsUnspecified() {
 		// ":8080" listens on both stacks; 127.0.0.1 is what the shipped
-		// [webhooks] allow list names.
+		// [delivery] allow list names.
 		ip = net.IPv4(127, 0, 0, 1)
 	}
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
@@ -297,7 +296,7 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			Path:             filepath.Join(cfg.Data, "loom.db"),
 			Retention:        cfg.Changes.Retention.Duration,
 			MaxDocumentBytes: cfg.Limits.MaxDocumentBytes,
-			Indexes:          append(slices.Clone(cfg.Indexes), triggers.Indexes...),
+			Indexes:          storeIndexes(cfg),
 			Logger:           logger.With("component", "sqlite"),
 			Registerer:       reg,
 		})

@@ -119,7 +119,7 @@ func writeTriggerFiles(t *testing.T, dir string, trigs []map[string]any, toml st
 	return trigFile, env
 }
 
-const allowLoopback = "[webhooks]\nallow_hosts = [\"127.0.0.1\"]\n"
+const allowLoopback = "[delivery]\nallow_hosts = [\"127.0.0.1\"]\n"
 
 // apiDelivery is a row of GET /admin/v1/deliveries.
 type apiDelivery struct {
@@ -613,7 +613,7 @@ func TestServe_SIGHUPReloadsTriggers(t *testing.T) {
 	}
 }
 
-// TestServe_WebhookToLoopbackRefusedWithoutAllowList: without a [webhooks]
+// TestServe_WebhookToLoopbackRefusedWithoutAllowList: without a [delivery]
 // allow list the SSRF guard refuses the loopback receiver; the delivery log
 // says why.
 func TestServe_WebhookToLoopbackRefusedWithoutAllowList(t *testing.T) {

@@ -1,5 +1,12 @@
 // Package config loads Loom's configuration: defaults, then the TOML file,
 // then LOOM_* environment variables, then command-line flags (later wins).
+//
+// Config only describes: it is plain data, and Load is the one reader of
+// loom.toml and of the LOOM_* settings of loom serve and loom agents (the
+// ${VAR} of triggers.json expand from the environment cmd/loom hands to
+// triggers). It imports no feature package; cmd/loom turns it into each
+// package's own types (tool definitions, the indexes joined with those the
+// features need).
 package config
 
 import (
@@ -14,7 +21,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/webhooks/tools"
 )
 
 // Defaults.
@@ -44,15 +50,28 @@ type Config struct {
 	Server   Server              `toml:"server"`
 	Auth     Auth                `toml:"auth"`
 	Security Security            `toml:"security"`
-	Webhooks Webhooks            `toml:"webhooks"`
+	Delivery Delivery            `toml:"delivery"`
 	LLM      LLM                 `toml:"llm"`
 	Agents   Agents              `toml:"agents"`
 	RxDB     RxDB                `toml:"rxdb"`
-	Tools    []tools.Def         `toml:"tool"`
+	Tools    []Tool              `toml:"tool"`
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
 	Metrics  Metrics             `toml:"metrics"`
 	Indexes  []collections.Index `toml:"index"`
+
+	// More process settings (env or flags only), and what loading found.
+	// Warnings are what the file does that still works but should change
+	// (a deprecated section); the caller logs them.
+	Warnings []string `toml:"-"`
+	// LogLevel is LOOM_LOG_LEVEL (debug, info, warn, error; default info).
+	LogLevel string `toml:"-"`
+	// WebhookSecret signs the built-in triggers' deliveries and the
+	// handlers verify it: LOOM_WEBHOOK_SECRET or loom agents --secret.
+	// Unset, loom serve generates one into the data directory.
+	WebhookSecret string `toml:"-"`
+	// Remote is the Loom server `loom agents` works for.
+	Remote Remote `toml:"-"`
 }
 
 // Server configures the HTTP server.
@@ -106,11 +125,20 @@ type Security struct {
 // MinCursorKeyBytes is the shortest accepted [security] cursor_key.
 const MinCursorKeyBytes = 32
 
-// Webhooks configures outbound webhook delivery. Deliveries never connect
-// to loopback, private, link-local or other internal addresses unless the
-// URL's host is in AllowHosts or the address is in AllowCIDRs (default:
-// none; the shipped loom.toml allows the server's own loopback address).
-type Webhooks struct {
+// Remote is where `loom agents` reads and writes documents: flags
+// --loom-url and --api-key, or LOOM_URL and LOOM_API_KEY.
+type Remote struct {
+	URL    string
+	APIKey string
+}
+
+// Delivery configures the triggers' outbound webhook delivery ([delivery];
+// formerly [webhooks], still accepted with a warning). Deliveries never
+// connect to loopback, private, link-local or other internal addresses
+// unless the URL's host is in AllowHosts or the address is in AllowCIDRs
+// (default: none; the shipped loom.toml allows the server's own loopback
+// address).
+type Delivery struct {
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
 	// Workers bounds concurrent webhook requests (default 64).
@@ -171,6 +199,26 @@ type Agents struct {
 	// (http_get, http tools), whose URLs the model chooses. Default none.
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
+}
+
+// Tool is a [[tool]] entry: a tool offered to the agents, the same fields
+// as an entry of the tools file (README, "Agent runtime").
+type Tool struct {
+	Name          string         `toml:"name"`
+	Description   string         `toml:"description"`
+	InputSchema   map[string]any `toml:"input_schema"`   // JSON schema, type object
+	ExecutionType string         `toml:"execution_type"` // builtin | http
+	Visibility    string         `toml:"visibility"`     // visible (default) | hidden | result-only
+	Execution     *ToolExecution `toml:"execution"`
+}
+
+// ToolExecution is how an http tool is called.
+type ToolExecution struct {
+	URL     string            `toml:"url"`
+	Method  string            `toml:"method"`
+	Headers map[string]string `toml:"headers"`
+	Body    string            `toml:"body"`
+	Timeout int               `toml:"timeout"` // milliseconds
 }
 
 // AgentRole is a sub-agent role: its system prompt and the tools it is
@@ -240,24 +288,6 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// SeedIndexes are the agent runtime's indexes (its collections are listed
-// in docs/architecture.md, "The agent runtime's documents"). They
-// ship in the default configuration; each is a partial index on its
-// collection group, so other collections pay nothing for them.
-var SeedIndexes = []collections.Index{
-	{Collection: "users/*/orch-chats/*/messages", Fields: []string{"createdAt"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"chatId"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"triggerMessageId"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"status"}},
-	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"taskId"}},
-	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"userId"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "createdAt"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "seq"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"subAgentId"}},
-	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"status"}},
-}
-
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
@@ -274,6 +304,8 @@ func Default() Config {
 // Flags are command-line values; an empty string means "not given".
 type Flags struct {
 	Addr, Data, Config, Triggers, Engine, MongoURI string
+	// loom agents only.
+	LoomURL, APIKey, WebhookSecret string
 }
 
 // Load builds the configuration: defaults < config file < LOOM_* env <
@@ -316,13 +348,26 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.LLM.BaseURL, "", "LOOM_LLM_BASE_URL")
 	set(&cfg.LLM.APIKey, "", "LOOM_LLM_API_KEY")
 	set(&cfg.LLM.Model, "", "LOOM_LLM_MODEL")
+	set(&cfg.LogLevel, "", "LOOM_LOG_LEVEL")
+	set(&cfg.WebhookSecret, flags.WebhookSecret, "LOOM_WEBHOOK_SECRET")
+	set(&cfg.Remote.URL, flags.LoomURL, "LOOM_URL")
+	set(&cfg.Remote.APIKey, flags.APIKey, "LOOM_API_KEY")
 	if cfg.Triggers == "" {
 		if _, err := os.Stat(DefaultTriggersFile); err == nil {
 			cfg.Triggers = DefaultTriggersFile
 		}
 	}
-	cfg.Indexes = mergeIndexes(SeedIndexes, cfg.Indexes)
 	return cfg, cfg.Validate()
+}
+
+// fileConfig is what loom.toml decodes into: the configuration and the
+// sections still accepted under an old name.
+type fileConfig struct {
+	Config
+	// Webhooks is the old name of [delivery], which configures trigger
+	// delivery: webhooks/ is the agent runtime's handlers, so the name
+	// misled.
+	Webhooks *Delivery `toml:"webhooks"`
 }
 
 func (c *Config) readFile(path string) error {
@@ -330,18 +375,35 @@ func (c *Config) readFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	md, err := toml.Decode(string(b), c)
+	f := fileConfig{Config: *c}
+	md, err := toml.Decode(string(b), &f)
 	if err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
+	var unknown []string
+	for _, k := range md.Undecoded() {
+		// A tool's input_schema is free-form JSON schema: the decoder
+		// reports the keys of its nested tables as undecoded, but they all
+		// land in the map.
+		if len(k) > 2 && k[0] == "tool" && k[1] == "input_schema" {
+			continue
 		}
-		sort.Strings(keys)
-		return fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(keys, ", "))
+		unknown = append(unknown, k.String())
 	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("config %s: unknown key(s) %s", path, strings.Join(unknown, ", "))
+	}
+	if md.IsDefined("webhooks") {
+		if md.IsDefined("delivery") {
+			return fmt.Errorf("config %s: both [delivery] and [webhooks] are set; [webhooks] is the old name of [delivery], keep only [delivery]", path)
+		}
+		if f.Webhooks != nil {
+			f.Delivery = *f.Webhooks
+		}
+		f.Warnings = append(f.Warnings, fmt.Sprintf("config %s: [webhooks] is deprecated, rename it to [delivery] (same keys)", path))
+	}
+	*c = f.Config
 	return nil
 }
 
@@ -380,17 +442,4 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-func mergeIndexes(base, extra []collections.Index) []collections.Index {
-	out := make([]collections.Index, 0, len(base)+len(extra))
-	seen := map[string]bool{}
-	for _, ix := range append(append([]collections.Index{}, base...), extra...) {
-		key := ix.Collection + "|" + strings.Join(ix.Fields, ",")
-		if !seen[key] {
-			seen[key] = true
-			out = append(out, ix)
-		}
-	}
-	return out
 }

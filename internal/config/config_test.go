@@ -3,6 +3,7 @@ package config_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +36,8 @@ func TestLoad_Defaults(t *testing.T) {
 	if cfg.Changes.Retention.Duration != 7*24*time.Hour {
 		t.Fatalf("retention=%v, want 168h", cfg.Changes.Retention)
 	}
-	if len(cfg.Indexes) != len(config.SeedIndexes) {
-		t.Fatalf("indexes=%d, want the %d seed indexes", len(cfg.Indexes), len(config.SeedIndexes))
+	if len(cfg.Indexes) != 0 || len(cfg.Warnings) != 0 {
+		t.Fatalf("indexes=%v warnings=%v, want none (the features' own indexes are joined by cmd/loom)", cfg.Indexes, cfg.Warnings)
 	}
 }
 
@@ -80,8 +81,8 @@ fields = ["sender", "createdAt"]
 	if l := cfg.Limits; l.MaxBodyBytesInFlight != 8192 || l.ReadTimeout.Duration != 5*time.Second || l.IdleTimeout.Duration != 30*time.Second || !cfg.Metrics.RequireKey || l.MaxSubscriptionsPerUser != 7 || l.MaxSubscriptions != 70 {
 		t.Errorf("limits=%+v metrics=%+v", l, cfg.Metrics)
 	}
-	if got := cfg.Indexes[len(cfg.Indexes)-1]; got.Collection != "rooms/*/messages" {
-		t.Errorf("last index=%+v, want the configured one after the seed indexes", got)
+	if len(cfg.Indexes) != 1 || cfg.Indexes[0].Collection != "rooms/*/messages" {
+		t.Errorf("indexes=%+v, want the configured one", cfg.Indexes)
 	}
 }
 
@@ -98,6 +99,10 @@ func TestLoad_Errors(t *testing.T) {
 		{"short cursor key", "[security]\ncursor_key = \"short\"\n", "cursor_key"},
 		{"bad trusted proxy", "[server]\ntrusted_proxies = [\"10.0.0.0/33\"]\n", "trusted_proxies"},
 		{"negative hash slots", "[auth]\nmax_concurrent_hashes = -1\n", "max_concurrent_hashes"},
+		{"unknown delivery key", "[delivery]\nworkerz = 3\n", "delivery.workerz"},
+		{"unknown deprecated webhooks key", "[webhooks]\nworkerz = 3\n", "webhooks.workerz"},
+		{"unknown tool key", "[[tool]]\nname = \"t\"\nexecution = { url = \"http://x\", verb = \"GET\" }\n", "tool.execution.verb"},
+		{"delivery and webhooks", "[delivery]\nworkers = 3\n[webhooks]\nworkers = 4\n", "both [delivery] and [webhooks]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -122,8 +127,100 @@ func TestShippedConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Webhooks.AllowHosts) == 0 {
+	if len(cfg.Delivery.AllowHosts) == 0 {
 		t.Fatal("the shipped config should allow the server's own loopback address for webhooks")
+	}
+	if len(cfg.Warnings) != 0 {
+		t.Fatalf("warnings=%v, want none", cfg.Warnings)
+	}
+}
+
+const deliveryKeys = `
+allow_hosts = ["127.0.0.1"]
+allow_cidrs = ["127.0.0.0/8"]
+workers = 8
+disable_after_dead = -1
+disable_after_dead_origins = 2
+retention = "1h"
+`
+
+// [delivery] configures trigger delivery; [webhooks], its old name, still
+// loads the same keys, with a warning naming the new section.
+func TestLoad_Delivery(t *testing.T) {
+	want := config.Delivery{
+		AllowHosts: []string{"127.0.0.1"}, AllowCIDRs: []string{"127.0.0.0/8"},
+		Workers: 8, DisableAfterDead: -1, DisableAfterDeadOrigins: 2, Retention: config.Duration{Duration: time.Hour},
+	}
+	for _, section := range []string{"delivery", "webhooks"} {
+		t.Run(section, func(t *testing.T) {
+			cfg, err := config.Load(config.Flags{Config: writeFile(t, "["+section+"]"+deliveryKeys)}, env(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Delivery; !reflect.DeepEqual(got, want) {
+				t.Errorf("delivery=%+v, want %+v", got, want)
+			}
+			deprecated := section == "webhooks"
+			if warned := len(cfg.Warnings) == 1 && strings.Contains(cfg.Warnings[0], "[delivery]"); warned != deprecated || len(cfg.Warnings) > 1 {
+				t.Errorf("warnings=%q, want a warning naming [delivery]: %v", cfg.Warnings, deprecated)
+			}
+		})
+	}
+}
+
+// Process settings that only the environment or flags give: the log level,
+// the webhook secret and the remote server of loom agents.
+func TestLoad_ProcessSettings(t *testing.T) {
+	t.Chdir(t.TempDir())
+	vars := env(map[string]string{
+		"LOOM_LOG_LEVEL": "debug", "LOOM_WEBHOOK_SECRET": "env-secret",
+		"LOOM_URL": "http://env:8080", "LOOM_API_KEY": "env-key",
+	})
+	cfg, err := config.Load(config.Flags{}, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LogLevel != "debug" || cfg.WebhookSecret != "env-secret" || cfg.Remote.URL != "http://env:8080" || cfg.Remote.APIKey != "env-key" {
+		t.Errorf("from env: log level=%q secret=%q remote=%+v", cfg.LogLevel, cfg.WebhookSecret, cfg.Remote)
+	}
+	cfg, err = config.Load(config.Flags{LoomURL: "http://flag", APIKey: "flag-key", WebhookSecret: "flag-secret"}, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.WebhookSecret != "flag-secret" || cfg.Remote.URL != "http://flag" || cfg.Remote.APIKey != "flag-key" {
+		t.Errorf("flags over env: secret=%q remote=%+v", cfg.WebhookSecret, cfg.Remote)
+	}
+}
+
+// [[tool]] entries are plain data with the tools file's fields; the input
+// schema is free-form (its nested tables are not unknown keys), the rest of
+// an entry is not.
+func TestLoad_Tools(t *testing.T) {
+	p := writeFile(t, `
+[[tool]]
+name           = "weather"
+description    = "Current weather for a city"
+execution_type = "http"
+visibility     = "visible"
+input_schema   = { type = "object", properties = { city = { type = "string", enum = ["Paris"] } }, required = ["city"] }
+execution      = { url = "https://wttr.in/{{input.city}}", method = "GET", headers = { Accept = "application/json" }, body = "b", timeout = 10000 }
+`)
+	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tools) != 1 {
+		t.Fatalf("tools=%+v, want one", cfg.Tools)
+	}
+	tool := cfg.Tools[0]
+	want := config.ToolExecution{URL: "https://wttr.in/{{input.city}}", Method: "GET", Headers: map[string]string{"Accept": "application/json"}, Body: "b", Timeout: 10000}
+	if tool.Name != "weather" || tool.ExecutionType != "http" || tool.Visibility != "visible" || tool.InputSchema["type"] != "object" ||
+		tool.Execution == nil || !reflect.DeepEqual(*tool.Execution, want) {
+		t.Errorf("tool=%+v execution=%+v", tool, tool.Execution)
+	}
+	props, _ := tool.InputSchema["properties"].(map[string]any)
+	if city, _ := props["city"].(map[string]any); city["type"] != "string" {
+		t.Errorf("input_schema=%v, want properties.city.type string", tool.InputSchema)
 	}
 }
 

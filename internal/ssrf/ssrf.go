@@ -7,7 +7,7 @@
 // redirects: a 3xx response is returned to the caller as-is.
 //
 // Two escape hatches exist for self-hosted deployments, mirroring the
-// [webhooks] allow_hosts and allow_cidrs configuration keys:
+// [delivery] allow_hosts and allow_cidrs configuration keys:
 //
 //   - allowHosts: host names or IP literals matched, case-insensitively and
 //     exactly, against the URL's hostname (the host part of the address the
@@ -37,7 +37,7 @@ import (
 var ErrBlocked = errors.New("ssrf: address not allowed")
 
 // allowHint tells an operator how to lift a block.
-const allowHint = "allow it with [webhooks] allow_hosts or allow_cidrs"
+const allowHint = "allow it with [delivery] allow_hosts or allow_cidrs"
 
 // BlockedError describes a refused address. It wraps ErrBlocked.
 type BlockedError struct {

@@ -258,12 +258,12 @@ func TestCheckIP(t *testing.T) {
 func TestCheckIPEmbeddedMessage(t *testing.T) {
 	g := mustGuard(t, nil, nil)
 	msg := g.CheckIP(netip.MustParseAddr("64:ff9b::a00:1")).Error()
-	want := "ssrf: 64:ff9b::a00:1 is NAT64 embedding 10.0.0.1, which is private (RFC 1918) (in 10.0.0.0/8; allow it with [webhooks] allow_hosts or allow_cidrs)"
+	want := "ssrf: 64:ff9b::a00:1 is NAT64 embedding 10.0.0.1, which is private (RFC 1918) (in 10.0.0.0/8; allow it with [delivery] allow_hosts or allow_cidrs)"
 	if msg != want {
 		t.Errorf("got  %q\nwant %q", msg, want)
 	}
 	msg = g.CheckIP(netip.MustParseAddr("127.0.0.1")).Error()
-	want = "ssrf: 127.0.0.1 is loopback (in 127.0.0.0/8; allow it with [webhooks] allow_hosts or allow_cidrs)"
+	want = "ssrf: 127.0.0.1 is loopback (in 127.0.0.0/8; allow it with [delivery] allow_hosts or allow_cidrs)"
 	if msg != want {
 		t.Errorf("got  %q\nwant %q", msg, want)
 	}

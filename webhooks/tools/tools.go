@@ -2,7 +2,8 @@
 // http tools, with JSON-schema-checked arguments.
 //
 // A tool is described by a [Def] (from [Builtins], the `[[tool]]` tables of
-// loom.toml or a tools.json file read by [LoadFile]). [New] validates every
+// loom.toml, which cmd/loom converts, or a tools.json file read by
+// [LoadFile]). [New] validates every
 // definition and compiles its input schema with
 // github.com/santhosh-tekuri/jsonschema/v6; [Registry.Run] validates the
 // model's arguments against that schema before running the tool. Argument
@@ -47,21 +48,21 @@ const (
 
 // Def describes one tool.
 type Def struct {
-	Name          string         `json:"name" toml:"name"`                       // [A-Za-z0-9_-]{1,64}
-	Description   string         `json:"description" toml:"description"`         //
-	InputSchema   map[string]any `json:"inputSchema" toml:"input_schema"`        // JSON schema, type object
-	ExecutionType string         `json:"executionType" toml:"execution_type"`    // builtin | http
-	Visibility    string         `json:"visibility,omitempty" toml:"visibility"` // visible (default) | hidden | result-only
-	Execution     *HTTPExecution `json:"execution,omitempty" toml:"execution"`
+	Name          string         `json:"name"`                 // [A-Za-z0-9_-]{1,64}
+	Description   string         `json:"description"`          //
+	InputSchema   map[string]any `json:"inputSchema"`          // JSON schema, type object
+	ExecutionType string         `json:"executionType"`        // builtin | http
+	Visibility    string         `json:"visibility,omitempty"` // visible (default) | hidden | result-only
+	Execution     *HTTPExecution `json:"execution,omitempty"`
 }
 
 // HTTPExecution is how an http tool is called.
 type HTTPExecution struct {
-	URL     string            `json:"url" toml:"url"`                   // may contain {{input.field}} (URL-escaped when substituted into the URL)
-	Method  string            `json:"method" toml:"method"`             // GET (default) | POST | PUT | PATCH | DELETE
-	Headers map[string]string `json:"headers,omitempty" toml:"headers"` // values may contain {{input.field}}
-	Body    string            `json:"body,omitempty" toml:"body"`       // optional template; default for non-GET: the args as JSON
-	Timeout int               `json:"timeout,omitempty" toml:"timeout"` // milliseconds, default 10000, max 120000
+	URL     string            `json:"url"`               // may contain {{input.field}} (URL-escaped when substituted into the URL)
+	Method  string            `json:"method"`            // GET (default) | POST | PUT | PATCH | DELETE
+	Headers map[string]string `json:"headers,omitempty"` // values may contain {{input.field}}
+	Body    string            `json:"body,omitempty"`    // optional template; default for non-GET: the args as JSON
+	Timeout int               `json:"timeout,omitempty"` // milliseconds, default 10000, max 120000
 }
 
 // Call is who a tool runs for.
