@@ -354,7 +354,7 @@ func TestRxDB_PushRace(t *testing.T) {
 	}
 }
 
-const rxSharedRules = rules.DefaultSource + `
+var rxSharedRules = rules.DefaultSource() + `
 [[rule]]
 match = "shared/{id}"
 allow = ["read", "delete"]
