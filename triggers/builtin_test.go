@@ -2,8 +2,11 @@ package triggers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -99,4 +102,46 @@ func TestBuiltin_OwnTransport(t *testing.T) {
 	if got = rc.requests(); len(got) != 1 || got[0].Body["triggerId"] != "own" {
 		t.Errorf("received %d requests (first from %v), want only own's", len(got), got[0].Body["triggerId"])
 	}
+}
+
+// A registered trigger replaces the built-in one of its id (the built-in
+// set cannot be edited), where a file using that id is refused.
+func TestBuiltin_RegisteredTriggerWins(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, t.TempDir())
+	t.Cleanup(func() { _ = st.Close() })
+	first, err := triggers.New(ctx, triggers.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var def triggers.Trigger
+	if err := json.Unmarshal([]byte(triggerJSON("b1", "http://127.0.0.1:1/registered", "")), &def); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := first.Register(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	set := "[" + triggerJSON("b1", "http://127.0.0.1:1/builtin", "") + "," + triggerJSON("b2", "http://127.0.0.1:1/builtin", "") + "]"
+	svc, err := triggers.New(ctx, triggers.Config{Store: st, Builtin: []byte(set)})
+	if err != nil {
+		t.Fatalf("New with a built-in id registered: %v", err)
+	}
+	for id, want := range map[string]string{"b1": triggers.SourceAPI, "b2": triggers.SourceFile} {
+		if in, _, err := svc.Get(ctx, id); err != nil || in.Source != want {
+			t.Errorf("%s: source %q (%v), want %q", id, in.Source, err, want)
+		}
+	}
+	file := writeTemp(t, set)
+	if _, err := triggers.New(ctx, triggers.Config{Store: st, File: file}); err == nil || !strings.Contains(err.Error(), "already used by a registered trigger") {
+		t.Errorf("New with a file using a registered id: %v", err)
+	}
+}
+
+func writeTemp(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "triggers.json")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -286,14 +286,6 @@ func deliveryClient(t http.RoundTripper) *http.Client {
 // Builtin reports whether the file triggers are Config.Builtin (no file).
 func (s *Service) Builtin() bool { return s.cfg.File == "" && s.cfg.Builtin != nil }
 
-// source names where the file triggers come from, for messages.
-func (s *Service) source() string {
-	if s.Builtin() {
-		return "built-in triggers"
-	}
-	return s.cfg.File
-}
-
 // EnvExpander resolves ${VAR} from the process environment; defaults
 // supply values for unset variables (LOOM_URL, LOOM_WEBHOOK_SECRET).
 func EnvExpander(defaults map[string]string) Expander {
@@ -354,11 +346,21 @@ func (s *Service) initEpoch(ctx context.Context, head int64) error {
 func (s *Service) setFileTriggers(ctx context.Context, list []*Compiled, states map[string]*stored, head int64, startup bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	kept := make([]*Compiled, 0, len(list))
 	for _, c := range list {
-		if e, ok := s.entries[c.Def.ID]; ok && e.source == SourceAPI {
-			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", s.source(), c.Def.ID)
+		e, ok := s.entries[c.Def.ID]
+		switch {
+		case !ok || e.source != SourceAPI:
+			kept = append(kept, c)
+		case s.Builtin():
+			// The built-in set cannot be edited, and a server that ran
+			// without a file may have had its triggers registered.
+			s.log.Warn("a registered trigger replaces the built-in one of the same id", "trigger", c.Def.ID)
+		default:
+			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", s.cfg.File, c.Def.ID)
 		}
 	}
+	list = kept
 	keep := map[string]bool{}
 	for _, c := range list {
 		id := c.Def.ID
