@@ -610,7 +610,7 @@ if    = "x == 'ok'"
 // TestSet_Allow_Concurrent shares one Set (and one Getter) between
 // goroutines; run with -race.
 func TestSet_Allow_Concurrent(t *testing.T) {
-	s := MustParse(t, rules.DefaultSource+`
+	s := MustParse(t, rules.DefaultSource()+`
 [[rule]]
 match = "teams/{team}/docs/{doc}"
 allow = ["read"]

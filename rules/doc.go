@@ -13,7 +13,7 @@
 //
 // Parse or Load compile it into a Set; every problem is reported at that
 // point as an *Error naming the rule (1-based) and its match. Default is the
-// built-in Set (DefaultSource, also shipped as security.toml).
+// built-in Set, compiled from security.toml (embedded; see DefaultSource).
 //
 // Set.Allow decides one Request: it is allowed when any rule whose pattern
 // matches the document path and whose allow covers the operation has an if

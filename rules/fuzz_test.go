@@ -13,7 +13,7 @@ import (
 func FuzzParse(f *testing.F) {
 	seeds := []string{
 		"",
-		rules.DefaultSource,
+		rules.DefaultSource(),
 		"[[rule]]\nmatch = \"public/{doc=**}\"\nallow = [\"read\"]\nif = \"true\"\n",
 		"[[rule]]\nmatch = \"posts/{p}\"\nallow = [\"update\"]\nif = \"resource.data.owner == request.auth.uid && request.resource.data.owner == resource.data.owner\"\n",
 		"[[rule]]\nmatch = \"teams/{t}/docs/{d}\"\nallow = [\"read\"]\nif = \"exists('teams/' + t + '/members/' + request.auth.uid) && get('teams/' + t).data.open\"\n",

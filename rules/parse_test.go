@@ -114,7 +114,7 @@ func TestParse_Valid(t *testing.T) {
 	}{
 		{"empty", "", 0},
 		{"comments only", "# nothing here\n", 0},
-		{"default", rules.DefaultSource, 5},
+		{"default", rules.DefaultSource(), 5},
 		{"all ops", `[[rule]]
 match = "a/{b}"
 allow = ["get", "list", "create", "update", "delete", "read", "write"]
@@ -145,7 +145,7 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 
 	good := filepath.Join(dir, "security.toml")
-	if err := os.WriteFile(good, []byte(rules.DefaultSource), 0o644); err != nil {
+	if err := os.WriteFile(good, []byte(rules.DefaultSource()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s, err := rules.Load(good)

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"sync"
 	"time"
@@ -227,46 +228,27 @@ func (s *Set) may(auth *Auth, segs []string, ops ...Op) bool {
 	return false
 }
 
-// DefaultSource is the TOML of the built-in rules (shipped, with comments,
-// as security.toml): a signed-in user may read every document below
-// users/{their uid}/ (not users/{uid} itself: {rest=**} needs at least one
-// segment) and write every one except the agent runtime's: in a chat below
-// users/{uid}/orch-chats/ a user may only write the chat document and create
-// their own 'user' messages, and users/{uid}/agent-usage/ is read-only. A
-// service key with the "service" role (the agent runtime's handlers) may
-// read and write everything below users/. Everything else is denied, which
-// leaves it to the admin key.
-const DefaultSource = `
-[[rule]]
-match = "users/{userId}/{rest=**}"
-allow = ["read"]
-if    = "request.auth != null && request.auth.uid == userId"
+// defaultSource is security.toml, the built-in rules, embedded so that
+// they apply wherever the server starts: a signed-in user may read every
+// document below users/{their uid}/ (not users/{uid} itself: {rest=**}
+// needs at least one segment) and write every one except the agent
+// runtime's: in a chat below users/{uid}/orch-chats/ a user may only write
+// the chat document and create their own 'user' messages, and
+// users/{uid}/agent-usage/ is read-only. A service key with the "service"
+// role (the agent runtime's handlers) may read and write everything below
+// users/. Everything else is denied, which leaves it to the admin key.
+//
+//go:embed security.toml
+var defaultSource string
 
-[[rule]]
-match = "users/{userId}/{rest=**}"
-allow = ["write"]
-if    = "request.auth != null && request.auth.uid == userId && !rest.startsWith('orch-chats/') && !rest.startsWith('agent-usage/')"
-
-[[rule]]
-match = "users/{userId}/orch-chats/{chatId}"
-allow = ["create", "update"]
-if    = "request.auth != null && request.auth.uid == userId && request.resource.data.all(k, k in ['title', 'userId']) && (!('userId' in request.resource.data) || request.resource.data.userId == userId)"
-
-[[rule]]
-match = "users/{userId}/orch-chats/{chatId}/messages/{messageId}"
-allow = ["create"]
-if    = "request.auth != null && request.auth.uid == userId && request.resource.data.role == 'user' && type(request.resource.data.content) == string && request.resource.data.all(k, k in ['role', 'content', 'userId', 'chatId']) && (!('userId' in request.resource.data) || request.resource.data.userId == userId) && (!('chatId' in request.resource.data) || request.resource.data.chatId == chatId)"
-
-[[rule]]
-match = "users/{userId}/{rest=**}"
-allow = ["read", "write"]
-if    = "request.auth != null && 'service' in request.auth.roles"
-`
+// DefaultSource returns the TOML of the built-in rules (security.toml, with
+// its comments).
+func DefaultSource() string { return defaultSource }
 
 var defaultSet = sync.OnceValue(func() *Set {
-	s, err := Parse([]byte(DefaultSource), "rules.DefaultSource")
+	s, err := Parse([]byte(defaultSource), "built-in security.toml")
 	if err != nil {
-		panic(err) // DefaultSource is a constant; the tests parse it
+		panic(err) // embedded at build time; the tests parse it
 	}
 	return s
 })

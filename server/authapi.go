@@ -171,8 +171,15 @@ func (s *Server) me(c *gin.Context) {
 }
 
 // reloadRules serves POST /admin/v1/rules/reload: re-read the rules file;
-// a bad file keeps the current rules and reports why.
+// a bad file keeps the current rules and reports why. The built-in rules
+// (no file) stay as they are.
 func (s *Server) reloadRules(c *gin.Context) {
+	if s.rulesBuiltin {
+		n := s.rules.Load().Len()
+		s.log.Info("security rules reload: no rules file; the built-in rules stay in force", "rules", n)
+		c.JSON(http.StatusOK, gin.H{"rules": n, "builtin": true})
+		return
+	}
 	if s.rulesFile == "" {
 		s.writeError(c, errorf(http.StatusConflict, codeConflict, "This server has no rules file to reload."))
 		return

@@ -21,7 +21,7 @@ import (
 // read and write open/*.
 func openRules(t testing.TB) *rules.Set {
 	t.Helper()
-	rs, err := rules.Parse([]byte(rules.DefaultSource+`
+	rs, err := rules.Parse([]byte(rules.DefaultSource()+`
 [[rule]]
 match = "open/{id}"
 allow = ["read", "write"]

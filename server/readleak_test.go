@@ -17,7 +17,7 @@ import (
 // a real server under rules where anyone signed in may create and update a
 // post but may read it only when it is public or their own: a write
 // permission must never turn into a read of the stored document.
-const leakRules = rules.DefaultSource + `
+var leakRules = rules.DefaultSource() + `
 [[rule]]
 match = "posts/{id}"
 allow = ["create", "update"]

@@ -354,7 +354,7 @@ func TestRxDB_PushRace(t *testing.T) {
 	}
 }
 
-const rxSharedRules = rules.DefaultSource + `
+var rxSharedRules = rules.DefaultSource() + `
 [[rule]]
 match = "shared/{id}"
 allow = ["read", "delete"]
@@ -762,7 +762,7 @@ func TestRxDB_PullStreamCountsAsSubscription(t *testing.T) {
 // A pullStream opened with a service key ends soon after the key is
 // revoked (it is checked again at each heartbeat), with no commit needed.
 func TestRxDB_PullStreamEndsWhenKeyRevoked(t *testing.T) {
-	set, err := rules.Parse([]byte(rules.DefaultSource+`
+	set, err := rules.Parse([]byte(rules.DefaultSource()+`
 [[rule]]
 match = "jobs/{id}"
 allow = ["read"]

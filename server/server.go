@@ -116,10 +116,11 @@ type Config struct {
 	// Auth authenticates users, OIDC tokens and service keys, and serves
 	// /auth/v1. Nil: only the admin key authenticates and /auth/v1 is 404.
 	Auth *auth.Service
-	// Rules are the security rules; nil means rules.Default().
+	// Rules are the security rules; nil means the built-in rules
+	// (rules.Default()).
 	Rules *rules.Set
-	// RulesFile is re-read by POST /admin/v1/rules/reload ("" = reload
-	// unavailable).
+	// RulesFile is re-read by POST /admin/v1/rules/reload. "": with nil
+	// Rules the reload keeps the built-in rules, else it is unavailable.
 	RulesFile string
 	// Realtime tunes /realtime/ws and /realtime/sse (zero values are the
 	// defaults).
@@ -159,6 +160,7 @@ type Server struct {
 	auth            *auth.Service
 	rules           atomic.Pointer[rules.Set]
 	rulesFile       string
+	rulesBuiltin    bool // no file, the built-in rules: a reload keeps them
 	metrics         *httpMetrics
 	metricsAuth     bool
 	rt              *realtimeServer
@@ -220,6 +222,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		corsOrigins:     cfg.CORSOrigins,
 		auth:            cfg.Auth,
 		rulesFile:       cfg.RulesFile,
+		rulesBuiltin:    cfg.Rules == nil && cfg.RulesFile == "",
 		rxdb:            cfg.RxDB,
 		triggers:        cfg.Triggers,
 		webhooks:        cfg.Webhooks,

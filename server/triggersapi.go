@@ -166,7 +166,11 @@ func (s *Server) reloadTriggers(c *gin.Context) {
 		return
 	}
 	// Len, not List: listing shows (and so uses up) never-shown secrets.
-	c.JSON(http.StatusOK, gin.H{"triggers": s.triggers.Len()})
+	res := gin.H{"triggers": s.triggers.Len()}
+	if s.triggers.Builtin() {
+		res["builtin"] = true // no file to re-read: the built-in triggers stay
+	}
+	c.JSON(http.StatusOK, res)
 }
 
 func (s *Server) listDeliveries(c *gin.Context) {

@@ -719,7 +719,11 @@ func (s *Service) post(ctx context.Context, e *entry, d *Delivery, keys [][]byte
 	req.Header.Set("webhook-id", d.EventID)
 	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("webhook-signature", sign(keys, d.EventID, ts, body))
-	resp, err := s.client.Do(req)
+	client := s.client
+	if s.builtin(e) {
+		client = s.builtinClient
+	}
+	resp, err := client.Do(req)
 	a.LatencyMs = time.Since(start).Milliseconds()
 	s.m.attemptSeconds.WithLabelValues(d.TriggerID).Observe(time.Since(start).Seconds())
 	if err != nil {

@@ -38,8 +38,12 @@ const DefaultDisableOrigins = 5
 // Config configures a Service.
 type Config struct {
 	Store collections.Store
-	// File is triggers.json ("" = no file triggers).
+	// File is triggers.json ("" = no file triggers unless Builtin).
 	File string
+	// Builtin is a triggers.json used when File is "": the shipped
+	// triggers of the built-in handlers. It cannot change, so Reload keeps
+	// it. Its triggers are file triggers like File's.
+	Builtin []byte
 	// Expand resolves ${VAR} in url, headers and secret; the caller gives
 	// the environment (EnvExpander). Nil: no variable is set, so every
 	// ${VAR} is an error.
@@ -47,6 +51,10 @@ type Config struct {
 	// Transport sends the webhooks. It should be an SSRF-guarded transport
 	// (internal/ssrf); nil means http.DefaultTransport (tests only).
 	Transport http.RoundTripper
+	// BuiltinTransport sends the deliveries under BuiltinURL, to this
+	// server itself, whose address (often loopback) Transport's guard may
+	// refuse for the other triggers. Nil means Transport.
+	BuiltinTransport http.RoundTripper
 	// NodeID names this process in delivery leases. It must be stable
 	// across restarts of the same node (so its own leases are taken back
 	// at once after a crash) and unique among nodes sharing a store.
@@ -131,6 +139,8 @@ type Service struct {
 	m      *metrics
 	epoch  string
 	rnd    func() float64
+	// builtinClient sends the deliveries to this server's own handlers.
+	builtinClient *http.Client
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -162,6 +172,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = http.DefaultTransport
+	}
+	if cfg.BuiltinTransport == nil {
+		cfg.BuiltinTransport = cfg.Transport
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = randomHex(8)
@@ -200,19 +213,15 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
 	s := &Service{
-		cfg:   cfg,
-		store: cfg.Store,
-		log:   cfg.Logger.With("component", "triggers"),
-		// No client timeout: each request carries its trigger's timeout in
-		// its context. Redirects are never followed (a 3xx is a failure).
-		client: &http.Client{
-			Transport:     cfg.Transport,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		cfg:     cfg,
+		store:   cfg.Store,
+		log:     cfg.Logger.With("component", "triggers"),
+		client:  deliveryClient(cfg.Transport),
 		entries: map[string]*entry{},
 		deltas:  map[string]*Counts{},
 		rnd:     mrand.Float64,
 	}
+	s.builtinClient = deliveryClient(cfg.BuiltinTransport)
 	s.d.init(s)
 	s.publishLocked()
 	m, err := newMetrics(cfg.Registerer, s)
@@ -221,10 +230,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.m = m
 	var fileTriggers []*Compiled
-	if cfg.File != "" {
-		if fileTriggers, err = LoadFile(cfg.File, cfg.Expand); err != nil {
-			return nil, err
+	switch {
+	case cfg.File != "":
+		fileTriggers, err = LoadFile(cfg.File, cfg.Expand)
+	case cfg.Builtin != nil:
+		fileTriggers, err = ParseFile(cfg.Builtin, cfg.Expand)
+		if err != nil {
+			err = fmt.Errorf("built-in triggers: %w", err)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	head, err := s.store.Head(ctx)
 	if err != nil {
@@ -256,6 +272,19 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// deliveryClient sends webhooks through t. It has no timeout: each request
+// carries its trigger's timeout in its context. Redirects are never
+// followed (a 3xx is a failure).
+func deliveryClient(t http.RoundTripper) *http.Client {
+	return &http.Client{
+		Transport:     t,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Builtin reports whether the file triggers are Config.Builtin (no file).
+func (s *Service) Builtin() bool { return s.cfg.File == "" && s.cfg.Builtin != nil }
 
 // EnvExpander resolves ${VAR} with lookup (the process environment:
 // os.LookupEnv, given by the caller so that this package reads none);
@@ -319,11 +348,21 @@ func (s *Service) initEpoch(ctx context.Context, head int64) error {
 func (s *Service) setFileTriggers(ctx context.Context, list []*Compiled, states map[string]*stored, head int64, startup bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	kept := make([]*Compiled, 0, len(list))
 	for _, c := range list {
-		if e, ok := s.entries[c.Def.ID]; ok && e.source == SourceAPI {
+		e, ok := s.entries[c.Def.ID]
+		switch {
+		case !ok || e.source != SourceAPI:
+			kept = append(kept, c)
+		case s.Builtin():
+			// The built-in set cannot be edited, and a server that ran
+			// without a file may have had its triggers registered.
+			s.log.Warn("a registered trigger replaces the built-in one of the same id", "trigger", c.Def.ID)
+		default:
 			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", s.cfg.File, c.Def.ID)
 		}
 	}
+	list = kept
 	keep := map[string]bool{}
 	for _, c := range list {
 		id := c.Def.ID
@@ -403,8 +442,12 @@ func (s *Service) publishLocked() {
 }
 
 // Reload re-reads the triggers file. A bad file keeps the current set and
-// returns the error.
+// returns the error. The built-in triggers (no file) are kept as they are.
 func (s *Service) Reload(ctx context.Context) error {
+	if s.Builtin() {
+		s.log.Info("triggers reload: no triggers file; the built-in triggers stay in force")
+		return nil
+	}
 	if s.cfg.File == "" {
 		return fmt.Errorf("%w: no triggers file configured", ErrConflict)
 	}

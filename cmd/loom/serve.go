@@ -28,7 +28,6 @@ import (
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
-	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks/loomclient"
@@ -43,7 +42,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fset.StringVar(&f.Addr, "addr", "", "listen address (env LOOM_ADDR, default "+config.DefaultAddr+")")
 	fset.StringVar(&f.Data, "data", "", "data directory (env LOOM_DATA, default "+config.DefaultData+")")
 	fset.StringVar(&f.Config, "config", "", "TOML config file (env LOOM_CONFIG, default ./loom.toml when present)")
-	fset.StringVar(&f.Triggers, "triggers", "", "triggers file (env LOOM_TRIGGERS, default ./triggers.json when present)")
+	fset.StringVar(&f.Triggers, "triggers", "", "triggers file (env LOOM_TRIGGERS, default ./triggers.json when present, else the built-in agent triggers)")
 	fset.StringVar(&f.Engine, "engine", "", "storage engine: sqlite (env LOOM_ENGINE)")
 	fset.StringVar(&f.MongoURI, "mongo-uri", "", "MongoDB URI for the mongo engine (env LOOM_MONGO_URI)")
 	if err := fset.Parse(args); err != nil {
@@ -160,7 +159,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			filepath.Join(cfg.Data, adminKeyFile), admin.generated)
 	}
 	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, ln.Addr(), cfg.Engine, cfg.Data)
-	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File, "triggers", cfg.Triggers)
+	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
 
 	// At shutdown the trigger pipeline drains first — deliveries in flight
 	// finish, the built-in handlers among them, which need the HTTP server
@@ -194,8 +193,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// openTriggers loads triggers.json (a bad file refuses to start) and builds
-// the delivery pipeline with the SSRF guard from [delivery]. ${VAR} in the
+// openTriggers loads the triggers (a bad file refuses to start; see
+// triggersSource) and builds the delivery pipeline with the SSRF guard from
+// [delivery] (selfTransport for the built-in handlers' own). ${VAR} in the
 // triggers expands from the process environment, envDefaults filling in.
 func openTriggers(ctx context.Context, cfg config.Config, store collections.Store, guard *ssrf.Guard, envDefaults map[string]string, logger *slog.Logger, reg prometheus.Registerer) (*triggers.Service, error) {
 	node, err := loadNodeID(cfg.Data)
@@ -206,18 +206,25 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 	// ${LOOM_URL}/webhooks/ while this server serves the agent runtime.
 	expand := triggers.EnvExpander(os.LookupEnv, envDefaults)
 	builtinURL := ""
+	var self http.RoundTripper
 	if agentsEnabled(cfg) {
 		base, err := expand("LOOM_URL")
 		if err != nil {
 			return nil, fmt.Errorf("LOOM_URL: %w", err)
 		}
 		builtinURL = base + "/webhooks/"
+		if self, err = selfTransport(base); err != nil {
+			return nil, err
+		}
 	}
+	file, shipped := triggersSource(cfg)
 	svc, err := triggers.New(ctx, triggers.Config{
 		Store:            store,
-		File:             cfg.Triggers,
+		File:             file,
+		Builtin:          shipped,
 		Expand:           expand,
 		Transport:        guard.Transport(),
+		BuiltinTransport: self,
 		NodeID:           node,
 		Workers:          cfg.Delivery.Workers,
 		DisableAfterDead: cfg.Delivery.DisableAfterDead,
@@ -231,6 +238,7 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 	if err != nil {
 		return nil, err
 	}
+	logger.Info("triggers loaded", "file", triggersName(file, shipped), "triggers", svc.Len())
 	return svc, nil
 }
 
@@ -302,23 +310,6 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 		})
 	}
 	return nil, fmt.Errorf("unknown engine %q", cfg.Engine)
-}
-
-// loadRules compiles the security rules file. The default file may be
-// absent (the built-in rules apply, the same as rules/security.toml in the
-// repository); a file named in the configuration must exist. A bad file
-// refuses to start, naming the rule and the error.
-func loadRules(cfg config.Config, logger *slog.Logger) (*rules.Set, string, error) {
-	set, err := rules.Load(cfg.Security.RulesFile)
-	if err == nil {
-		logger.Info("security rules loaded", "file", cfg.Security.RulesFile, "rules", set.Len())
-		return set, cfg.Security.RulesFile, nil
-	}
-	if errors.Is(err, fs.ErrNotExist) && cfg.Security.RulesFile == config.DefaultRulesFile {
-		logger.Info("no rules file; using the built-in rules (users own users/{uid}/**)", "file", cfg.Security.RulesFile)
-		return rules.Default(), cfg.Security.RulesFile, nil
-	}
-	return nil, "", fmt.Errorf("security rules: %w", err)
 }
 
 // openAuth starts user authentication. The token signing secret comes from
