@@ -82,6 +82,16 @@ func newWHReceiver(t testing.TB, respond func(w http.ResponseWriter, r *http.Req
 	return rc
 }
 
+// unavailableOnce answers the first request 503 with Retry-After: 1 and
+// the later ones 200.
+func unavailableOnce(w http.ResponseWriter, _ *http.Request, n int) int {
+	if n == 1 {
+		w.Header().Set("Retry-After", "1")
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
 func (rc *whReceiver) requests() []whRequest {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -760,13 +770,7 @@ func TestTriggersWebhook_Metrics(t *testing.T) {
 }
 
 func TestTriggersWebhook_RetryAfterHonoured(t *testing.T) {
-	rc := newWHReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) int {
-		if n == 1 {
-			w.Header().Set("Retry-After", "1")
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	rc := newWHReceiver(t, unavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
 	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.put(t, "items/r", `{"n":1}`)
@@ -918,13 +922,7 @@ func TestTriggersAdmin_RegisteredTriggerIgnoresPastChanges(t *testing.T) {
 }
 
 func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
-	rc := newWHReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) int {
-		if n == 1 {
-			w.Header().Set("Retry-After", "1")
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	rc := newWHReceiver(t, unavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
 	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.put(t, "items/p", `{"n":1}`)
