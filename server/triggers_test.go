@@ -17,10 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/collections/sqlite"
-	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/server"
 	"github.com/loomdb/loom/triggers"
@@ -199,14 +197,7 @@ func startTrigEnv(t *testing.T, o trigEnvOpts) *trigEnv {
 	t.Cleanup(func() { cancel(); <-done })
 	scfg := server.Config{Triggers: svc, Registry: reg, RateLimit: -1}
 	if o.auth {
-		as, err := auth.New(context.Background(), store, auth.Config{
-			DB: "default", Secret: []byte("0123456789abcdef0123456789abcdef-test"), BcryptCost: bcrypt.MinCost,
-		})
-		if err != nil {
-			t.Fatalf("auth.New: %v", err)
-		}
-		t.Cleanup(func() { as.Close() })
-		scfg.Auth = as
+		scfg.Auth = MustAuth(t, store, nil)
 	}
 	return &trigEnv{testEnv: MustStartServer(t, store, scfg), Svc: svc, File: file}
 }
