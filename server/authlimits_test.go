@@ -3,7 +3,6 @@ package server_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/server"
@@ -22,27 +20,6 @@ import (
 // Abuse resistance of /auth/v1 on a real server: client addresses are
 // simulated with X-Forwarded-For from loopback, which the server trusts only
 // when 127.0.0.1 is in Config.TrustedProxies.
-
-// newAuthEnvWith is newAuthEnv with an auth config to adjust.
-func newAuthEnvWith(t testing.TB, edit func(*auth.Config), cfg server.Config) *testEnv {
-	t.Helper()
-	store := MustOpenStore(t)
-	acfg := auth.Config{
-		DB:         "default",
-		Secret:     []byte("0123456789abcdef0123456789abcdef-test"),
-		BcryptCost: bcrypt.MinCost,
-	}
-	if edit != nil {
-		edit(&acfg)
-	}
-	svc, err := auth.New(context.Background(), store, acfg)
-	if err != nil {
-		t.Fatalf("auth.New: %v", err)
-	}
-	t.Cleanup(func() { svc.Close() })
-	cfg.Auth = svc
-	return MustStartServer(t, store, cfg)
-}
 
 const rightPassword = "correct horse battery"
 

@@ -16,9 +16,6 @@ import (
 	"github.com/loomdb/loom/collections"
 )
 
-// maxDatabaseName bounds the {db} URL segment.
-const maxDatabaseName = 64
-
 const dbKey = "loom.db"
 
 // database validates the {db} URL segment: [A-Za-z0-9_-]{1,64}. Every valid
@@ -26,26 +23,11 @@ const dbKey = "loom.db"
 // one clients use when they have no reason to pick another.
 func (s *Server) database(c *gin.Context) {
 	db := c.Param("db")
-	if !validDatabase(db) {
-		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q: use 1 to %d characters of [A-Za-z0-9_-].", truncate(db, 80), maxDatabaseName))
+	if !collections.ValidDatabase(db) {
+		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q: use 1 to %d characters of [A-Za-z0-9_-].", truncate(db, 80), collections.MaxDatabaseName))
 		return
 	}
 	c.Next()
-}
-
-func validDatabase(db string) bool {
-	if db == "" || len(db) > maxDatabaseName {
-		return false
-	}
-	for i := 0; i < len(db); i++ {
-		c := db[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func truncate(s string, n int) string {

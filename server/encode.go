@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"slices"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -144,13 +143,4 @@ func writeString(buf *bytes.Buffer, s string) {
 	}
 	buf.WriteString(s[start:])
 	buf.WriteByte('"')
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -228,7 +230,7 @@ func encodeError(buf *bytes.Buffer, ae *apiError) {
 	if len(ae.Details) > 0 {
 		buf.WriteString(`,"details":{`)
 		first := true
-		for _, k := range sortedKeys(ae.Details) {
+		for _, k := range slices.Sorted(maps.Keys(ae.Details)) {
 			if !first {
 				buf.WriteByte(',')
 			}

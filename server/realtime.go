@@ -319,7 +319,7 @@ type subParams struct {
 // and subscribes; key is subKey's. Closing the result counts it out of
 // the bounds. Errors are *apiError.
 func (s *Server) openSubscription(ctx context.Context, caller *Caller, key string, p subParams) (*heldSub, error) {
-	if !validDatabase(p.db) {
+	if !collections.ValidDatabase(p.db) {
 		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.db, 80))
 	}
 	if err := s.authorize(caller, ActionList, p.db, p.query.Collection); err != nil {

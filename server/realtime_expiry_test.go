@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/server"
@@ -20,17 +18,7 @@ import (
 // newShortTokenEnv is a server whose access tokens live ttl.
 func newShortTokenEnv(t *testing.T, ttl time.Duration) *testEnv {
 	t.Helper()
-	store := MustOpenStore(t)
-	svc, err := auth.New(context.Background(), store, auth.Config{
-		Secret:     []byte("0123456789abcdef0123456789abcdef-test"),
-		BcryptCost: bcrypt.MinCost,
-		AccessTTL:  ttl,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Close() })
-	return MustStartServer(t, store, server.Config{Auth: svc})
+	return newAuthEnvWith(t, func(c *auth.Config) { c.AccessTTL = ttl }, server.Config{})
 }
 
 // freshToken logs in again for a token with a new expiry.
@@ -175,13 +163,7 @@ func TestRealtime_WSReauthAsAnotherUserEndsSubscriptions(t *testing.T) {
 // One address may hold at most MaxStreamsPerIP open streams (WebSocket,
 // SSE, pullStream together); the admin key is not limited.
 func TestRealtime_StreamsPerAddressAreLimited(t *testing.T) {
-	store := MustOpenStore(t)
-	svc, err := auth.New(context.Background(), store, auth.Config{Secret: []byte("0123456789abcdef0123456789abcdef-test"), BcryptCost: bcrypt.MinCost})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Close() })
-	e := MustStartServer(t, store, server.Config{Auth: svc, Realtime: server.RealtimeConfig{MaxStreamsPerIP: 2}})
+	e := newAuthEnv(t, server.Config{Realtime: server.RealtimeConfig{MaxStreamsPerIP: 2}})
 	u := e.signup(t, "streamer")
 	h := map[string]string{"Authorization": "Bearer " + u.Access}
 	a := e.dialWS(t, "", h)

@@ -80,7 +80,7 @@ func (s *Server) serveWS(c *gin.Context) {
 	if db == "" {
 		db = "default"
 	}
-	if !validDatabase(db) {
+	if !collections.ValidDatabase(db) {
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(db, 80)))
 		return
 	}
@@ -256,7 +256,7 @@ func (c *wsConn) auth(m message) {
 	if p.Database == "" {
 		p.Database = "default"
 	}
-	if !validDatabase(p.Database) {
+	if !collections.ValidDatabase(p.Database) {
 		c.reject(m.ID, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.Database, 80)))
 		return
 	}

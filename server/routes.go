@@ -14,15 +14,14 @@ const (
 	routeBatch     = "/batch"
 )
 
-func init() {
-	// gin's debug mode prints route tables and warnings to stdout; the mode
-	// is process-global, so set it once here rather than per Server.
-	gin.SetMode(gin.ReleaseMode)
-}
-
 // routes builds the gin engine: global middleware, the operational
 // endpoints, and the database API.
 func (s *Server) routes() *gin.Engine {
+	// gin's debug mode prints the route table and warnings to stdout. The
+	// mode is process-global in gin (no per-engine setting), so it is set
+	// here, where an engine is built, and importing this package changes
+	// nothing. It must precede gin.New, which warns in debug mode.
+	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	// Paths are exact: no redirects that would turn a POST into a GET or
 	// hide a client's typo.

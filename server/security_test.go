@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/server"
 )
@@ -21,18 +22,35 @@ import (
 // the given server config (default rules unless cfg.Rules is set).
 func newAuthEnv(t *testing.T, cfg server.Config) *testEnv {
 	t.Helper()
+	return newAuthEnvWith(t, nil, cfg)
+}
+
+// newAuthEnvWith is newAuthEnv with an auth config to adjust.
+func newAuthEnvWith(t testing.TB, edit func(*auth.Config), cfg server.Config) *testEnv {
+	t.Helper()
 	store := MustOpenStore(t)
-	svc, err := auth.New(context.Background(), store, auth.Config{
+	cfg.Auth = MustAuth(t, store, edit)
+	return MustStartServer(t, store, cfg)
+}
+
+// MustAuth starts the auth service over store with the tests' signing
+// secret and the cheapest bcrypt cost; edit (if not nil) adjusts the rest.
+func MustAuth(t testing.TB, store collections.Store, edit func(*auth.Config)) *auth.Service {
+	t.Helper()
+	acfg := auth.Config{
 		DB:         "default",
 		Secret:     []byte("0123456789abcdef0123456789abcdef-test"),
 		BcryptCost: bcrypt.MinCost,
-	})
+	}
+	if edit != nil {
+		edit(&acfg)
+	}
+	svc, err := auth.New(context.Background(), store, acfg)
 	if err != nil {
 		t.Fatalf("auth.New: %v", err)
 	}
 	t.Cleanup(func() { svc.Close() })
-	cfg.Auth = svc
-	return MustStartServer(t, store, cfg)
+	return svc
 }
 
 // user is one signed-up account.

@@ -17,10 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/loomdb/loom/collections/sqlite"
-	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/server"
 	"github.com/loomdb/loom/triggers"
@@ -80,6 +78,16 @@ func newWHReceiver(t testing.TB, respond func(w http.ResponseWriter, r *http.Req
 	}))
 	t.Cleanup(rc.srv.Close)
 	return rc
+}
+
+// unavailableOnce answers the first request 503 with Retry-After: 1 and
+// the later ones 200.
+func unavailableOnce(w http.ResponseWriter, _ *http.Request, n int) int {
+	if n == 1 {
+		w.Header().Set("Retry-After", "1")
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
 }
 
 func (rc *whReceiver) requests() []whRequest {
@@ -189,14 +197,7 @@ func startTrigEnv(t *testing.T, o trigEnvOpts) *trigEnv {
 	t.Cleanup(func() { cancel(); <-done })
 	scfg := server.Config{Triggers: svc, Registry: reg, RateLimit: -1}
 	if o.auth {
-		as, err := auth.New(context.Background(), store, auth.Config{
-			DB: "default", Secret: []byte("0123456789abcdef0123456789abcdef-test"), BcryptCost: bcrypt.MinCost,
-		})
-		if err != nil {
-			t.Fatalf("auth.New: %v", err)
-		}
-		t.Cleanup(func() { as.Close() })
-		scfg.Auth = as
+		scfg.Auth = MustAuth(t, store, nil)
 	}
 	return &trigEnv{testEnv: MustStartServer(t, store, scfg), Svc: svc, File: file}
 }
@@ -760,13 +761,7 @@ func TestTriggersWebhook_Metrics(t *testing.T) {
 }
 
 func TestTriggersWebhook_RetryAfterHonoured(t *testing.T) {
-	rc := newWHReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) int {
-		if n == 1 {
-			w.Header().Set("Retry-After", "1")
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	rc := newWHReceiver(t, unavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
 	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.put(t, "items/r", `{"n":1}`)
@@ -918,13 +913,7 @@ func TestTriggersAdmin_RegisteredTriggerIgnoresPastChanges(t *testing.T) {
 }
 
 func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
-	rc := newWHReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) int {
-		if n == 1 {
-			w.Header().Set("Retry-After", "1")
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
+	rc := newWHReceiver(t, unavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
 	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.put(t, "items/p", `{"n":1}`)

@@ -1,7 +1,7 @@
 package triggers
 
 import (
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/loomdb/loom/collections"
@@ -98,12 +98,14 @@ func envelope(d *collections.Document) map[string]any {
 	}
 }
 
+// keys returns m's keys, sorted. Unlike slices.Sorted(maps.Keys(m)) it
+// never returns nil: an empty document's ChangedFields is [], as changed's.
 func keys(m map[string]any) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sort.Strings(ks)
+	slices.Sort(ks)
 	return ks
 }
 
@@ -121,7 +123,7 @@ func changed(a, b map[string]any) []string {
 			ks = append(ks, k)
 		}
 	}
-	sort.Strings(ks)
+	slices.Sort(ks)
 	return ks
 }
 

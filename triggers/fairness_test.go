@@ -29,12 +29,11 @@ type keyedReceiver struct {
 func newKeyedReceiver(t *testing.T) *keyedReceiver {
 	kr := &keyedReceiver{receiver: newReceiver(t), broken: true, ok: map[string][]string{}, tried: map[string]bool{}}
 	kr.respond = func(r received, _ int) (int, http.Header) {
-		ev, _ := r.Body["event"].(map[string]any)
-		params, _ := ev["params"].(map[string]any)
-		chat, _ := params["chatId"].(string)
+		chat := chatOf(r)
 		if chat == "" {
 			chat = "note"
 		}
+		ev, _ := r.Body["event"].(map[string]any)
 		id, _ := ev["id"].(string)
 		kr.mu.Lock()
 		defer kr.mu.Unlock()

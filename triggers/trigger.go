@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,10 +33,9 @@ const (
 	DefaultInitialBackoff = 5 * time.Second
 	DefaultMaxBackoff     = 10 * time.Hour
 
-	maxIDLen        = 64
-	maxDatabaseName = 64
-	minSecretBytes  = 24
-	maxSecretBytes  = 64
+	maxIDLen       = 64
+	minSecretBytes = 24
+	maxSecretBytes = 64
 	// jitter is the ± fraction applied to every backoff.
 	jitter = 0.2
 )
@@ -157,8 +157,8 @@ func compile(def Trigger, expand Expander) (*Compiled, error) {
 	if def.Database == "" {
 		def.Database = DefaultDatabase
 	}
-	if !validDatabase(def.Database) {
-		return nil, fmt.Errorf("database: %q must be 1 to %d characters of [A-Za-z0-9_-]", def.Database, maxDatabaseName)
+	if !collections.ValidDatabase(def.Database) {
+		return nil, fmt.Errorf("database: %q must be 1 to %d characters of [A-Za-z0-9_-]", def.Database, collections.MaxDatabaseName)
 	}
 
 	if def.Collection == "" {
@@ -205,7 +205,7 @@ func compile(def Trigger, expand Expander) (*Compiled, error) {
 		return nil, fmt.Errorf("url: %v", err)
 	}
 
-	for _, k := range sortedKeys(def.Headers) {
+	for _, k := range slices.Sorted(maps.Keys(def.Headers)) {
 		if err := checkHeaderName(k); err != nil {
 			return nil, fmt.Errorf("headers: %v", err)
 		}
@@ -506,9 +506,6 @@ func checkSecret(s string) error {
 
 func validID(s string) bool { return validName(s, maxIDLen) }
 
-// validDatabase is the server's database name rule: [A-Za-z0-9_-]{1,64}.
-func validDatabase(s string) bool { return validName(s, maxDatabaseName) }
-
 func validName(s string, max int) bool {
 	if s == "" || len(s) > max {
 		return false
@@ -522,13 +519,4 @@ func validName(s string, max int) bool {
 		}
 	}
 	return true
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

@@ -69,12 +69,7 @@ func hitCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
 // own user messages: none of the documents the runtime acts on.
 func TestAgents_UserWritesOnlyUserMessages(t *testing.T) {
 	_, model := newFake(t, script{
-		sub: func(n int, req map[string]any) llmtest.Step {
-			if n == 0 {
-				return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_calc", "calculator", `{"expression":"6*7"}`)}}
-			}
-			return llmtest.Step{Content: "The answer is 42."}
-		},
+		sub: toolThenAnswer(call("call_calc", "calculator", `{"expression":"6*7"}`), "The answer is 42."),
 	})
 	s := startStack(t, stackOpts{model: model})
 	alice := s.token
@@ -122,12 +117,7 @@ func TestAgents_UserWritesOnlyUserMessages(t *testing.T) {
 		}
 	}
 	s.settle(10 * time.Second)
-	after := s.agentDocs()
-	for p, v := range before {
-		if after[p] != v {
-			t.Errorf("%s: version %d → %d after denied writes", p, v, after[p])
-		}
-	}
+	s.wantAgentDocs(before, "after denied writes")
 
 	// What stays allowed: reading the whole run, naming the chat, asking,
 	// and writing elsewhere below users/{uid}/.
@@ -155,12 +145,7 @@ func TestAgents_ToolOutsideRoleIsNotRun(t *testing.T) {
 	target, hits := hitCounter(t)
 	fake, model := newFake(t, script{
 		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Fetch the page.") },
-		sub: func(n int, req map[string]any) llmtest.Step {
-			if n == 0 {
-				return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_get", "http_get", fmt.Sprintf(`{"url":%q}`, target.URL))}}
-			}
-			return llmtest.Step{Content: "I could not fetch it."}
-		},
+		sub:  toolThenAnswer(call("call_get", "http_get", fmt.Sprintf(`{"url":%q}`, target.URL)), "I could not fetch it."),
 	})
 	s := startStack(t, stackOpts{model: model})
 	s.say("c1", "m1", "Fetch the page")

@@ -154,6 +154,17 @@ func (f *fakeLLM) reqs(kind string) []map[string]any {
 	return out
 }
 
+// toolThenAnswer is a sub-agent that calls c on its first step and then
+// answers.
+func toolThenAnswer(c llm.ToolCall, answer string) func(int, map[string]any) llmtest.Step {
+	return func(n int, _ map[string]any) llmtest.Step {
+		if n == 0 {
+			return llmtest.Step{ToolCalls: []llm.ToolCall{c}}
+		}
+		return llmtest.Step{Content: answer}
+	}
+}
+
 func delegate(agent, instruction string) llmtest.Step {
 	args, _ := json.Marshal(map[string]any{"agent": agent, "instruction": instruction})
 	return llmtest.Step{Content: "Let me delegate that.", ToolCalls: []llm.ToolCall{{ID: "call_orch", Name: "delegate_task", Arguments: string(args)}}}
@@ -266,6 +277,21 @@ func (s *stack) agentDocs() map[string]int64 {
 		}
 	}
 	return out
+}
+
+// wantAgentDocs fails unless the agent documents are exactly before, at
+// the same versions: what a redelivery or a refused write must leave.
+func (s *stack) wantAgentDocs(before map[string]int64, when string) {
+	s.t.Helper()
+	after := s.agentDocs()
+	if len(after) != len(before) {
+		s.t.Fatalf("%d documents %s, %d before\n%s", len(after), when, len(before), s.dump())
+	}
+	for p, v := range before {
+		if after[p] != v {
+			s.t.Errorf("%s: version %d → %d %s", p, v, after[p], when)
+		}
+	}
 }
 
 func numField(d *collections.Document, f string) int64 {
@@ -451,12 +477,7 @@ func TestAgents_ToolError(t *testing.T) {
 func TestAgents_AskUserWaitsThenResumes(t *testing.T) {
 	fake, model := newFake(t, script{
 		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Tell the weather.") },
-		sub: func(n int, req map[string]any) llmtest.Step {
-			if n == 0 {
-				return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_ask", "ask_user", `{"question":"Which city?"}`)}}
-			}
-			return llmtest.Step{Content: "Sunny in Paris."}
-		},
+		sub:  toolThenAnswer(call("call_ask", "ask_user", `{"question":"Which city?"}`), "Sunny in Paris."),
 	})
 	s := startStack(t, stackOpts{model: model})
 	s.say("c1", "m1", "What's the weather?")
@@ -636,12 +657,7 @@ func TestAgents_BudgetCompression(t *testing.T) {
 
 func TestAgents_RedeliveryCreatesNoDuplicates(t *testing.T) {
 	fake, model := newFake(t, script{
-		sub: func(n int, req map[string]any) llmtest.Step {
-			if n == 0 {
-				return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_calc", "calculator", `{"expression":"6*7"}`)}}
-			}
-			return llmtest.Step{Content: "The answer is 42."}
-		},
+		sub: toolThenAnswer(call("call_calc", "calculator", `{"expression":"6*7"}`), "The answer is 42."),
 	})
 	s := startStack(t, stackOpts{model: model})
 	s.say("c1", "m1", "What is 6*7?")
@@ -670,15 +686,7 @@ func TestAgents_RedeliveryCreatesNoDuplicates(t *testing.T) {
 		return true
 	})
 	s.settle(10 * time.Second)
-	after := s.agentDocs()
-	if len(after) != len(before) {
-		t.Fatalf("%d documents after the replays, %d before\n%s", len(after), len(before), s.dump())
-	}
-	for p, v := range before {
-		if after[p] != v {
-			t.Errorf("%s: version %d → %d", p, v, after[p])
-		}
-	}
+	s.wantAgentDocs(before, "after the replays")
 	if n := len(fake.Requests()); n != nreq {
 		t.Fatalf("%d LLM requests after the replays, %d before", n, nreq)
 	}
@@ -716,15 +724,7 @@ func TestAgents_RedeliveryCreatesNoDuplicates(t *testing.T) {
 	}
 	wg.Wait()
 	s.settle(10 * time.Second)
-	after = s.agentDocs()
-	if len(after) != len(before) {
-		t.Fatalf("%d documents after the concurrent posts, %d before\n%s", len(after), len(before), s.dump())
-	}
-	for p, v := range before {
-		if after[p] != v {
-			t.Errorf("%s: version %d → %d after the concurrent posts", p, v, after[p])
-		}
-	}
+	s.wantAgentDocs(before, "after the concurrent posts")
 	if n := len(fake.Requests()); n != nreq {
 		t.Fatalf("%d LLM requests after the concurrent posts, %d before", n, nreq)
 	}

@@ -259,32 +259,33 @@ func TestServe_KillDashNineLosesNoAcknowledgedWrite(t *testing.T) {
 	t.Logf("%d acknowledged writes on %d documents survived kill -9", len(acks), len(want))
 }
 
-func TestServe_UnknownConfigKeyRefusesToStart(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "loom.toml")
-	os.WriteFile(cfg, []byte("[limits]\nmax_doc_bytes = 5\n"), 0o600)
-	out, err := exec.Command(loomBin, "serve", "--config", cfg, "--data", t.TempDir(), "--addr", "127.0.0.1:0").CombinedOutput()
-	if err == nil {
-		t.Fatal("loom started with an unknown config key")
+// mustRefuseToStart runs loom serve with a config file holding config and
+// fails unless loom exits non-zero within 30 s with want in its output.
+func mustRefuseToStart(t *testing.T, config, want string) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "loom.toml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), "limits.max_doc_bytes") {
-		t.Fatalf("error does not name the key:\n%s", out)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, loomBin, "serve", "--config", cfg, "--data", t.TempDir(), "--addr", "127.0.0.1:0").CombinedOutput()
+	if ctx.Err() != nil || err == nil {
+		t.Fatalf("loom started with this config:\n%s\noutput:\n%s", config, out)
+	}
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("the error does not name %q:\n%s", want, out)
 	}
 }
 
+func TestServe_UnknownConfigKeyRefusesToStart(t *testing.T) {
+	mustRefuseToStart(t, "[limits]\nmax_doc_bytes = 5\n", "limits.max_doc_bytes")
+}
+
 func TestServe_BadRulesFileRefusesToStart(t *testing.T) {
-	dir := t.TempDir()
-	rulesFile := filepath.Join(dir, "rules.toml")
+	rulesFile := filepath.Join(t.TempDir(), "rules.toml")
 	os.WriteFile(rulesFile, []byte("[[rule]]\nmatch = \"users/{uid}/{rest=**}\"\nallow = [\"read\"]\nif = \"request.auth.uid ==\"\n"), 0o600)
-	cfg := filepath.Join(dir, "loom.toml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("[security]\nrules_file = %q\n", rulesFile)), 0o600)
-	out, err := exec.Command(loomBin, "serve", "--config", cfg, "--data", t.TempDir(), "--addr", "127.0.0.1:0").CombinedOutput()
-	if err == nil {
-		t.Fatal("loom started with a bad rules file")
-	}
-	if !strings.Contains(string(out), "rule 1") {
-		t.Fatalf("error does not name the rule:\n%s", out)
-	}
+	mustRefuseToStart(t, fmt.Sprintf("[security]\nrules_file = %q\n", rulesFile), "rule 1")
 }
 
 // TestServe_UsersOwnTheirDocuments: a fresh server with the built-in rules

@@ -44,7 +44,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fset.StringVar(&f.Config, "config", "", "TOML config file (env LOOM_CONFIG, default ./loom.toml when present)")
 	fset.StringVar(&f.Triggers, "triggers", "", "triggers file (env LOOM_TRIGGERS, default ./triggers.json when present, else the built-in agent triggers)")
 	fset.StringVar(&f.Engine, "engine", "", "storage engine: sqlite (env LOOM_ENGINE)")
-	fset.StringVar(&f.MongoURI, "mongo-uri", "", "MongoDB URI for the mongo engine (env LOOM_MONGO_URI)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}

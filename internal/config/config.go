@@ -45,7 +45,6 @@ type Config struct {
 	File     string `toml:"-"` // the config file that was read ("" = none)
 	Triggers string `toml:"-"`
 	Engine   string `toml:"-"`
-	MongoURI string `toml:"-"`
 
 	Server   Server              `toml:"server"`
 	Auth     Auth                `toml:"auth"`
@@ -303,7 +302,7 @@ func Default() Config {
 
 // Flags are command-line values; an empty string means "not given".
 type Flags struct {
-	Addr, Data, Config, Triggers, Engine, MongoURI string
+	Addr, Data, Config, Triggers, Engine string
 	// loom agents only.
 	LoomURL, APIKey, WebhookSecret string
 }
@@ -341,7 +340,6 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.Data, flags.Data, "LOOM_DATA")
 	set(&cfg.Triggers, flags.Triggers, "LOOM_TRIGGERS")
 	set(&cfg.Engine, flags.Engine, "LOOM_ENGINE")
-	set(&cfg.MongoURI, flags.MongoURI, "LOOM_MONGO_URI")
 	set(&cfg.Auth.AdminKey, "", "LOOM_ADMIN_KEY")
 	set(&cfg.Auth.JWTSecret, "", "LOOM_JWT_SECRET")
 	set(&cfg.Security.CursorKey, "", "LOOM_CURSOR_KEY")

@@ -1,8 +1,17 @@
-// Package loomclient is a small client for Loom's documents API, used by the
-// agent runtime's handlers.
+// Package loomclient is a Go client for Loom's documents API: any Go
+// program can import it to read, write and query documents of a running
+// Loom server over HTTP. Loom's agent runtime uses it too: *Client
+// implements webhooks.Docs.
 //
-// It implements webhooks.Docs over the REST API (README, Documents and
-// Queries):
+// A Client is built from a base URL and a credential: the admin key, a
+// service key (POST /admin/v1/keys) or a user's access token, sent as
+// Authorization: Bearer <key>. The server authorizes each request as it
+// would the same request from curl: by the security rules for that
+// credential (the admin key may do everything). A Client works on one
+// database (Config.Database, default "default") and is safe for
+// concurrent use.
+//
+// The methods map onto the REST API (README, Documents and Queries):
 //
 //	Get     GET   /api/v1/databases/{db}/documents/{path}
 //	Create  POST  /api/v1/databases/{db}/documents/{collection} with the
@@ -12,10 +21,15 @@
 //	        with If-Match: "<version>" when ifVersion > 0
 //	Query   POST  /api/v1/databases/{db}/query, following nextCursor
 //
+// Documents come back as *collections.Document with numbers as
+// json.Number, so 64-bit integers survive the round trip.
+//
 // Errors wrap collections.ErrNotFound, ErrAlreadyExists,
 // ErrPreconditionFailed, ErrInvalidPath, ErrInvalidQuery, ErrInvalidDocument
-// and ErrTooLarge (any 413), or this package's ErrUnauthorized / ErrForbidden;
-// every non-2xx answer is an *HTTPError (Retryable for 429 and 5xx).
+// and ErrTooLarge (any 413), or this package's ErrUnauthorized / ErrForbidden,
+// so callers test them with errors.Is; every non-2xx answer is an
+// *HTTPError, and Retryable reports whether retrying may help (429, 5xx,
+// 409 CONFLICT and transport failures).
 package loomclient
 
 import (
