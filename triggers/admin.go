@@ -26,8 +26,8 @@ type Info struct {
 	FileError string `json:"fileError,omitempty"`
 }
 
-// infoLocked builds the view of e; s.mu is held.
-func (s *Service) infoLocked(e *entry) Info {
+// infoLocked builds the view of e; r.mu is held.
+func (r *registry) infoLocked(e *entry) Info {
 	def := e.c.Def
 	def.Secret = ""
 	on := e.enabled()
@@ -37,28 +37,28 @@ func (s *Service) infoLocked(e *entry) Info {
 	if !on {
 		in.Status, in.DisabledReason = "disabled", e.st.DisabledReason
 	}
-	in.Counts.add(s.pendingDelta(def.ID))
+	in.Counts.add(r.pendingDelta(def.ID))
 	if e.st.PrevSecret != "" && e.st.PrevUntil > ms(time.Now()) {
 		in.SecretRotatingUntil = e.st.PrevUntil
 	}
 	if e.source == SourceFile {
-		in.FileError = s.fileErr
+		in.FileError = r.fileErr
 	}
 	return in
 }
 
-// List returns every trigger, sorted by id. Generated secrets that were
+// list returns every trigger, sorted by id. Generated secrets that were
 // never shown are returned once in secrets (id → secret).
-func (s *Service) List(ctx context.Context) (list []Info, secrets map[string]string, err error) {
-	s.mu.Lock()
-	ids := make([]string, 0, len(s.entries))
-	for id := range s.entries {
+func (r *registry) list(ctx context.Context) (list []Info, secrets map[string]string, err error) {
+	r.mu.Lock()
+	ids := make([]string, 0, len(r.entries))
+	for id := range r.entries {
 		ids = append(ids, id)
 	}
-	s.mu.Unlock()
+	r.mu.Unlock()
 	sort.Strings(ids)
 	for _, id := range ids {
-		in, secret, err := s.Get(ctx, id)
+		in, secret, err := r.get(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -76,13 +76,10 @@ func (s *Service) List(ctx context.Context) (list []Info, secrets map[string]str
 	return list, secrets, nil
 }
 
-// Len is the number of triggers (file and registered).
-func (s *Service) Len() int { return len(*s.snap.Load()) }
-
-// Get returns one trigger, and its generated secret if it was never shown.
-func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
+// get returns one trigger, and its generated secret if it was never shown.
+func (r *registry) get(ctx context.Context, id string) (Info, string, error) {
 	var secret string
-	e, err := s.updateEntry(ctx, id, func(e *entry) error {
+	e, err := r.updateEntry(ctx, id, func(e *entry) error {
 		if e.c.Def.Secret == "" && !e.st.SecretShown {
 			secret = e.st.Secret
 			e.st.SecretShown = true
@@ -91,7 +88,7 @@ func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
 		return errUnchanged
 	})
 	if errors.Is(err, errUnchanged) {
-		e = s.entry(id)
+		e = r.entry(id)
 		err = nil
 		if e == nil {
 			err = fmt.Errorf("%w: trigger %q", ErrNotFound, id)
@@ -100,22 +97,22 @@ func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
 	if err != nil {
 		return Info{}, "", err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.infoLocked(e), secret, nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.infoLocked(e), secret, nil
 }
 
 // errUnchanged lets an updateEntry callback skip the write.
 var errUnchanged = errors.New("unchanged")
 
-// Register adds an external webhook trigger and returns it with its
+// register adds an external webhook trigger and returns it with its
 // signing secret (shown this once).
-func (s *Service) Register(ctx context.Context, def Trigger) (Info, string, error) {
-	c, err := Compile(def, s.cfg.Expand)
+func (r *registry) register(ctx context.Context, def Trigger) (Info, string, error) {
+	c, err := Compile(def, r.cfg.Expand)
 	if err != nil {
 		return Info{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	head, err := s.store.Head(ctx)
+	head, err := r.store.Head(ctx)
 	if err != nil {
 		return Info{}, "", err
 	}
@@ -127,44 +124,44 @@ func (s *Service) Register(ctx context.Context, def Trigger) (Info, string, erro
 	stored.Secret = ""
 	c.Def.Secret = ""
 	e := &entry{c: c, source: SourceAPI, st: state{Source: SourceAPI, Def: &stored, Secret: secret, SecretShown: true, ActiveFrom: head}}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.entries[c.Def.ID]; ok {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.entries[c.Def.ID]; ok {
 		return Info{}, "", fmt.Errorf("%w: trigger %q exists", ErrConflict, c.Def.ID)
 	}
 	// A state left by a deleted trigger of the same id is replaced.
-	_, ver, err := readState(ctx, s.store, c.Def.ID)
+	_, ver, err := readState(ctx, r.store, c.Def.ID)
 	if err != nil {
 		return Info{}, "", err
 	}
 	if ver > 0 {
 		e.ver = ver
 	}
-	if e.ver, err = saveState(ctx, s.store, c.Def.ID, &e.st, e.ver); err != nil {
+	if e.ver, err = saveState(ctx, r.store, c.Def.ID, &e.st, e.ver); err != nil {
 		if errors.Is(err, errStateConflict) {
 			err = fmt.Errorf("%w: trigger %q was registered concurrently", ErrConflict, c.Def.ID)
 		}
 		return Info{}, "", err
 	}
-	s.entries[c.Def.ID] = e
-	s.publishLocked()
-	return s.infoLocked(e), secret, nil
+	r.entries[c.Def.ID] = e
+	r.publishLocked()
+	return r.infoLocked(e), secret, nil
 }
 
-// Update replaces a registered trigger's definition; its counters,
+// redefine replaces a registered trigger's definition; its counters,
 // switches and position are kept, and so is its secret unless def sets one.
-func (s *Service) Update(ctx context.Context, id string, def Trigger) (Info, error) {
+func (r *registry) redefine(ctx context.Context, id string, def Trigger) (Info, error) {
 	if def.ID == "" {
 		def.ID = id
 	}
 	if def.ID != id {
 		return Info{}, fmt.Errorf("%w: triggerId %q in the body does not match the path (%q)", ErrInvalid, def.ID, id)
 	}
-	c, err := Compile(def, s.cfg.Expand)
+	c, err := Compile(def, r.cfg.Expand)
 	if err != nil {
 		return Info{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	e, err := s.updateEntry(ctx, id, func(e *entry) error {
+	e, err := r.updateEntry(ctx, id, func(e *entry) error {
 		if e.source == SourceFile {
 			return fmt.Errorf("%w: trigger %q comes from triggers.json; edit the file and reload", ErrConflict, id)
 		}
@@ -181,59 +178,103 @@ func (s *Service) Update(ctx context.Context, id string, def Trigger) (Info, err
 	if err != nil {
 		return Info{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.infoLocked(e), nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.infoLocked(e), nil
 }
 
-// Delete removes a registered trigger. Its pending deliveries go dead.
-func (s *Service) Delete(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.entries[id]
+// remove removes a registered trigger. Its pending deliveries go dead.
+func (r *registry) remove(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.entries[id]
 	if e == nil {
 		return fmt.Errorf("%w: trigger %q", ErrNotFound, id)
 	}
 	if e.source == SourceFile {
 		return fmt.Errorf("%w: trigger %q comes from triggers.json; edit the file and reload", ErrConflict, id)
 	}
-	_, err := s.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteDelete, Path: statePath(id)}}, collections.CommitOptions{})
+	_, err := r.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteDelete, Path: statePath(id)}}, collections.CommitOptions{})
 	if err != nil && !errors.Is(err, collections.ErrNotFound) {
 		return err
 	}
-	delete(s.entries, id)
-	s.takeDeltaOf(id)
-	s.publishLocked()
+	delete(r.entries, id)
+	r.takeDeltaOf(id)
+	r.publishLocked()
 	return nil
 }
 
-// Enable switches a trigger on (also after an auto-disable); its parked
-// deliveries resume.
-func (s *Service) Enable(ctx context.Context, id string) error {
-	return s.setEnabled(ctx, id, true, "")
-}
-
-// Disable switches a trigger off: it stops matching new changes and its
-// pending deliveries wait.
-func (s *Service) Disable(ctx context.Context, id string) error {
-	return s.setEnabled(ctx, id, false, "disabled through the admin API")
-}
-
-// RotateSecret replaces the signing secret and returns the new one; the
+// rotateSecret replaces the signing secret and returns the new one; the
 // previous secret keeps signing too (two signatures) for RotationOverlap.
-func (s *Service) RotateSecret(ctx context.Context, id string) (string, error) {
+func (r *registry) rotateSecret(ctx context.Context, id string) (string, error) {
 	secret := NewSecret()
-	_, err := s.updateEntry(ctx, id, func(e *entry) error {
+	_, err := r.updateEntry(ctx, id, func(e *entry) error {
 		if e.c.Def.Secret != "" {
 			return fmt.Errorf("%w: trigger %q has its secret in triggers.json; change it there", ErrConflict, id)
 		}
 		e.st.PrevSecret = e.st.Secret
-		e.st.PrevUntil = ms(time.Now().Add(s.cfg.RotationOverlap))
+		e.st.PrevUntil = ms(time.Now().Add(r.cfg.RotationOverlap))
 		e.st.Secret = secret
 		e.st.SecretShown = true
 		return nil
 	})
 	return secret, err
+}
+
+// The admin operations on the triggers themselves are the registry's;
+// enabling also wakes the trigger's parked deliveries.
+
+// List returns every trigger, sorted by id. Generated secrets that were
+// never shown are returned once in secrets (id → secret).
+func (s *Service) List(ctx context.Context) (list []Info, secrets map[string]string, err error) {
+	return s.reg.list(ctx)
+}
+
+// Len is the number of triggers (file and registered).
+func (s *Service) Len() int { return s.reg.len() }
+
+// Get returns one trigger, and its generated secret if it was never shown.
+func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
+	return s.reg.get(ctx, id)
+}
+
+// Register adds an external webhook trigger and returns it with its
+// signing secret (shown this once).
+func (s *Service) Register(ctx context.Context, def Trigger) (Info, string, error) {
+	return s.reg.register(ctx, def)
+}
+
+// Update replaces a registered trigger's definition; its counters,
+// switches and position are kept, and so is its secret unless def sets one.
+func (s *Service) Update(ctx context.Context, id string, def Trigger) (Info, error) {
+	return s.reg.redefine(ctx, id, def)
+}
+
+// Delete removes a registered trigger. Its pending deliveries go dead.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	return s.reg.remove(ctx, id)
+}
+
+// Enable switches a trigger on (also after an auto-disable); its parked
+// deliveries resume.
+func (s *Service) Enable(ctx context.Context, id string) error {
+	if err := s.reg.setEnabled(ctx, id, true, ""); err != nil {
+		return err
+	}
+	s.del.wakeTrigger(ctx, id)
+	return nil
+}
+
+// Disable switches a trigger off: it stops matching new changes and its
+// pending deliveries wait.
+func (s *Service) Disable(ctx context.Context, id string) error {
+	return s.reg.setEnabled(ctx, id, false, "disabled through the admin API")
+}
+
+// RotateSecret replaces the signing secret and returns the new one; the
+// previous secret keeps signing too (two signatures) for RotationOverlap.
+func (s *Service) RotateSecret(ctx context.Context, id string) (string, error) {
+	return s.reg.rotateSecret(ctx, id)
 }
 
 // DeliveryQuery selects deliveries for the log, newest first.
@@ -271,7 +312,7 @@ func (s *Service) Deliveries(ctx context.Context, dq DeliveryQuery) ([]*Delivery
 	if err := q.Normalize(); err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	res, err := s.store.Query(ctx, SystemDB, q)
+	res, err := s.cfg.Store.Query(ctx, SystemDB, q)
 	if err != nil {
 		return nil, "", err
 	}
@@ -289,7 +330,7 @@ func (s *Service) Deliveries(ctx context.Context, dq DeliveryQuery) ([]*Delivery
 // Replay delivers a row again (a new attempt with the same webhook-id and a
 // fresh retry budget).
 func (s *Service) Replay(ctx context.Context, id string) error {
-	doc, err := s.store.Get(ctx, SystemDB, outboxColl+"/"+id)
+	doc, err := s.cfg.Store.Get(ctx, SystemDB, outboxColl+"/"+id)
 	if errors.Is(err, collections.ErrNotFound) || (err == nil && !collections.ValidSegment(id)) {
 		return fmt.Errorf("%w: delivery %q", ErrNotFound, id)
 	}
@@ -300,10 +341,10 @@ func (s *Service) Replay(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if e := s.entry(d.TriggerID); e == nil || d.Seq <= e.st.ActiveFrom {
+	if e := s.reg.entry(d.TriggerID); e == nil || d.Seq <= e.st.ActiveFrom {
 		return fmt.Errorf("%w: trigger %q of delivery %q no longer exists", ErrConflict, d.TriggerID, id)
 	}
-	_, err = s.patchRow(ctx, d, map[string]any{
+	_, err = s.del.patchRow(ctx, d, map[string]any{
 		fStatus: StatusPending, fBudget: 0, fNext: ms(time.Now()), fOwner: nil, fFinishedAt: nil,
 	})
 	if errors.Is(err, collections.ErrPreconditionFailed) {
@@ -360,7 +401,7 @@ func (s *Service) countPending(ctx context.Context) int64 {
 	}
 	var n int64
 	for n < maxCounted {
-		res, err := s.store.Query(ctx, SystemDB, q)
+		res, err := s.cfg.Store.Query(ctx, SystemDB, q)
 		if err != nil {
 			return -1
 		}
@@ -387,7 +428,7 @@ func (s *Service) purge(ctx context.Context, status string, cutoff time.Time) er
 		return err
 	}
 	for ctx.Err() == nil {
-		res, err := s.store.Query(ctx, SystemDB, q)
+		res, err := s.cfg.Store.Query(ctx, SystemDB, q)
 		if err != nil {
 			return err
 		}
@@ -402,7 +443,7 @@ func (s *Service) purge(ctx context.Context, status string, cutoff time.Time) er
 				IfMatch: []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: doc.Version}}})
 		}
 		if len(dels) > 0 {
-			if _, err := s.store.Commit(ctx, SystemDB, dels, collections.CommitOptions{}); err != nil && !errors.Is(err, collections.ErrPreconditionFailed) {
+			if _, err := s.cfg.Store.Commit(ctx, SystemDB, dels, collections.CommitOptions{}); err != nil && !errors.Is(err, collections.ErrPreconditionFailed) {
 				return err
 			}
 		}

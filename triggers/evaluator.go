@@ -3,6 +3,7 @@ package triggers
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/loomdb/loom/collections"
@@ -20,7 +21,30 @@ const (
 	commitTimeout = 30 * time.Second
 )
 
-// evaluate tails the change log from the durable cursor. For each change
+// evaluator turns committed changes into outbox rows. It reads the
+// enabled triggers from the registry's snapshot and adds their counters
+// there; each new row it can hold it hands to delivery through intake.
+type evaluator struct {
+	cfg    *Config
+	store  collections.Store
+	reg    *registry
+	intake intake
+	log    *slog.Logger
+	m      *metrics
+	// epoch prefixes the ids of the rows (see initEpoch).
+	epoch string
+}
+
+// intake is the evaluator's seam to delivery (the dispatcher): reserve
+// asks whether this node may hold a new row now (false: the row waits in
+// the outbox, due at once, for a poller with room); submit starts a row
+// that was reserved, possibly while its insert is still committing.
+type intake interface {
+	reserve(d *Delivery, force bool) bool
+	submit(j *job)
+}
+
+// run tails the change log from the durable cursor. For each change
 // it evaluates the enabled triggers and inserts one outbox row per match
 // in the same transaction that advances the cursor, so a crash at any point
 // neither loses nor duplicates a row. One node evaluates at a time: it
@@ -29,38 +53,38 @@ const (
 // for rows they would lose). The cursor advance is a compare-and-set
 // besides, so even two evaluators during a lease handover never both insert
 // a change's rows.
-func (s *Service) evaluate(ctx context.Context) {
+func (v *evaluator) run(ctx context.Context) {
 	var ev *evalState
 	var lease time.Time // until when this node holds the evaluator lease
 	for ctx.Err() == nil {
 		if time.Until(lease) < evalLease/2 {
-			until, err := s.claimEvaluator(ctx)
+			until, err := v.claimEvaluator(ctx)
 			if err != nil {
 				if !errors.Is(err, collections.ErrPreconditionFailed) && ctx.Err() == nil {
-					s.log.Warn("claiming the trigger evaluator lease", "err", err)
+					v.log.Warn("claiming the trigger evaluator lease", "err", err)
 				}
 				ev = nil // another node evaluates; re-read the cursor when we take over
-				s.sleep(ctx, evalLease/4)
+				sleep(ctx, evalLease/4)
 				continue
 			}
 			lease = until
 		}
 		if ev == nil {
-			pos, err := s.store.Cursor(ctx, cursorName)
+			pos, err := v.store.Cursor(ctx, cursorName)
 			if err != nil {
-				s.log.Error("reading the trigger cursor", "err", err)
-				s.sleep(ctx, time.Second)
+				v.log.Error("reading the trigger cursor", "err", err)
+				sleep(ctx, time.Second)
 				continue
 			}
 			ev = &evalState{durable: pos, pos: pos}
 		}
-		wake := s.store.Notify()
+		wake := v.store.Notify()
 		before := ev.pos
-		err := s.evaluateBatch(ctx, ev)
+		err := v.evaluateBatch(ctx, ev)
 		if err == nil && ev.pos == before {
 			// Idle: make a lazily kept position durable, then wait.
 			if ev.pos > ev.durable {
-				err = s.advance(ctx, ev)
+				err = v.advance(ctx, ev)
 			}
 			if err == nil {
 				select {
@@ -74,7 +98,7 @@ func (s *Service) evaluate(ctx context.Context) {
 		switch {
 		case err == nil:
 		case errors.Is(err, collections.ErrCursorConflict):
-			if p, cerr := s.store.Cursor(ctx, cursorName); cerr == nil {
+			if p, cerr := v.store.Cursor(ctx, cursorName); cerr == nil {
 				ev.durable, ev.pos = p, p
 			}
 		case ctx.Err() != nil:
@@ -85,21 +109,21 @@ func (s *Service) evaluate(ctx context.Context) {
 				// Only possible when the cursor was created after retention
 				// purged the log under it: say so loudly, never skip
 				// silently.
-				s.log.Error("trigger cursor is older than the change-log retention; changes were skipped", "from", ev.pos, "to", pe.Oldest)
-				s.m.skipped.Add(float64(pe.Oldest - ev.pos))
+				v.log.Error("trigger cursor is older than the change-log retention; changes were skipped", "from", ev.pos, "to", pe.Oldest)
+				v.m.skipped.Add(float64(pe.Oldest - ev.pos))
 				ev.pos = pe.Oldest
-				_ = s.advance(ctx, ev)
+				_ = v.advance(ctx, ev)
 				continue
 			}
-			s.log.Error("trigger evaluation", "err", err)
+			v.log.Error("trigger evaluation", "err", err)
 			ev.pos = ev.durable
-			s.sleep(ctx, time.Second)
+			sleep(ctx, time.Second)
 		}
 	}
 	if ev != nil && ev.pos > ev.durable {
 		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = s.advance(actx, ev)
+		_ = v.advance(actx, ev)
 	}
 }
 
@@ -111,13 +135,13 @@ const evalLease = 10 * time.Second
 // claimEvaluator takes or renews the evaluator lease (collections.Claim on
 // the lease document) and returns its end; ErrPreconditionFailed when
 // another node holds it.
-func (s *Service) claimEvaluator(ctx context.Context) (time.Time, error) {
+func (v *evaluator) claimEvaluator(ctx context.Context) (time.Time, error) {
 	now := time.Now()
-	_, err := collections.Claim(ctx, s.store, SystemDB, leasePath, s.cfg.NodeID, evalLease, now)
+	_, err := collections.Claim(ctx, v.store, SystemDB, leasePath, v.cfg.NodeID, evalLease, now)
 	if errors.Is(err, collections.ErrNotFound) {
-		_, err = s.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteCreate, Path: leasePath, Data: map[string]any{}}}, collections.CommitOptions{})
+		_, err = v.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteCreate, Path: leasePath, Data: map[string]any{}}}, collections.CommitOptions{})
 		if err == nil || errors.Is(err, collections.ErrAlreadyExists) {
-			_, err = collections.Claim(ctx, s.store, SystemDB, leasePath, s.cfg.NodeID, evalLease, now)
+			_, err = collections.Claim(ctx, v.store, SystemDB, leasePath, v.cfg.NodeID, evalLease, now)
 		}
 	}
 	if err != nil {
@@ -146,8 +170,8 @@ const (
 )
 
 // advance stores ev.pos as the cursor.
-func (s *Service) advance(ctx context.Context, ev *evalState) error {
-	_, err := s.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
+func (v *evaluator) advance(ctx context.Context, ev *evalState) error {
+	_, err := v.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
 		Cursor: &collections.CursorAdvance{Name: cursorName, From: ev.durable, To: ev.pos},
 	})
 	if err == nil {
@@ -158,18 +182,18 @@ func (s *Service) advance(ctx context.Context, ev *evalState) error {
 }
 
 // evaluateBatch processes the changes after ev.pos (up to readBatch).
-func (s *Service) evaluateBatch(ctx context.Context, ev *evalState) error {
-	changes, err := s.store.ReadChanges(ctx, ev.pos, readBatch)
+func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
+	changes, err := v.store.ReadChanges(ctx, ev.pos, readBatch)
 	if err != nil || len(changes) == 0 {
 		return err
 	}
-	act := *s.active.Load()
+	act := v.reg.activeTriggers()
 	now := time.Now()
 	var rows []*Delivery
 	counts := map[string]*Counts{}
 	defer func() {
 		for id, c := range counts {
-			s.count(id, *c)
+			v.reg.count(id, *c)
 		}
 	}()
 	for i := range changes {
@@ -187,14 +211,14 @@ func (s *Service) evaluateBatch(ctx context.Context, ev *evalState) error {
 			event := NewEvent(ch, params)
 			matched, key, err := t.c.Eval(event)
 			if err != nil {
-				s.m.evalErrors.WithLabelValues(id).Inc()
+				v.m.evalErrors.WithLabelValues(id).Inc()
 				countOf(counts, id).EvalErrors++
 				if now.Sub(ev.loggedAt[id]) >= time.Minute {
 					if ev.loggedAt == nil {
 						ev.loggedAt = map[string]time.Time{}
 					}
 					ev.loggedAt[id] = now
-					s.log.Warn("trigger condition failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
+					v.log.Warn("trigger condition failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
 				}
 				continue
 			}
@@ -203,26 +227,26 @@ func (s *Service) evaluateBatch(ctx context.Context, ev *evalState) error {
 			}
 			countOf(counts, id).Matched++
 			d := &Delivery{TriggerID: id, Seq: ch.Seq, Status: StatusPending, OrderingKey: key, event: event.Map()}
-			d.ID, d.EventID = deliveryIDs(s.epoch, ch.Seq, id)
+			d.ID, d.EventID = deliveryIDs(v.epoch, ch.Seq, id)
 			rows = append(rows, d)
 		}
 		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
-			if err := s.commitRows(ctx, ev.durable, ch.Seq, rows, now); err != nil {
+			if err := v.commitRows(ctx, ev.durable, ch.Seq, rows, now); err != nil {
 				clear(counts) // re-evaluated after the retry
 				return err
 			}
 			ev.durable, ev.pos, ev.advancedAt = ch.Seq, ch.Seq, now
 			rows = rows[:0]
 			for id, c := range counts {
-				s.count(id, *c)
+				v.reg.count(id, *c)
 			}
 			clear(counts)
 		}
 	}
 	ev.pos = changes[len(changes)-1].Seq
-	s.m.lagSeconds.Set(time.Since(time.UnixMilli(changes[len(changes)-1].Time)).Seconds())
+	v.m.lagSeconds.Set(time.Since(time.UnixMilli(changes[len(changes)-1].Time)).Seconds())
 	if ev.pos > ev.durable && (ev.pos-ev.durable >= lazyAdvanceChanges || time.Since(ev.advancedAt) >= lazyAdvanceEvery) {
-		return s.advance(ctx, ev)
+		return v.advance(ctx, ev)
 	}
 	return nil
 }
@@ -238,7 +262,7 @@ func countOf(m map[string]*Counts, id string) *Counts {
 
 // commitRows inserts rows and advances the cursor from..to in one commit,
 // then hands the rows this node leased to itself to the dispatcher.
-func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delivery, now time.Time) error {
+func (v *evaluator) commitRows(ctx context.Context, from, to int64, rows []*Delivery, now time.Time) error {
 	writes := make([]collections.Write, len(rows))
 	var jobs []*job
 	for i, d := range rows {
@@ -247,9 +271,9 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 		// claim round-trip; otherwise the row waits, due at once, for its
 		// key's runner or a poller with room.
 		d.NextAttemptAt = ms(now)
-		if e := s.entry(d.TriggerID); e != nil && s.d.reserve(d, false) {
-			lease := now.Add(e.c.Timeout + s.cfg.LeaseSlack)
-			d.owner = s.cfg.NodeID
+		if e := v.reg.entry(d.TriggerID); e != nil && v.intake.reserve(d, false) {
+			lease := now.Add(e.c.Timeout + v.cfg.LeaseSlack)
+			d.owner = v.cfg.NodeID
 			d.NextAttemptAt = ms(lease)
 			jobs = append(jobs, &job{d: d, leasedUntil: lease})
 		}
@@ -262,13 +286,13 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 	for _, j := range jobs {
 		j.inserted = make(chan struct{})
 		j.d.CreatedAt = ms(now)
-		s.d.submit(j)
+		v.intake.submit(j)
 	}
 	// Shutdown does not interrupt the commit: its requests may already be
 	// out, and an abandoned commit leaves them unrecorded.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	res, err := s.store.Commit(cctx, SystemDB, writes, collections.CommitOptions{
+	res, err := v.store.Commit(cctx, SystemDB, writes, collections.CommitOptions{
 		Cursor: &collections.CursorAdvance{Name: cursorName, From: from, To: to},
 	})
 	byID := make(map[string]int64, len(res))
@@ -285,13 +309,13 @@ func (s *Service) commitRows(ctx context.Context, from, to int64, rows []*Delive
 		return err
 	}
 	for _, d := range rows {
-		s.m.matches.WithLabelValues(d.TriggerID).Inc()
+		v.m.matches.WithLabelValues(d.TriggerID).Inc()
 	}
 	return nil
 }
 
 // sleep waits d or until ctx is done; false when ctx is done.
-func (s *Service) sleep(ctx context.Context, d time.Duration) bool {
+func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loomdb/loom/collections"
 )
 
 type metrics struct {
@@ -20,7 +22,9 @@ type metrics struct {
 	pending atomic.Int64
 }
 
-func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
+// newMetrics registers the pipeline's metrics; held counts the deliveries
+// this node holds.
+func newMetrics(reg prometheus.Registerer, store collections.Store, held func() int) (*metrics, error) {
 	m := &metrics{
 		matches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loom_trigger_matches_total",
@@ -56,27 +60,27 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 		Name: "loom_webhook_outbox_pending",
 		Help: "Pending outbox rows (counted every few seconds).",
 	}, func() float64 { return float64(m.pending.Load()) })
-	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	heldGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "loom_webhook_deliveries_held",
 		Help: "Deliveries this node holds in memory (in flight or waiting for a retry).",
-	}, func() float64 { return float64(s.d.heldCount()) })
+	}, func() float64 { return float64(held()) })
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "loom_trigger_evaluator_lag_changes",
 		Help: "Changes committed but not yet evaluated (head seq minus the trigger cursor).",
 	}, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		head, err := s.store.Head(ctx)
+		head, err := store.Head(ctx)
 		if err != nil {
 			return -1
 		}
-		pos, err := s.store.Cursor(ctx, cursorName)
+		pos, err := store.Cursor(ctx, cursorName)
 		if err != nil {
 			return -1
 		}
 		return float64(head - pos)
 	})
-	for _, c := range []prometheus.Collector{m.matches, m.evalErrors, m.deliveries, m.attemptSeconds, m.reloads, m.skipped, m.lagSeconds, depth, held, lag} {
+	for _, c := range []prometheus.Collector{m.matches, m.evalErrors, m.deliveries, m.attemptSeconds, m.reloads, m.skipped, m.lagSeconds, depth, heldGauge, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

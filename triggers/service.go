@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net/http"
-	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,51 +111,23 @@ var ErrNotFound = errors.New("not found")
 // (a file trigger cannot be changed through the API; the id exists).
 var ErrConflict = errors.New("conflict")
 
-// entry is one known trigger.
-type entry struct {
-	c      *Compiled
-	source string
-	st     state
-	ver    int64 // version of the stored state (0 = not stored)
-}
-
-func (e *entry) enabled() bool {
-	if e.st.Enabled != nil {
-		return *e.st.Enabled
-	}
-	return e.c.Def.Enabled == nil || *e.c.Def.Enabled
-}
-
-// Service runs the trigger pipeline: the evaluator, the delivery workers
-// and the admin operations.
+// Service runs the trigger pipeline and answers the admin operations. It
+// is three parts with narrow seams between them:
+//
+//   - the registry (registry.go, admin.go): the trigger definitions, their
+//     stored state and counters, and the admin operations on them;
+//   - the evaluator (evaluator.go): tails the change log and writes outbox
+//     rows, handing the rows it leased to this node to the dispatcher;
+//   - the deliverer (delivery.go, dispatch.go, poll.go): holds rows
+//     fairly, claims, signs, posts and records each attempt, and polls the
+//     outbox for rows that are due.
 type Service struct {
-	cfg    Config
-	store  collections.Store
-	log    *slog.Logger
-	client *http.Client
-	m      *metrics
-	epoch  string
-	rnd    func() float64
-	// builtinClient sends the deliveries to this server's own handlers.
-	builtinClient *http.Client
-
-	mu      sync.Mutex
-	entries map[string]*entry
-	deltaMu sync.Mutex
-	deltas  map[string]*Counts // guarded by deltaMu
-	fileErr string
-	// active is the evaluator's view: enabled triggers sorted by id.
-	active atomic.Pointer[[]activeTrigger]
-	// snap is a copy of entries for lock-free lookups.
-	snap atomic.Pointer[map[string]*entry]
-
-	d dispatcher
-}
-
-// activeTrigger is an immutable snapshot of an enabled trigger.
-type activeTrigger struct {
-	c          *Compiled
-	activeFrom int64
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	reg  *registry
+	eval *evaluator
+	del  *deliverer
 }
 
 // New loads the triggers (a bad file is an error) and their state. Call
@@ -167,124 +136,95 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("triggers: no store")
 	}
-	if cfg.Expand == nil {
-		cfg.Expand = EnvExpander(func(string) (string, bool) { return "", false }, nil)
-	}
-	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport
-	}
-	if cfg.BuiltinTransport == nil {
-		cfg.BuiltinTransport = cfg.Transport
-	}
-	if cfg.NodeID == "" {
-		cfg.NodeID = randomHex(8)
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = DefaultWorkers
-	}
-	if cfg.LeaseSlack <= 0 {
-		cfg.LeaseSlack = DefaultLeaseSlack
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.DisableAfterDead == 0 {
-		cfg.DisableAfterDead = DefaultDisableAfterDead
-	}
-	if cfg.DisableOrigins <= 0 {
-		cfg.DisableOrigins = DefaultDisableOrigins
-	}
-	if cfg.MaxHeld <= 0 {
-		cfg.MaxHeld = DefaultMaxHeld
-	}
-	if cfg.RotationOverlap <= 0 {
-		cfg.RotationOverlap = DefaultRotationOverlap
-	}
-	if cfg.DrainTimeout <= 0 {
-		cfg.DrainTimeout = DefaultDrainTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
-	}
-	s := &Service{
-		cfg:     cfg,
-		store:   cfg.Store,
-		log:     cfg.Logger.With("component", "triggers"),
-		client:  deliveryClient(cfg.Transport),
-		entries: map[string]*entry{},
-		deltas:  map[string]*Counts{},
-		rnd:     mrand.Float64,
-	}
-	s.builtinClient = deliveryClient(cfg.BuiltinTransport)
-	s.d.init(s)
-	s.publishLocked()
-	m, err := newMetrics(cfg.Registerer, s)
+	cfg.setDefaults()
+	s := &Service{cfg: cfg, log: cfg.Logger.With("component", "triggers")}
+	c := &s.cfg
+	s.reg = newRegistry(c, c.Store, s.log)
+	s.del = newDeliverer(c, c.Store, s.reg, s.log)
+	m, err := newMetrics(c.Registerer, c.Store, s.del.disp.heldCount)
 	if err != nil {
 		return nil, err
 	}
-	s.m = m
-	var fileTriggers []*Compiled
-	switch {
-	case cfg.File != "":
-		fileTriggers, err = LoadFile(cfg.File, cfg.Expand)
-	case cfg.Builtin != nil:
-		fileTriggers, err = ParseFile(cfg.Builtin, cfg.Expand)
-		if err != nil {
-			err = fmt.Errorf("built-in triggers: %w", err)
-		}
-	}
+	s.m, s.del.m = m, m // the deliverer makes no attempt before Run
+	fileTriggers, err := c.fileTriggers()
 	if err != nil {
 		return nil, err
 	}
-	head, err := s.store.Head(ctx)
+	head, err := c.Store.Head(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("triggers: %w", err)
 	}
-	if err := s.initEpoch(ctx, head); err != nil {
-		return nil, err
-	}
-	states, err := loadStates(ctx, s.store)
+	epoch, err := initEpoch(ctx, c.Store, head)
 	if err != nil {
 		return nil, err
 	}
-	// Registered triggers come from their state documents.
-	for id, sd := range states {
-		if sd.st.Source != SourceAPI || sd.st.Def == nil {
-			continue
-		}
-		c, err := Compile(*sd.st.Def, cfg.Expand)
-		if err != nil {
-			// A registered trigger that no longer compiles (an env var
-			// went away) must not stop the server: it is kept, disabled.
-			s.log.Error("registered trigger does not compile; it stays disabled", "trigger", id, "err", err)
-			continue
-		}
-		s.entries[id] = &entry{c: c, source: SourceAPI, st: sd.st, ver: sd.version}
-	}
-	if err := s.setFileTriggers(ctx, fileTriggers, states, head, true); err != nil {
+	s.eval = &evaluator{cfg: c, store: c.Store, reg: s.reg, intake: s.del.disp, log: s.log, m: m, epoch: epoch}
+	if err := s.reg.load(ctx, fileTriggers, head); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// deliveryClient sends webhooks through t. It has no timeout: each request
-// carries its trigger's timeout in its context. Redirects are never
-// followed (a 3xx is a failure).
-func deliveryClient(t http.RoundTripper) *http.Client {
-	return &http.Client{
-		Transport:     t,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+// setDefaults fills the unset fields of c.
+func (c *Config) setDefaults() {
+	if c.Expand == nil {
+		c.Expand = EnvExpander(func(string) (string, bool) { return "", false }, nil)
+	}
+	if c.Transport == nil {
+		c.Transport = http.DefaultTransport
+	}
+	if c.BuiltinTransport == nil {
+		c.BuiltinTransport = c.Transport
+	}
+	if c.NodeID == "" {
+		c.NodeID = randomHex(8)
+	}
+	setDefault(&c.Workers, DefaultWorkers)
+	setDefault(&c.LeaseSlack, DefaultLeaseSlack)
+	setDefault(&c.PollInterval, DefaultPollInterval)
+	setDefault(&c.Retention, DefaultRetention)
+	if c.DisableAfterDead == 0 { // negative means never
+		c.DisableAfterDead = DefaultDisableAfterDead
+	}
+	setDefault(&c.DisableOrigins, DefaultDisableOrigins)
+	setDefault(&c.MaxHeld, DefaultMaxHeld)
+	setDefault(&c.RotationOverlap, DefaultRotationOverlap)
+	setDefault(&c.DrainTimeout, DefaultDrainTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
 	}
 }
 
+// setDefault sets *v to def when it is zero or negative.
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// fileTriggers compiles the file triggers: File, else Builtin, else none.
+func (c *Config) fileTriggers() ([]*Compiled, error) {
+	switch {
+	case c.File != "":
+		return LoadFile(c.File, c.Expand)
+	case c.Builtin != nil:
+		list, err := ParseFile(c.Builtin, c.Expand)
+		if err != nil {
+			return nil, fmt.Errorf("built-in triggers: %w", err)
+		}
+		return list, nil
+	}
+	return nil, nil
+}
+
+// builtinSet reports whether the file triggers are Builtin (no file).
+func (c *Config) builtinSet() bool { return c.File == "" && c.Builtin != nil }
+
 // Builtin reports whether the file triggers are Config.Builtin (no file).
-func (s *Service) Builtin() bool { return s.cfg.File == "" && s.cfg.Builtin != nil }
+func (s *Service) Builtin() bool { return s.cfg.builtinSet() }
 
 // EnvExpander resolves ${VAR} with lookup (the process environment:
 // os.LookupEnv, given by the caller so that this package reads none);
@@ -306,139 +246,39 @@ func EnvExpander(lookup func(name string) (string, bool), defaults map[string]st
 // or, on the very first start, starts the evaluator cursor at the head
 // (triggers do not fire for changes committed before Loom had them) and
 // then creates the prefix. A crash in between repeats both harmlessly.
-func (s *Service) initEpoch(ctx context.Context, head int64) error {
+func initEpoch(ctx context.Context, store collections.Store, head int64) (string, error) {
 	for {
-		doc, err := s.store.Get(ctx, SystemDB, metaPath)
+		doc, err := store.Get(ctx, SystemDB, metaPath)
 		if err == nil {
-			s.epoch, _ = doc.Data["epoch"].(string)
-			if s.epoch == "" {
-				return fmt.Errorf("triggers: %s has no epoch", metaPath)
+			epoch, _ := doc.Data["epoch"].(string)
+			if epoch == "" {
+				return "", fmt.Errorf("triggers: %s has no epoch", metaPath)
 			}
-			return nil
+			return epoch, nil
 		}
 		if !errors.Is(err, collections.ErrNotFound) {
-			return fmt.Errorf("triggers: %w", err)
+			return "", fmt.Errorf("triggers: %w", err)
 		}
-		pos, err := s.store.Cursor(ctx, cursorName)
+		pos, err := store.Cursor(ctx, cursorName)
 		if err != nil {
-			return fmt.Errorf("triggers: %w", err)
+			return "", fmt.Errorf("triggers: %w", err)
 		}
 		if pos == 0 && head > 0 {
-			_, err := s.store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
+			_, err := store.Commit(ctx, SystemDB, nil, collections.CommitOptions{
 				Cursor: &collections.CursorAdvance{Name: cursorName, From: 0, To: head},
 			})
 			if err != nil && !errors.Is(err, collections.ErrCursorConflict) {
-				return fmt.Errorf("triggers: %w", err)
+				return "", fmt.Errorf("triggers: %w", err)
 			}
 		}
-		_, err = s.store.Commit(ctx, SystemDB, []collections.Write{{
+		_, err = store.Commit(ctx, SystemDB, []collections.Write{{
 			Type: collections.WriteCreate, Path: metaPath,
 			Data: map[string]any{"epoch": randomHex(4)},
 		}}, collections.CommitOptions{})
 		if err != nil && !errors.Is(err, collections.ErrAlreadyExists) {
-			return fmt.Errorf("triggers: %w", err)
+			return "", fmt.Errorf("triggers: %w", err)
 		}
 	}
-}
-
-// setFileTriggers replaces the file triggers. A trigger seen for the first
-// time (or again after it was gone) fires from head on; at startup a
-// trigger with stored state keeps its position, so changes committed while
-// the server was down still fire.
-func (s *Service) setFileTriggers(ctx context.Context, list []*Compiled, states map[string]*stored, head int64, startup bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	kept := make([]*Compiled, 0, len(list))
-	for _, c := range list {
-		e, ok := s.entries[c.Def.ID]
-		switch {
-		case !ok || e.source != SourceAPI:
-			kept = append(kept, c)
-		case s.Builtin():
-			// The built-in set cannot be edited, and a server that ran
-			// without a file may have had its triggers registered.
-			s.log.Warn("a registered trigger replaces the built-in one of the same id", "trigger", c.Def.ID)
-		default:
-			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", s.cfg.File, c.Def.ID)
-		}
-	}
-	list = kept
-	keep := map[string]bool{}
-	for _, c := range list {
-		id := c.Def.ID
-		keep[id] = true
-		old := s.entries[id]
-		e := &entry{c: c, source: SourceFile}
-		switch {
-		case old != nil:
-			e.st, e.ver = old.st, old.ver
-		case startup && states[id] != nil:
-			e.st, e.ver = states[id].st, states[id].version
-		default:
-			if st, ver, err := readState(ctx, s.store, id); err != nil {
-				return err
-			} else if st != nil {
-				e.st, e.ver = *st, ver
-			}
-			e.st.ActiveFrom = head
-		}
-		e.st.Source = SourceFile
-		e.st.Def = nil
-		if c.Def.Secret == "" && e.st.Secret == "" {
-			e.st.Secret = NewSecret()
-		}
-		if e.ver == 0 || old == nil {
-			v, err := s.saveEntryLocked(ctx, id, e, Counts{})
-			if err != nil {
-				return err
-			}
-			e.ver = v
-		}
-		s.entries[id] = e
-	}
-	for id, e := range s.entries {
-		if e.source == SourceFile && !keep[id] {
-			delete(s.entries, id)
-		}
-	}
-	s.publishLocked()
-	return nil
-}
-
-// saveEntryLocked stores e.st, retrying once on a concurrent change from
-// another node: the stored counters win, plus added (the counts this save
-// adds), and our change of everything else is kept.
-func (s *Service) saveEntryLocked(ctx context.Context, id string, e *entry, added Counts) (int64, error) {
-	v, err := saveState(ctx, s.store, id, &e.st, e.ver)
-	if errors.Is(err, errStateConflict) {
-		cur, ver, rerr := readState(ctx, s.store, id)
-		if rerr != nil {
-			return 0, rerr
-		}
-		if cur != nil {
-			e.st.Counts = cur.Counts
-			e.st.Counts.add(added)
-		}
-		return saveState(ctx, s.store, id, &e.st, ver)
-	}
-	return v, err
-}
-
-// publishLocked rebuilds the evaluator snapshot.
-func (s *Service) publishLocked() {
-	act := make([]activeTrigger, 0, len(s.entries))
-	for _, e := range s.entries {
-		if e.enabled() {
-			act = append(act, activeTrigger{c: e.c, activeFrom: e.st.ActiveFrom})
-		}
-	}
-	sort.Slice(act, func(i, j int) bool { return act[i].c.Def.ID < act[j].c.Def.ID })
-	s.active.Store(&act)
-	snap := make(map[string]*entry, len(s.entries))
-	for id, e := range s.entries {
-		snap[id] = e
-	}
-	s.snap.Store(&snap)
 }
 
 // Reload re-reads the triggers file. A bad file keeps the current set and
@@ -454,17 +294,11 @@ func (s *Service) Reload(ctx context.Context) error {
 	list, err := LoadFile(s.cfg.File, s.cfg.Expand)
 	if err == nil {
 		var head int64
-		if head, err = s.store.Head(ctx); err == nil {
-			err = s.setFileTriggers(ctx, list, nil, head, false)
+		if head, err = s.cfg.Store.Head(ctx); err == nil {
+			err = s.reg.setFileTriggers(ctx, list, nil, head, false)
 		}
 	}
-	s.mu.Lock()
-	if err != nil {
-		s.fileErr = err.Error()
-	} else {
-		s.fileErr = ""
-	}
-	s.mu.Unlock()
+	s.reg.setFileErr(err)
 	if err != nil {
 		s.m.reloads.WithLabelValues("error").Inc()
 		s.log.Error("triggers reload failed; keeping the current triggers", "file", s.cfg.File, "err", err)
@@ -479,7 +313,7 @@ func (s *Service) Reload(ctx context.Context) error {
 // deliveries to stop.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context){s.evaluate, s.d.poll, s.flushLoop, s.purgeLoop} {
+	for _, f := range []func(context.Context){s.eval.run, s.del.poll, s.reg.flushLoop, s.purgeLoop} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -487,165 +321,12 @@ func (s *Service) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	s.d.wait(s.cfg.DrainTimeout)
+	s.del.disp.wait(s.cfg.DrainTimeout)
 	// Counters of the last moments.
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.flushCounts(fctx)
+	s.reg.flushCounts(fctx)
 	return nil
-}
-
-// entry returns the published entry of trigger id (nil when unknown).
-func (s *Service) entry(id string) *entry {
-	return (*s.snap.Load())[id]
-}
-
-// count adds to a trigger's counters (flushed to its state every second).
-// It has its own lock: a delivery never waits for a flush's store write.
-func (s *Service) count(id string, d Counts) {
-	s.deltaMu.Lock()
-	c := s.deltas[id]
-	if c == nil {
-		c = &Counts{}
-		s.deltas[id] = c
-	}
-	c.add(d)
-	s.deltaMu.Unlock()
-}
-
-// takeDeltas removes and returns the counter deltas.
-func (s *Service) takeDeltas() map[string]*Counts {
-	s.deltaMu.Lock()
-	defer s.deltaMu.Unlock()
-	d := s.deltas
-	s.deltas = map[string]*Counts{}
-	return d
-}
-
-// takeDeltaOf drops a trigger's unflushed counters (it was deleted).
-func (s *Service) takeDeltaOf(id string) {
-	s.deltaMu.Lock()
-	delete(s.deltas, id)
-	s.deltaMu.Unlock()
-}
-
-// pendingDelta is the not yet flushed part of a trigger's counters.
-func (s *Service) pendingDelta(id string) Counts {
-	s.deltaMu.Lock()
-	defer s.deltaMu.Unlock()
-	if d := s.deltas[id]; d != nil {
-		return *d
-	}
-	return Counts{}
-}
-
-func (s *Service) flushLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.flushCounts(ctx)
-		}
-	}
-}
-
-// flushCounts adds the counter deltas to the stored states. Deltas that
-// fail to save are put back for the next flush.
-func (s *Service) flushCounts(ctx context.Context) {
-	deltas := s.takeDeltas()
-	if len(deltas) == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	changed := false
-	for id, d := range deltas {
-		cur := s.entries[id]
-		if cur == nil {
-			continue
-		}
-		ne := *cur
-		ne.st.Counts.add(*d)
-		v, err := s.saveEntryLocked(ctx, id, &ne, *d)
-		if err != nil {
-			s.log.Warn("saving trigger counters", "trigger", id, "err", err)
-			s.count(id, *d)
-			continue
-		}
-		ne.ver = v
-		s.entries[id] = &ne
-		changed = true
-	}
-	if changed {
-		s.publishLocked()
-	}
-}
-
-// updateEntry applies fn to a copy of a trigger's entry, stores its state
-// and publishes the copy. Entries are never modified once published, so
-// deliveries read them without locking.
-func (s *Service) updateEntry(ctx context.Context, id string, fn func(e *entry) error) (*entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.entries[id]
-	if cur == nil {
-		return nil, fmt.Errorf("%w: trigger %q", ErrNotFound, id)
-	}
-	ne := *cur
-	if err := fn(&ne); err != nil {
-		return nil, err
-	}
-	v, err := s.saveEntryLocked(ctx, id, &ne, Counts{})
-	if err != nil {
-		return nil, err
-	}
-	ne.ver = v
-	s.entries[id] = &ne
-	s.publishLocked()
-	return &ne, nil
-}
-
-// setEnabled switches a trigger on or off; reason explains a disable.
-func (s *Service) setEnabled(ctx context.Context, id string, on bool, reason string) error {
-	_, err := s.updateEntry(ctx, id, func(e *entry) error {
-		e.st.Enabled = &on
-		e.st.DisabledReason = ""
-		if !on {
-			e.st.DisabledReason = reason
-		} else {
-			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
-		}
-		return nil
-	})
-	if err == nil && on {
-		s.wakeTrigger(ctx, id)
-	}
-	if err == nil {
-		s.log.Info("trigger switched", "trigger", id, "enabled", on, "reason", reason)
-	}
-	return err
-}
-
-// signingKeys returns the keys a delivery of e is signed with now.
-func (s *Service) signingKeys(e *entry, now time.Time) ([][]byte, error) {
-	secret := e.c.Def.Secret
-	if secret == "" {
-		secret = e.st.Secret
-	}
-	k, err := secretKey(secret)
-	if err != nil {
-		return nil, err
-	}
-	keys := [][]byte{k}
-	if e.st.PrevSecret != "" && e.st.PrevUntil > ms(now) {
-		if pk, err := secretKey(e.st.PrevSecret); err == nil {
-			keys = append(keys, pk)
-		}
-	}
-	return keys, nil
 }
 
 func randomHex(n int) string {

@@ -1,0 +1,511 @@
+package triggers
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// dispatcher runs deliveries: concurrently for rows without an ordering
+// key, one at a time in commit order per (trigger, key) otherwise.
+//
+// What it holds in memory is bounded four ways: MaxHeld in all, keyCap
+// per ordering key, originCap per origin (the top-level document a row's
+// document lives under: its tenant, see originOf) and triggerCap per
+// trigger. The shares keep one tenant's blocked key (a head row waiting
+// for its retry with thousands of rows queued behind it), one tenant's
+// many blocked keys, or one flooded trigger from taking the memory every
+// other key, tenant and trigger needs. A row refused for want of room is
+// not lost: it stays pending and due in the outbox, and the key's runner
+// (refill) or the poller picks it up once there is room.
+//
+// It is the memory and fairness half of delivery: it decides which rows
+// this node holds and when each may run; the deliverer (del) makes the
+// attempts and does the outbox reads and claims a key's runner needs.
+type dispatcher struct {
+	cfg *Config
+	del *deliverer
+	sem chan struct{} // bounds concurrent requests (Workers)
+	// Shares of the Workers one trigger and one origin may keep busy, so
+	// a receiver that hangs for one tenant's or one trigger's deliveries
+	// leaves workers for everyone else (guarded by mu).
+	triggerSem, originSem         map[string]*share
+	triggerWorkers, originWorkers int
+
+	keyCap, originCap, triggerCap int
+
+	mu        sync.Mutex
+	held      map[string]heldRow   // outbox row ids this node holds
+	byKey     map[string]int       // held rows per trigger + ordering key
+	byOrigin  map[string]int       // held rows per origin
+	byTrigger map[string]int       // held rows per trigger
+	keys      map[string]*keyQueue // per trigger + ordering key
+	inflight  int                  // attempts between begin and end
+	draining  bool
+	drained   chan struct{} // closed when the last attempt ends during a drain
+	wg        sync.WaitGroup
+	ctx       context.Context
+	stop      context.CancelFunc
+}
+
+// heldRow is what a held row counts against.
+type heldRow struct{ trigger, key, origin string }
+
+// Shares of MaxHeld (by default 100 rows per key, 400 per tenant, 2,500
+// per trigger). A key needs few rows in memory: they are delivered one at
+// a time, and the runner refills from the outbox when it has room. A
+// tenant gets a few keys' worth, a trigger (whose rows without a key run
+// concurrently) a quarter. They are fixed fractions rather than settings:
+// what matters is that no one share can take the rest, and rows over a
+// share lose no more than a refill's or a poll's delay.
+func keyCapOf(maxHeld int) int {
+	return max(1, min(max(16, maxHeld/100), maxHeld/4))
+}
+
+func originCapOf(maxHeld int) int {
+	return max(keyCapOf(maxHeld), maxHeld/25)
+}
+
+func triggerCapOf(maxHeld int) int {
+	return max(1, maxHeld/4, min(maxHeld, 2*originCapOf(maxHeld)))
+}
+
+func newDispatcher(cfg *Config, del *deliverer) *dispatcher {
+	d := &dispatcher{
+		cfg:            cfg,
+		del:            del,
+		sem:            make(chan struct{}, cfg.Workers),
+		triggerWorkers: max(1, cfg.Workers*3/4),
+		originWorkers:  max(1, cfg.Workers/4),
+		triggerSem:     map[string]*share{},
+		originSem:      map[string]*share{},
+		keyCap:         keyCapOf(cfg.MaxHeld),
+		originCap:      originCapOf(cfg.MaxHeld),
+		triggerCap:     triggerCapOf(cfg.MaxHeld),
+		held:           map[string]heldRow{},
+		byKey:          map[string]int{},
+		byOrigin:       map[string]int{},
+		byTrigger:      map[string]int{},
+		keys:           map[string]*keyQueue{},
+		drained:        make(chan struct{}),
+	}
+	d.ctx, d.stop = context.WithCancel(context.Background())
+	return d
+}
+
+// queueKey names the queue of an ordering key ("" for rows without one).
+func queueKey(dl *Delivery) string {
+	if dl.OrderingKey == "" {
+		return ""
+	}
+	return dl.TriggerID + "\x00" + dl.OrderingKey
+}
+
+// reserve marks a row as held by this node; false when it is held already
+// or there is no room for it: the node, its trigger, its origin or its
+// ordering key holds its share. force skips the shares: a key's runner takes its head
+// row that way (and gives back a row in exchange, see swapIn), so rows
+// waiting for their head can never keep the head out.
+func (d *dispatcher) reserve(dl *Delivery, force bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.held[dl.ID]; ok {
+		return false
+	}
+	k, o := queueKey(dl), originKey(dl.event)
+	if !force && (len(d.held) >= d.cfg.MaxHeld || d.byTrigger[dl.TriggerID] >= d.triggerCap ||
+		d.byOrigin[o] >= d.originCap || (k != "" && d.byKey[k] >= d.keyCap)) {
+		if q := d.keys[k]; q != nil {
+			q.spilled = true // the key's runner looks for it when it has room
+		}
+		return false
+	}
+	d.held[dl.ID] = heldRow{trigger: dl.TriggerID, key: k, origin: o}
+	d.byTrigger[dl.TriggerID]++
+	d.byOrigin[o]++
+	if k != "" {
+		d.byKey[k]++
+	}
+	return true
+}
+
+func (d *dispatcher) release(id string) {
+	d.mu.Lock()
+	d.releaseLocked(id)
+	d.mu.Unlock()
+}
+
+func (d *dispatcher) releaseLocked(id string) {
+	h, ok := d.held[id]
+	if !ok {
+		return
+	}
+	delete(d.held, id)
+	decr(d.byTrigger, h.trigger)
+	decr(d.byOrigin, h.origin)
+	if h.key != "" {
+		decr(d.byKey, h.key)
+	}
+}
+
+func decr(m map[string]int, k string) {
+	if m[k] <= 1 {
+		delete(m, k)
+		return
+	}
+	m[k]--
+}
+
+// share is a semaphore of one trigger or origin, kept while used.
+type share struct {
+	ch   chan struct{}
+	refs int
+}
+
+// worker waits for a worker for a request of trigger and origin: a slot
+// of the origin's share, then of the trigger's, then of the Workers (always
+// in this order, and every slot is given back when the request ends, so
+// no wait can close a cycle). free gives them back; false when ctx ended.
+func (d *dispatcher) worker(ctx context.Context, trigger, origin string) (free func(), ok bool) {
+	d.mu.Lock()
+	so := d.shareOf(d.originSem, origin, d.originWorkers)
+	st := d.shareOf(d.triggerSem, trigger, d.triggerWorkers)
+	d.mu.Unlock()
+	sems := []chan struct{}{so.ch, st.ch, d.sem}
+	taken := 0
+	free = func() {
+		for _, c := range sems[:taken] {
+			<-c
+		}
+		d.mu.Lock()
+		d.unshare(d.originSem, origin)
+		d.unshare(d.triggerSem, trigger)
+		d.mu.Unlock()
+	}
+	for _, c := range sems {
+		select {
+		case c <- struct{}{}:
+			taken++
+		case <-ctx.Done():
+			free()
+			return nil, false
+		}
+	}
+	return free, true
+}
+
+func (d *dispatcher) shareOf(m map[string]*share, k string, n int) *share {
+	sh := m[k]
+	if sh == nil {
+		sh = &share{ch: make(chan struct{}, n)}
+		m[k] = sh
+	}
+	sh.refs++
+	return sh
+}
+
+func (d *dispatcher) unshare(m map[string]*share, k string) {
+	if sh := m[k]; sh != nil {
+		if sh.refs--; sh.refs <= 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// full reports whether the node holds MaxHeld rows.
+func (d *dispatcher) full() bool {
+	return d.heldCount() >= d.cfg.MaxHeld
+}
+
+func (d *dispatcher) heldCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.held)
+}
+
+// submit starts a reserved job.
+func (d *dispatcher) submit(j *job) {
+	d.wg.Add(1)
+	if j.d.OrderingKey == "" {
+		go func() {
+			defer d.wg.Done()
+			d.runOne(j)
+		}()
+		return
+	}
+	k := queueKey(j.d)
+	d.mu.Lock()
+	q := d.keys[k]
+	start := q == nil
+	if start {
+		q = &keyQueue{trigger: j.d.TriggerID, key: j.d.OrderingKey}
+		d.keys[k] = q
+	}
+	heap.Push(&q.jobs, j)
+	d.mu.Unlock()
+	if !start {
+		d.wg.Done()
+		return
+	}
+	go func() {
+		defer d.wg.Done()
+		d.runKey(k, q)
+	}()
+}
+
+// wait drains: attempts in flight may finish (and record their outcome)
+// for up to timeout, no new one starts; then every held delivery stops.
+// Rows not finished stay leased to this node and are taken back at the next
+// start.
+func (d *dispatcher) wait(timeout time.Duration) {
+	d.mu.Lock()
+	d.draining = true
+	idle := d.inflight == 0
+	d.mu.Unlock()
+	if !idle {
+		select {
+		case <-d.drained:
+		case <-time.After(timeout):
+		}
+	}
+	d.stop()
+	d.wg.Wait()
+}
+
+// begin counts an attempt in; false once draining.
+func (d *dispatcher) begin() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.draining {
+		return false
+	}
+	d.inflight++
+	return true
+}
+
+// end counts an attempt out; the last one during a drain signals it.
+func (d *dispatcher) end() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.inflight--
+	if d.draining && d.inflight == 0 {
+		close(d.drained)
+	}
+}
+
+// runOne delivers a row without an ordering key until it is finished.
+//
+// A row waiting for a retry is not held: it is released, and the poller
+// claims it when it is due. Memory then holds only requests in flight, so a
+// receiver that is down for hours cannot fill MaxHeld and starve the first
+// attempts of every other trigger.
+func (d *dispatcher) runOne(j *job) {
+	defer d.release(j.d.ID)
+	d.del.attempt(d.ctx, j)
+}
+
+// runKey delivers the rows of one ordering key in seq order: the next row
+// waits until the previous one was delivered or went dead. Rows of the key
+// held by other nodes (or not yet picked up after a restart) are older
+// heads in the outbox: a row is only attempted when it is the oldest
+// pending row of its key there.
+//
+// The queue holds at most keyCap rows. Later rows of the key wait in the
+// outbox and are refilled from there in seq order once half of the held
+// ones are done, so a key whose head keeps failing holds a small, fixed
+// share of memory however many rows pile up behind it.
+func (d *dispatcher) runKey(k string, q *keyQueue) {
+	for {
+		j, refill, ok := d.nextOf(k, q)
+		if !ok {
+			return
+		}
+		if refill {
+			if !d.refill(k, q) {
+				return
+			}
+			continue
+		}
+
+		// A row still being inserted is the head when no older row of its
+		// key is pending (older rows of this batch are ahead of it here).
+		head, err := d.del.keyHead(d.ctx, j.d)
+		headID := ""
+		if head != nil {
+			headID = head.ID
+		}
+		if err != nil || (headID != j.d.ID && (headID != "" || j.inserted == nil)) {
+			if err != nil && d.ctx.Err() == nil {
+				d.del.log.Warn("ordering key head lookup", "trigger", j.d.TriggerID, "err", err)
+			}
+			if err == nil && j.inserted == nil && !d.del.stillPending(d.ctx, j.d) {
+				// Finished elsewhere (another node took it over): drop it.
+				d.drop(q, j)
+				continue
+			}
+			if err == nil && d.swapIn(k, q, head) {
+				continue
+			}
+			// An older row of the key is pending elsewhere: wait for it
+			// (the poller brings it here once its lease ends).
+			if !sleep(d.ctx, d.cfg.PollInterval) {
+				return
+			}
+			continue
+		}
+		out := d.del.attempt(d.ctx, j)
+		switch out {
+		case done:
+			d.drop(q, j)
+		case retry:
+			if !sleep(d.ctx, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
+				return
+			}
+		}
+	}
+}
+
+// nextOf returns the key's next row, or asks for a refill when rows of the
+// key were left in the outbox and half of the queue's share is free; ok is
+// false when the queue is done (it is then removed).
+func (d *dispatcher) nextOf(k string, q *keyQueue) (j *job, refill, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := q.jobs.Len()
+	if q.spilled && n <= d.keyCap/2 {
+		q.spilled = false
+		return nil, true, true
+	}
+	if n == 0 {
+		delete(d.keys, k)
+		return nil, false, false
+	}
+	return q.jobs[0], false, true
+}
+
+// drop removes a finished row from its queue and releases it.
+func (d *dispatcher) drop(q *keyQueue, j *job) {
+	d.mu.Lock()
+	if i := indexOf(&q.jobs, j); i >= 0 {
+		heap.Remove(&q.jobs, i)
+	}
+	d.releaseLocked(j.d.ID)
+	d.mu.Unlock()
+}
+
+// refill takes the key's due rows that follow the last one queued here
+// from the outbox, in seq order, up to the key's share. The queue stays
+// marked spilled only while a full page was found and taken from; rows it
+// cannot take now (leased elsewhere, no room) are the poller's. False when
+// the dispatcher stopped.
+func (d *dispatcher) refill(k string, q *keyQueue) bool {
+	d.mu.Lock()
+	var after int64
+	for _, j := range q.jobs {
+		after = max(after, j.d.Seq)
+	}
+	room := min(d.keyCap-d.byKey[k], collections.MaxLimit)
+	d.mu.Unlock()
+	if room <= 0 {
+		return true
+	}
+	docs, err := d.del.keyRows(d.ctx, q.trigger, q.key, after, room)
+	if err != nil {
+		if d.ctx.Err() != nil {
+			return false
+		}
+		d.del.log.Warn("refilling an ordering key from the outbox", "trigger", q.trigger, "err", err)
+		d.mu.Lock()
+		q.spilled = true
+		d.mu.Unlock()
+		return sleep(d.ctx, d.cfg.PollInterval)
+	}
+	now := time.Now()
+	took := 0
+	for _, doc := range docs {
+		if d.del.dueFor(doc, now) && d.del.takeOver(d.ctx, doc, now, false) {
+			took++
+		}
+	}
+	d.mu.Lock()
+	q.spilled = took > 0 && (q.spilled || len(docs) == room)
+	d.mu.Unlock()
+	return true
+}
+
+// swapIn takes the key's head row from the outbox when it is due (or
+// leased to this node) and not held here, whatever the shares, and gives
+// back the queue's last row if that put the node, the trigger, the key or
+// the head's origin over its share (a key's rows may come from several
+// origins: the head's origin may then stay one row over while the head is
+// held). The rows queued here wait for that head: without this a head
+// whose retry came due (or whose lease ended) could find no room left but
+// the room taken by the rows waiting for it.
+func (d *dispatcher) swapIn(k string, q *keyQueue, head *collections.Document) bool {
+	now := time.Now()
+	if head == nil || !d.del.dueFor(head, now) || !d.del.takeOver(d.ctx, head, now, true) {
+		return false
+	}
+	if j := d.evictLast(k, q, head); j != nil {
+		d.del.unlease(d.ctx, j)
+	}
+	return true
+}
+
+// evictLast removes the queue's last row when the node, the trigger, the
+// key or the head's origin is over its share; nil when nothing was.
+func (d *dispatcher) evictLast(k string, q *keyQueue, head *collections.Document) *job {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	over := len(d.held) > d.cfg.MaxHeld || d.byTrigger[q.trigger] > d.triggerCap || d.byKey[k] > d.keyCap ||
+		d.byOrigin[originKey(eventOf(head))] > d.originCap
+	if !over || q.jobs.Len() < 2 {
+		return nil
+	}
+	last := 0
+	for i, j := range q.jobs {
+		if j.d.Seq > q.jobs[last].d.Seq {
+			last = i
+		}
+	}
+	j := q.jobs[last]
+	heap.Remove(&q.jobs, last)
+	d.releaseLocked(j.d.ID)
+	q.spilled = true
+	return j
+}
+
+// keyQueue is the rows of one ordering key this node holds.
+type keyQueue struct {
+	trigger, key string
+	jobs         jobHeap
+	// spilled: rows of the key were refused for want of room and may
+	// wait in the outbox.
+	spilled bool
+}
+
+// jobHeap is a min-heap of jobs by seq.
+type jobHeap []*job
+
+func (q jobHeap) Len() int           { return len(q) }
+func (q jobHeap) Less(i, j int) bool { return q[i].d.Seq < q[j].d.Seq }
+func (q jobHeap) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *jobHeap) Push(x any)        { *q = append(*q, x.(*job)) }
+func (q *jobHeap) Pop() any {
+	old := *q
+	j := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return j
+}
+
+func indexOf(q *jobHeap, j *job) int {
+	for i, x := range *q {
+		if x == j {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,395 @@
+package triggers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// entry is one known trigger.
+type entry struct {
+	c      *Compiled
+	source string
+	st     state
+	ver    int64 // version of the stored state (0 = not stored)
+}
+
+func (e *entry) enabled() bool {
+	if e.st.Enabled != nil {
+		return *e.st.Enabled
+	}
+	return e.c.Def.Enabled == nil || *e.c.Def.Enabled
+}
+
+// activeTrigger is an immutable snapshot of an enabled trigger.
+type activeTrigger struct {
+	c          *Compiled
+	activeFrom int64
+}
+
+// registry owns the trigger definitions and their state: the file and
+// registered triggers (entries), their stored state documents (_triggers),
+// the counters, and the snapshots the evaluator and the deliverer read
+// without locking. Entries are never modified once published: a change
+// stores a copy and publishes it (updateEntry).
+type registry struct {
+	cfg   *Config
+	store collections.Store
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*entry // guarded by mu
+	fileErr string            // the last failed reload (guarded by mu)
+	// active is the evaluator's view: enabled triggers sorted by id.
+	active atomic.Pointer[[]activeTrigger]
+	// snap is a copy of entries for lock-free lookups.
+	snap atomic.Pointer[map[string]*entry]
+
+	deltaMu sync.Mutex
+	deltas  map[string]*Counts // guarded by deltaMu
+}
+
+func newRegistry(cfg *Config, store collections.Store, log *slog.Logger) *registry {
+	r := &registry{cfg: cfg, store: store, log: log, entries: map[string]*entry{}, deltas: map[string]*Counts{}}
+	r.publishLocked()
+	return r
+}
+
+// load reads the registered triggers from their state documents and sets
+// the file triggers. A registered trigger that no longer compiles (an env
+// var went away) must not stop the server: it is left out, and so
+// disabled, with an error in the log.
+func (r *registry) load(ctx context.Context, fileTriggers []*Compiled, head int64) error {
+	states, err := loadStates(ctx, r.store)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	for id, sd := range states {
+		if sd.st.Source != SourceAPI || sd.st.Def == nil {
+			continue
+		}
+		c, err := Compile(*sd.st.Def, r.cfg.Expand)
+		if err != nil {
+			r.log.Error("registered trigger does not compile; it stays disabled", "trigger", id, "err", err)
+			continue
+		}
+		r.entries[id] = &entry{c: c, source: SourceAPI, st: sd.st, ver: sd.version}
+	}
+	r.mu.Unlock()
+	return r.setFileTriggers(ctx, fileTriggers, states, head, true)
+}
+
+// activeTriggers is the evaluator's snapshot: the enabled triggers sorted
+// by id.
+func (r *registry) activeTriggers() []activeTrigger { return *r.active.Load() }
+
+// len is the number of triggers (file and registered).
+func (r *registry) len() int { return len(*r.snap.Load()) }
+
+// setFileErr records the outcome of the last reload for the admin view.
+func (r *registry) setFileErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fileErr = ""
+	if err != nil {
+		r.fileErr = err.Error()
+	}
+}
+
+// entry returns the published entry of trigger id (nil when unknown).
+func (r *registry) entry(id string) *entry {
+	return (*r.snap.Load())[id]
+}
+
+// setFileTriggers replaces the file triggers. A trigger seen for the first
+// time (or again after it was gone) fires from head on; at startup a
+// trigger with stored state keeps its position, so changes committed while
+// the server was down still fire.
+func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states map[string]*stored, head int64, startup bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	kept := make([]*Compiled, 0, len(list))
+	for _, c := range list {
+		e, ok := r.entries[c.Def.ID]
+		switch {
+		case !ok || e.source != SourceAPI:
+			kept = append(kept, c)
+		case r.cfg.builtinSet():
+			// The built-in set cannot be edited, and a server that ran
+			// without a file may have had its triggers registered.
+			r.log.Warn("a registered trigger replaces the built-in one of the same id", "trigger", c.Def.ID)
+		default:
+			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", r.cfg.File, c.Def.ID)
+		}
+	}
+	list = kept
+	keep := map[string]bool{}
+	for _, c := range list {
+		id := c.Def.ID
+		keep[id] = true
+		old := r.entries[id]
+		e := &entry{c: c, source: SourceFile}
+		switch {
+		case old != nil:
+			e.st, e.ver = old.st, old.ver
+		case startup && states[id] != nil:
+			e.st, e.ver = states[id].st, states[id].version
+		default:
+			if st, ver, err := readState(ctx, r.store, id); err != nil {
+				return err
+			} else if st != nil {
+				e.st, e.ver = *st, ver
+			}
+			e.st.ActiveFrom = head
+		}
+		e.st.Source = SourceFile
+		e.st.Def = nil
+		if c.Def.Secret == "" && e.st.Secret == "" {
+			e.st.Secret = NewSecret()
+		}
+		if e.ver == 0 || old == nil {
+			v, err := r.saveEntryLocked(ctx, id, e, Counts{})
+			if err != nil {
+				return err
+			}
+			e.ver = v
+		}
+		r.entries[id] = e
+	}
+	for id, e := range r.entries {
+		if e.source == SourceFile && !keep[id] {
+			delete(r.entries, id)
+		}
+	}
+	r.publishLocked()
+	return nil
+}
+
+// saveEntryLocked stores e.st, retrying once on a concurrent change from
+// another node: the stored counters win, plus added (the counts this save
+// adds), and our change of everything else is kept.
+func (r *registry) saveEntryLocked(ctx context.Context, id string, e *entry, added Counts) (int64, error) {
+	v, err := saveState(ctx, r.store, id, &e.st, e.ver)
+	if errors.Is(err, errStateConflict) {
+		cur, ver, rerr := readState(ctx, r.store, id)
+		if rerr != nil {
+			return 0, rerr
+		}
+		if cur != nil {
+			e.st.Counts = cur.Counts
+			e.st.Counts.add(added)
+		}
+		return saveState(ctx, r.store, id, &e.st, ver)
+	}
+	return v, err
+}
+
+// publishLocked rebuilds the evaluator snapshot.
+func (r *registry) publishLocked() {
+	act := make([]activeTrigger, 0, len(r.entries))
+	for _, e := range r.entries {
+		if e.enabled() {
+			act = append(act, activeTrigger{c: e.c, activeFrom: e.st.ActiveFrom})
+		}
+	}
+	sort.Slice(act, func(i, j int) bool { return act[i].c.Def.ID < act[j].c.Def.ID })
+	r.active.Store(&act)
+	snap := make(map[string]*entry, len(r.entries))
+	for id, e := range r.entries {
+		snap[id] = e
+	}
+	r.snap.Store(&snap)
+}
+
+// updateEntry applies fn to a copy of a trigger's entry, stores its state
+// and publishes the copy. Entries are never modified once published, so
+// deliveries read them without locking.
+func (r *registry) updateEntry(ctx context.Context, id string, fn func(e *entry) error) (*entry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.entries[id]
+	if cur == nil {
+		return nil, fmt.Errorf("%w: trigger %q", ErrNotFound, id)
+	}
+	ne := *cur
+	if err := fn(&ne); err != nil {
+		return nil, err
+	}
+	v, err := r.saveEntryLocked(ctx, id, &ne, Counts{})
+	if err != nil {
+		return nil, err
+	}
+	ne.ver = v
+	r.entries[id] = &ne
+	r.publishLocked()
+	return &ne, nil
+}
+
+// setEnabled switches a trigger on or off; reason explains a disable.
+// Enabling does not wake the trigger's parked deliveries: the caller does
+// (Service.Enable, through the deliverer).
+func (r *registry) setEnabled(ctx context.Context, id string, on bool, reason string) error {
+	_, err := r.updateEntry(ctx, id, func(e *entry) error {
+		e.st.Enabled = &on
+		e.st.DisabledReason = ""
+		if !on {
+			e.st.DisabledReason = reason
+		} else {
+			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
+		}
+		return nil
+	})
+	if err == nil {
+		r.log.Info("trigger switched", "trigger", id, "enabled", on, "reason", reason)
+	}
+	return err
+}
+
+// noteError remembers a trigger's last error (stored with the next
+// counter flush).
+func (r *registry) noteError(e *entry, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.entries[e.c.Def.ID]
+	if cur == nil {
+		return
+	}
+	ne := *cur
+	ne.st.LastError, ne.st.LastErrorAt = msg, ms(time.Now())
+	r.entries[e.c.Def.ID] = &ne
+	r.publishLocked()
+}
+
+// deliveredOK resets the dead streak.
+func (r *registry) deliveredOK(ctx context.Context, e *entry) {
+	if e.st.ConsecutiveDead > 0 || len(e.st.DeadOrigins) > 0 {
+		_, _ = r.updateEntry(ctx, e.c.Def.ID, func(e *entry) error {
+			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
+			return nil
+		})
+	}
+}
+
+// wentDead counts a dead delivery and disables the trigger after too many
+// in a row, if they came from enough distinct origins (so one tenant's
+// documents that fail the receiver cannot switch the trigger off for
+// everyone) and the trigger is not one of the built-in handlers'.
+func (r *registry) wentDead(ctx context.Context, e *entry, d *Delivery, msg string) {
+	id := e.c.Def.ID
+	origin := originOf(d)
+	var disable bool
+	var origins int
+	_, err := r.updateEntry(ctx, id, func(e *entry) error {
+		e.st.ConsecutiveDead++
+		if len(e.st.DeadOrigins) < r.cfg.DisableOrigins && !slices.Contains(e.st.DeadOrigins, origin) {
+			e.st.DeadOrigins = append(slices.Clip(e.st.DeadOrigins), origin)
+		}
+		e.st.LastError, e.st.LastErrorAt = msg, ms(time.Now())
+		origins = len(e.st.DeadOrigins)
+		disable = r.cfg.DisableAfterDead > 0 && e.st.ConsecutiveDead >= r.cfg.DisableAfterDead &&
+			origins >= r.cfg.DisableOrigins && !r.builtin(e) && e.enabled()
+		return nil
+	})
+	if err == nil && disable {
+		_ = r.setEnabled(ctx, id, false, fmt.Sprintf("%d deliveries in a row from %d origins went dead (last: %s)", r.cfg.DisableAfterDead, origins, msg))
+	}
+}
+
+// builtin reports whether e delivers to this server's own handlers.
+func (r *registry) builtin(e *entry) bool {
+	return r.cfg.BuiltinURL != "" && strings.HasPrefix(e.c.Def.URL, r.cfg.BuiltinURL)
+}
+
+// count adds to a trigger's counters (flushed to its state every second).
+// It has its own lock: a delivery never waits for a flush's store write.
+func (r *registry) count(id string, d Counts) {
+	r.deltaMu.Lock()
+	c := r.deltas[id]
+	if c == nil {
+		c = &Counts{}
+		r.deltas[id] = c
+	}
+	c.add(d)
+	r.deltaMu.Unlock()
+}
+
+// takeDeltas removes and returns the counter deltas.
+func (r *registry) takeDeltas() map[string]*Counts {
+	r.deltaMu.Lock()
+	defer r.deltaMu.Unlock()
+	d := r.deltas
+	r.deltas = map[string]*Counts{}
+	return d
+}
+
+// takeDeltaOf drops a trigger's unflushed counters (it was deleted).
+func (r *registry) takeDeltaOf(id string) {
+	r.deltaMu.Lock()
+	delete(r.deltas, id)
+	r.deltaMu.Unlock()
+}
+
+// pendingDelta is the not yet flushed part of a trigger's counters.
+func (r *registry) pendingDelta(id string) Counts {
+	r.deltaMu.Lock()
+	defer r.deltaMu.Unlock()
+	if d := r.deltas[id]; d != nil {
+		return *d
+	}
+	return Counts{}
+}
+
+func (r *registry) flushLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.flushCounts(ctx)
+		}
+	}
+}
+
+// flushCounts adds the counter deltas to the stored states. Deltas that
+// fail to save are put back for the next flush.
+func (r *registry) flushCounts(ctx context.Context) {
+	deltas := r.takeDeltas()
+	if len(deltas) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := false
+	for id, d := range deltas {
+		cur := r.entries[id]
+		if cur == nil {
+			continue
+		}
+		ne := *cur
+		ne.st.Counts.add(*d)
+		v, err := r.saveEntryLocked(ctx, id, &ne, *d)
+		if err != nil {
+			r.log.Warn("saving trigger counters", "trigger", id, "err", err)
+			r.count(id, *d)
+			continue
+		}
+		ne.ver = v
+		r.entries[id] = &ne
+		changed = true
+	}
+	if changed {
+		r.publishLocked()
+	}
+}
