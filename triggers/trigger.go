@@ -128,138 +128,171 @@ func Compile(def Trigger, expand Expander) (*Compiled, error) {
 	return c, nil
 }
 
+// compile checks the fields in the order they are documented, so the
+// first error names the first bad field.
 func compile(def Trigger, expand Expander) (*Compiled, error) {
 	if !validID(def.ID) {
 		return nil, fmt.Errorf("triggerId: %q must be 1 to %d characters of [A-Za-z0-9_-]", def.ID, maxIDLen)
 	}
-	// Own copies of what the caller could modify afterwards.
+	def = ownCopy(def)
+	c := &Compiled{Timeout: DefaultTimeout, attempts: DefaultMaxAttempts}
+	if err := c.compileMatch(&def); err != nil {
+		return nil, err
+	}
+	if err := c.compileCEL(&def); err != nil {
+		return nil, err
+	}
+	if err := expandTarget(&def, expand); err != nil {
+		return nil, err
+	}
+	if err := c.compileSchedule(&def); err != nil {
+		return nil, err
+	}
+	c.Def = def
+	return c, nil
+}
+
+// ownCopy copies what the caller could modify afterwards (events,
+// headers, retry policy, enabled) and fills in Enabled.
+func ownCopy(def Trigger) Trigger {
 	def.Events = append([]string(nil), def.Events...)
 	if def.Headers != nil {
-		h := make(map[string]string, len(def.Headers))
-		for k, v := range def.Headers {
-			h[k] = v
-		}
-		def.Headers = h
+		def.Headers = maps.Clone(def.Headers)
 	}
 	if def.RetryPolicy != nil {
 		rp := *def.RetryPolicy
 		def.RetryPolicy = &rp
 	}
-	if def.Enabled == nil {
-		on := true
-		def.Enabled = &on
-	} else {
-		on := *def.Enabled
-		def.Enabled = &on
-	}
-	c := &Compiled{Timeout: DefaultTimeout}
+	on := def.Enabled == nil || *def.Enabled
+	def.Enabled = &on
+	return def
+}
 
+// compileMatch checks what a change must be to match: database, collection
+// pattern and events.
+func (c *Compiled) compileMatch(def *Trigger) error {
 	if def.Database == "" {
 		def.Database = DefaultDatabase
 	}
 	if !collections.ValidDatabase(def.Database) {
-		return nil, fmt.Errorf("database: %q must be 1 to %d characters of [A-Za-z0-9_-]", def.Database, collections.MaxDatabaseName)
+		return fmt.Errorf("database: %q must be 1 to %d characters of [A-Za-z0-9_-]", def.Database, collections.MaxDatabaseName)
 	}
 
 	if def.Collection == "" {
-		return nil, fmt.Errorf("collection: missing (a collection pattern such as \"users/{userId}/messages\")")
+		return fmt.Errorf("collection: missing (a collection pattern such as \"users/{userId}/messages\")")
 	}
 	pat, err := pathpattern.Compile(def.Collection)
 	if err != nil {
-		return nil, fmt.Errorf("collection %q: %v", def.Collection, err)
+		return fmt.Errorf("collection %q: %v", def.Collection, err)
 	}
 	if !pat.HasRest() && pat.Segments()%2 == 0 {
-		return nil, fmt.Errorf("collection %q: %d segments name a document; a collection pattern has an odd number of segments (or ends with ** or {name=**})", def.Collection, pat.Segments())
+		return fmt.Errorf("collection %q: %d segments name a document; a collection pattern has an odd number of segments (or ends with ** or {name=**})", def.Collection, pat.Segments())
 	}
 	c.pat = pat
 
 	if len(def.Events) == 0 {
-		return nil, fmt.Errorf("events: empty (want some of create, update, delete)")
+		return fmt.Errorf("events: empty (want some of create, update, delete)")
 	}
 	for _, e := range def.Events {
 		m := maskOf(collections.ChangeOp(e))
 		if m == 0 {
-			return nil, fmt.Errorf("events: unknown event %q (want create, update or delete)", e)
+			return fmt.Errorf("events: unknown event %q (want create, update or delete)", e)
 		}
 		if c.ops&m != 0 {
-			return nil, fmt.Errorf("events: %q listed twice", e)
+			return fmt.Errorf("events: %q listed twice", e)
 		}
 		c.ops |= m
 	}
+	return nil
+}
 
+// compileCEL compiles the condition and the ordering key.
+func (c *Compiled) compileCEL(def *Trigger) error {
+	var err error
 	if def.Condition != "" {
 		if c.cond, err = compileCEL(def.Condition, false); err != nil {
-			return nil, fmt.Errorf("condition %q: %v", def.Condition, err)
+			return fmt.Errorf("condition %q: %v", def.Condition, err)
 		}
 	}
 	if def.OrderingKey != "" {
 		if c.key, err = compileCEL(def.OrderingKey, true); err != nil {
-			return nil, fmt.Errorf("orderingKey %q: %v", def.OrderingKey, err)
+			return fmt.Errorf("orderingKey %q: %v", def.OrderingKey, err)
 		}
 	}
+	return nil
+}
 
+// expandTarget expands ${VAR} in the url, header values and secret, and
+// checks them.
+func expandTarget(def *Trigger, expand Expander) error {
+	var err error
 	if def.URL, err = expandVars(def.URL, expand); err != nil {
-		return nil, fmt.Errorf("url: %v", err)
+		return fmt.Errorf("url: %v", err)
 	}
 	if err := checkURL(def.URL); err != nil {
-		return nil, fmt.Errorf("url: %v", err)
+		return fmt.Errorf("url: %v", err)
 	}
 
 	for _, k := range slices.Sorted(maps.Keys(def.Headers)) {
 		if err := checkHeaderName(k); err != nil {
-			return nil, fmt.Errorf("headers: %v", err)
+			return fmt.Errorf("headers: %v", err)
 		}
 		v, err := expandVars(def.Headers[k], expand)
 		if err != nil {
-			return nil, fmt.Errorf("headers: %q: %v", k, err)
+			return fmt.Errorf("headers: %q: %v", k, err)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, fmt.Errorf("headers: %q: the value contains CR, LF or NUL", k)
+			return fmt.Errorf("headers: %q: the value contains CR, LF or NUL", k)
 		}
 		def.Headers[k] = v
 	}
 
 	if def.Secret, err = expandVars(def.Secret, expand); err != nil {
-		return nil, fmt.Errorf("secret: %v", err)
+		return fmt.Errorf("secret: %v", err)
 	}
 	if def.Secret != "" {
 		if err := checkSecret(def.Secret); err != nil {
-			return nil, fmt.Errorf("secret: %v", err)
+			return fmt.Errorf("secret: %v", err)
 		}
 	}
+	return nil
+}
 
+// compileSchedule reads the timeout and the retry policy.
+func (c *Compiled) compileSchedule(def *Trigger) error {
 	if def.Timeout != "" {
 		d, err := time.ParseDuration(def.Timeout)
 		if err != nil {
-			return nil, fmt.Errorf("timeout: %q is not a duration such as \"30s\"", def.Timeout)
+			return fmt.Errorf("timeout: %q is not a duration such as \"30s\"", def.Timeout)
 		}
 		if d < MinTimeout || d > MaxTimeout {
-			return nil, fmt.Errorf("timeout: %s is outside %s..%s", d, MinTimeout, MaxTimeout)
+			return fmt.Errorf("timeout: %s is outside %s..%s", d, MinTimeout, MaxTimeout)
 		}
 		c.Timeout = d
 	}
 
-	c.attempts = DefaultMaxAttempts
-	if rp := def.RetryPolicy; rp != nil {
-		c.exponential = true
-		if rp.MaxAttempts != 0 {
-			if rp.MaxAttempts < 1 || rp.MaxAttempts > MaxMaxAttempts {
-				return nil, fmt.Errorf("retryPolicy.maxAttempts: %d is outside 1..%d", rp.MaxAttempts, MaxMaxAttempts)
-			}
-			c.attempts = rp.MaxAttempts
-		}
-		if c.initBackoff, err = positiveDuration(rp.InitialBackoff, DefaultInitialBackoff); err != nil {
-			return nil, fmt.Errorf("retryPolicy.initialBackoff: %v", err)
-		}
-		if c.maxBack, err = positiveDuration(rp.MaxBackoff, DefaultMaxBackoff); err != nil {
-			return nil, fmt.Errorf("retryPolicy.maxBackoff: %v", err)
-		}
-		if c.initBackoff > c.maxBack {
-			return nil, fmt.Errorf("retryPolicy: initialBackoff %s is more than maxBackoff %s", c.initBackoff, c.maxBack)
-		}
+	rp := def.RetryPolicy
+	if rp == nil {
+		return nil
 	}
-	c.Def = def
-	return c, nil
+	c.exponential = true
+	if rp.MaxAttempts != 0 {
+		if rp.MaxAttempts < 1 || rp.MaxAttempts > MaxMaxAttempts {
+			return fmt.Errorf("retryPolicy.maxAttempts: %d is outside 1..%d", rp.MaxAttempts, MaxMaxAttempts)
+		}
+		c.attempts = rp.MaxAttempts
+	}
+	var err error
+	if c.initBackoff, err = positiveDuration(rp.InitialBackoff, DefaultInitialBackoff); err != nil {
+		return fmt.Errorf("retryPolicy.initialBackoff: %v", err)
+	}
+	if c.maxBack, err = positiveDuration(rp.MaxBackoff, DefaultMaxBackoff); err != nil {
+		return fmt.Errorf("retryPolicy.maxBackoff: %v", err)
+	}
+	if c.initBackoff > c.maxBack {
+		return fmt.Errorf("retryPolicy: initialBackoff %s is more than maxBackoff %s", c.initBackoff, c.maxBack)
+	}
+	return nil
 }
 
 // ParseFile decodes a triggers.json array (unknown keys are an error,
