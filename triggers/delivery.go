@@ -252,31 +252,11 @@ func (dv *deliverer) post(ctx context.Context, e *entry, d *Delivery, keys [][]b
 func (dv *deliverer) record(ctx context.Context, j *job, e *entry, a Attempt, retryAfter time.Duration) outcome {
 	d := j.d
 	now := time.Now()
-	ok := a.Status >= 200 && a.Status < 300
 	// A 410 from the built-in handlers is an ordinary failure: they never
 	// send it, and one document must not switch them off for everyone.
 	gone := a.Status == http.StatusGone && !dv.reg.builtin(e)
 	budget := d.budget + 1
-	status := StatusPending
-	next := int64(0)
-	out := done
-	switch {
-	case ok:
-		status = StatusDelivered
-	case gone:
-		// The receiver says the endpoint is gone: disable the trigger; the
-		// row is parked until an enable.
-		next = ms(now.Add(disabledRecheck))
-	case budget >= e.c.MaxAttempts():
-		status = StatusDead
-	default:
-		delay := e.c.Backoff(budget, dv.rnd)
-		if retryAfter > 0 {
-			delay = retryAfter
-		}
-		next = ms(now.Add(delay))
-		out = retry
-	}
+	status, next, out := dv.decide(e, a, gone, budget, retryAfter, now)
 	patch := map[string]any{
 		fStatus:   status,
 		fAttempts: attemptsValue(append(d.Attempts, a)),
@@ -302,14 +282,42 @@ func (dv *deliverer) record(ctx context.Context, j *job, e *entry, a Attempt, re
 	d.Status = status
 	d.NextAttemptAt = next
 	j.leasedUntil = time.UnixMilli(next) // a retry claims again
+	dv.account(ctx, e, d, a, gone)
+	return out
+}
 
+// decide says what follows an attempt: delivered, dead (its budget is
+// spent), parked until an enable (gone), or a retry after the backoff or
+// the receiver's Retry-After. next is when the row is due again (0 when
+// it is finished).
+func (dv *deliverer) decide(e *entry, a Attempt, gone bool, budget int, retryAfter time.Duration, now time.Time) (status string, next int64, out outcome) {
+	switch {
+	case a.Status >= 200 && a.Status < 300:
+		return StatusDelivered, 0, done
+	case gone:
+		// The receiver says the endpoint is gone: disable the trigger; the
+		// row is parked until an enable.
+		return StatusPending, ms(now.Add(disabledRecheck)), done
+	case budget >= e.c.MaxAttempts():
+		return StatusDead, 0, done
+	}
+	delay := e.c.Backoff(budget, dv.rnd)
+	if retryAfter > 0 {
+		delay = retryAfter
+	}
+	return StatusPending, ms(now.Add(delay)), retry
+}
+
+// account tells the metrics and the trigger's state (through the
+// registry) how a recorded attempt went; a 410 disables the trigger.
+func (dv *deliverer) account(ctx context.Context, e *entry, d *Delivery, a Attempt, gone bool) {
 	c := Counts{}
 	switch {
-	case ok:
+	case d.Status == StatusDelivered:
 		c.Delivered = 1
 		dv.m.deliveries.WithLabelValues(d.TriggerID, "delivered").Inc()
 		dv.reg.deliveredOK(ctx, e)
-	case status == StatusDead:
+	case d.Status == StatusDead:
 		c.Dead, c.FailedAttempts = 1, 1
 		dv.m.deliveries.WithLabelValues(d.TriggerID, "dead").Inc()
 		dv.reg.wentDead(ctx, e, d, attemptError(a))
@@ -322,7 +330,6 @@ func (dv *deliverer) record(ctx context.Context, j *job, e *entry, a Attempt, re
 		}
 	}
 	dv.reg.count(d.TriggerID, c)
-	return out
 }
 
 // finishWithoutAttempt marks a row dead for a reason that no retry fixes.

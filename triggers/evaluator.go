@@ -95,29 +95,8 @@ func (v *evaluator) run(ctx context.Context) {
 				continue
 			}
 		}
-		switch {
-		case err == nil:
-		case errors.Is(err, collections.ErrCursorConflict):
-			if p, cerr := v.store.Cursor(ctx, cursorName); cerr == nil {
-				ev.durable, ev.pos = p, p
-			}
-		case ctx.Err() != nil:
-			return
-		default:
-			var pe *collections.PositionExpiredError
-			if errors.As(err, &pe) {
-				// Only possible when the cursor was created after retention
-				// purged the log under it: say so loudly, never skip
-				// silently.
-				v.log.Error("trigger cursor is older than the change-log retention; changes were skipped", "from", ev.pos, "to", pe.Oldest)
-				v.m.skipped.Add(float64(pe.Oldest - ev.pos))
-				ev.pos = pe.Oldest
-				_ = v.advance(ctx, ev)
-				continue
-			}
-			v.log.Error("trigger evaluation", "err", err)
-			ev.pos = ev.durable
-			sleep(ctx, time.Second)
+		if err != nil && !v.recoverFrom(ctx, ev, err) {
+			return // shut down during a batch: changes past the stored cursor are read again at the next start
 		}
 	}
 	if ev != nil && ev.pos > ev.durable {
@@ -125,6 +104,34 @@ func (v *evaluator) run(ctx context.Context) {
 		defer cancel()
 		_ = v.advance(actx, ev)
 	}
+}
+
+// recoverFrom puts ev back on its feet after a failed batch; false when the
+// failure is the shutdown.
+func (v *evaluator) recoverFrom(ctx context.Context, ev *evalState, err error) bool {
+	var pe *collections.PositionExpiredError
+	switch {
+	case errors.Is(err, collections.ErrCursorConflict):
+		// Another evaluator moved the cursor (a lease handover): go on
+		// from there.
+		if p, cerr := v.store.Cursor(ctx, cursorName); cerr == nil {
+			ev.durable, ev.pos = p, p
+		}
+	case ctx.Err() != nil:
+		return false
+	case errors.As(err, &pe):
+		// Only possible when the cursor was created after retention
+		// purged the log under it: say so loudly, never skip silently.
+		v.log.Error("trigger cursor is older than the change-log retention; changes were skipped", "from", ev.pos, "to", pe.Oldest)
+		v.m.skipped.Add(float64(pe.Oldest - ev.pos))
+		ev.pos = pe.Oldest
+		_ = v.advance(ctx, ev)
+	default:
+		v.log.Error("trigger evaluation", "err", err)
+		ev.pos = ev.durable
+		sleep(ctx, time.Second)
+	}
+	return true
 }
 
 // evalLease is how long the evaluator lease lasts; the holder renews it at
@@ -198,38 +205,7 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 	}()
 	for i := range changes {
 		ch := &changes[i]
-		coll, _ := collections.SplitDocPath(ch.Path)
-		for _, t := range act {
-			if ch.Seq <= t.activeFrom {
-				continue
-			}
-			params, ok := t.c.Match(ch.DB, ch.Op, coll)
-			if !ok {
-				continue
-			}
-			id := t.c.Def.ID
-			event := NewEvent(ch, params)
-			matched, key, err := t.c.Eval(event)
-			if err != nil {
-				v.m.evalErrors.WithLabelValues(id).Inc()
-				countOf(counts, id).EvalErrors++
-				if now.Sub(ev.loggedAt[id]) >= time.Minute {
-					if ev.loggedAt == nil {
-						ev.loggedAt = map[string]time.Time{}
-					}
-					ev.loggedAt[id] = now
-					v.log.Warn("trigger condition failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
-				}
-				continue
-			}
-			if !matched {
-				continue
-			}
-			countOf(counts, id).Matched++
-			d := &Delivery{TriggerID: id, Seq: ch.Seq, Status: StatusPending, OrderingKey: key, event: event.Map()}
-			d.ID, d.EventID = deliveryIDs(v.epoch, ch.Seq, id)
-			rows = append(rows, d)
-		}
+		rows = v.match(ev, ch, act, now, counts, rows)
 		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
 			if err := v.commitRows(ctx, ev.durable, ch.Seq, rows, now); err != nil {
 				clear(counts) // re-evaluated after the retry
@@ -249,6 +225,51 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 		return v.advance(ctx, ev)
 	}
 	return nil
+}
+
+// match appends a row for every active trigger that ch matches, counting
+// the matches and the failed evaluations in counts.
+func (v *evaluator) match(ev *evalState, ch *collections.Change, act []activeTrigger, now time.Time, counts map[string]*Counts, rows []*Delivery) []*Delivery {
+	coll, _ := collections.SplitDocPath(ch.Path)
+	for _, t := range act {
+		if ch.Seq <= t.activeFrom {
+			continue
+		}
+		params, ok := t.c.Match(ch.DB, ch.Op, coll)
+		if !ok {
+			continue
+		}
+		id := t.c.Def.ID
+		event := NewEvent(ch, params)
+		matched, key, err := t.c.Eval(event)
+		if err != nil {
+			v.evalFailed(ev, id, ch, err, now)
+			countOf(counts, id).EvalErrors++
+			continue
+		}
+		if !matched {
+			continue
+		}
+		countOf(counts, id).Matched++
+		d := &Delivery{TriggerID: id, Seq: ch.Seq, Status: StatusPending, OrderingKey: key, event: event.Map()}
+		d.ID, d.EventID = deliveryIDs(v.epoch, ch.Seq, id)
+		rows = append(rows, d)
+	}
+	return rows
+}
+
+// evalFailed counts a failed condition or ordering key in the metric and
+// logs it at most once a minute per trigger.
+func (v *evaluator) evalFailed(ev *evalState, id string, ch *collections.Change, err error, now time.Time) {
+	v.m.evalErrors.WithLabelValues(id).Inc()
+	if now.Sub(ev.loggedAt[id]) < time.Minute {
+		return
+	}
+	if ev.loggedAt == nil {
+		ev.loggedAt = map[string]time.Time{}
+	}
+	ev.loggedAt[id] = now
+	v.log.Warn("trigger condition failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
 }
 
 func countOf(m map[string]*Counts, id string) *Counts {
