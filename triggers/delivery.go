@@ -28,7 +28,8 @@ const (
 )
 
 // deliverer makes the webhook requests: one delivery reads top to bottom
-// in this file (attempt → claim, signingKeys → post → record). It holds
+// in this file (attempt → claim, signingKeys → post → record: decide,
+// account). It holds
 // no rows itself: the dispatcher (dispatch.go) decides which rows this node
 // holds and when each runs, and poll.go finds the rows due in the outbox.
 // The outcome of an attempt reaches the trigger's state through the
@@ -160,6 +161,19 @@ func (dv *deliverer) attempt(ctx context.Context, j *job) outcome {
 	return dv.record(ctx, j, e, a, retryAfter)
 }
 
+// claim takes the lease on a row this node holds in memory but whose
+// lease ended (a retry, or a row leased before a restart).
+func (dv *deliverer) claim(ctx context.Context, j *job, e *entry, now time.Time) bool {
+	lease := now.Add(e.c.Timeout + dv.cfg.LeaseSlack)
+	ver, err := dv.patchRow(ctx, j.d, map[string]any{fOwner: dv.cfg.NodeID, fNext: ms(lease)})
+	if err != nil {
+		return false // another node claimed it
+	}
+	j.d.version = ver
+	j.leasedUntil = lease
+	return true
+}
+
 // signingKeys returns the keys a delivery of e is signed with now.
 func signingKeys(e *entry, now time.Time) ([][]byte, error) {
 	secret := e.c.Def.Secret
@@ -177,19 +191,6 @@ func signingKeys(e *entry, now time.Time) ([][]byte, error) {
 		}
 	}
 	return keys, nil
-}
-
-// claim takes the lease on a row this node holds in memory but whose
-// lease ended (a retry, or a row leased before a restart).
-func (dv *deliverer) claim(ctx context.Context, j *job, e *entry, now time.Time) bool {
-	lease := now.Add(e.c.Timeout + dv.cfg.LeaseSlack)
-	ver, err := dv.patchRow(ctx, j.d, map[string]any{fOwner: dv.cfg.NodeID, fNext: ms(lease)})
-	if err != nil {
-		return false // another node claimed it
-	}
-	j.d.version = ver
-	j.leasedUntil = lease
-	return true
 }
 
 // post sends one webhook request.
