@@ -188,59 +188,16 @@ func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, wri
 	}
 	out = make([]collections.Write, len(writes))
 	pins = make([]pin, len(writes))
-	// pending holds the documents as earlier writes of this commit leave
-	// them (nil = absent or deleted).
-	type state struct {
-		data    map[string]any
-		version int64
-	}
-	pending := map[string]*state{}
-	current := func(path string) (*state, bool, error) {
-		if st, ok := pending[path]; ok {
-			return st, true, nil
-		}
-		d, err := s.store.Get(ctx, db, path)
-		if errors.Is(err, collections.ErrNotFound) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		return &state{data: d.Data, version: d.Version}, false, nil
-	}
+	view := commitView{store: s.store, db: db, pending: map[string]*docState{}}
 	for i, w := range writes {
-		cur, inBatch, err := current(w.Path)
+		cur, inBatch, err := view.current(ctx, w.Path)
 		if err != nil {
 			return nil, nil, err
 		}
-		req := rules.Request{Path: w.Path}
-		if cur != nil {
-			req.Existing = cur.data
+		req, after, err := rulesRequest(w, cur)
+		if err != nil {
+			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
 		}
-		var after map[string]any
-		switch w.Type {
-		case collections.WriteDelete:
-			req.Op = rules.OpDelete
-		case collections.WriteCreate:
-			req.Op, after = rules.OpCreate, w.Data
-		case collections.WriteReplace:
-			req.Op, after = rules.OpUpdate, w.Data
-			if cur == nil {
-				req.Op = rules.OpCreate
-			}
-		default: // update: the rules see the merged result
-			req.Op = rules.OpUpdate
-			base := map[string]any{}
-			if cur != nil {
-				base = collections.CloneValue(cur.data).(map[string]any)
-			}
-			merged, err := collections.ApplyPatch(base, w.Data)
-			if err != nil {
-				return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
-			}
-			after = merged
-		}
-		req.Resource = after
 		ok, err := s.allow(ctx, caller, db, req)
 		if err != nil {
 			return nil, nil, err
@@ -251,31 +208,109 @@ func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, wri
 		if err := s.checkIfMatchReads(ctx, caller, db, w, req.Existing); err != nil {
 			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
 		}
-		g := w
+		out[i] = w
 		if !inBatch {
-			switch {
-			case cur != nil:
-				g.IfMatch = append(slices.Clip(w.IfMatch), collections.Filter{
-					Field: collections.FieldVersion, Op: collections.OpEq, Value: json.Number(strconv.FormatInt(cur.version, 10)),
-				})
-				pins[i] = pin{set: true, version: cur.version}
-			case w.Type == collections.WriteReplace && len(w.IfMatch) == 0:
-				g.Type = collections.WriteCreate
-				pins[i] = pin{set: true}
-			}
+			out[i], pins[i] = pinWrite(w, cur)
 		}
-		out[i] = g
-		if req.Op == rules.OpDelete {
-			pending[w.Path] = nil
-		} else {
-			v := int64(1)
-			if cur != nil {
-				v = cur.version + 1
-			}
-			pending[w.Path] = &state{data: after, version: v}
-		}
+		view.apply(w.Path, req.Op, cur, after)
 	}
 	return out, pins, nil
+}
+
+// docState is a document as the rules see it during one commit.
+type docState struct {
+	data    map[string]any
+	version int64
+}
+
+// commitView is the documents as the earlier writes of one commit leave
+// them, over the store's state for the documents no write touched yet.
+type commitView struct {
+	store   collections.Store
+	db      string
+	pending map[string]*docState // nil = absent or deleted
+}
+
+// current is path's state (nil when absent); inBatch tells whether an
+// earlier write of the commit made it.
+func (v *commitView) current(ctx context.Context, path string) (st *docState, inBatch bool, err error) {
+	if st, ok := v.pending[path]; ok {
+		return st, true, nil
+	}
+	d, err := v.store.Get(ctx, v.db, path)
+	if errors.Is(err, collections.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return &docState{data: d.Data, version: d.Version}, false, nil
+}
+
+// apply records the state a write the rules allowed leaves at path.
+func (v *commitView) apply(path string, op rules.Op, cur *docState, after map[string]any) {
+	if op == rules.OpDelete {
+		v.pending[path] = nil
+		return
+	}
+	version := int64(1)
+	if cur != nil {
+		version = cur.version + 1
+	}
+	v.pending[path] = &docState{data: after, version: version}
+}
+
+// rulesRequest is what the rules see of w over cur (nil: absent), and the
+// document's data after it (nil for a delete). A replace of a missing
+// document is a create; an update is seen as its merged result, and a
+// patch that does not apply is the error.
+func rulesRequest(w collections.Write, cur *docState) (req rules.Request, after map[string]any, err error) {
+	req = rules.Request{Path: w.Path}
+	if cur != nil {
+		req.Existing = cur.data
+	}
+	switch w.Type {
+	case collections.WriteDelete:
+		req.Op = rules.OpDelete
+	case collections.WriteCreate:
+		req.Op, after = rules.OpCreate, w.Data
+	case collections.WriteReplace:
+		req.Op, after = rules.OpUpdate, w.Data
+		if cur == nil {
+			req.Op = rules.OpCreate
+		}
+	default: // update: the rules see the merged result
+		req.Op = rules.OpUpdate
+		base := map[string]any{}
+		if cur != nil {
+			base = collections.CloneValue(cur.data).(map[string]any)
+		}
+		merged, err := collections.ApplyPatch(base, w.Data)
+		if err != nil {
+			return req, nil, err
+		}
+		after = merged
+	}
+	req.Resource = after
+	return req, after, nil
+}
+
+// pinWrite pins w, the commit's first write to its path, to the state cur
+// the rules saw: a version precondition on an existing document, and an
+// upsert without conditions of a missing one turned into a create.
+func pinWrite(w collections.Write, cur *docState) (collections.Write, pin) {
+	switch {
+	case cur != nil:
+		w.IfMatch = append(slices.Clip(w.IfMatch), collections.Filter{
+			Field: collections.FieldVersion, Op: collections.OpEq, Value: json.Number(strconv.FormatInt(cur.version, 10)),
+		})
+		return w, pin{set: true, version: cur.version}
+	case w.Type == collections.WriteReplace && len(w.IfMatch) == 0:
+		w.Type = collections.WriteCreate
+		return w, pin{set: true}
+	default:
+		return w, pin{}
+	}
 }
 
 // checkIfMatchReads refuses an ifMatch condition on user fields of a

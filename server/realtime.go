@@ -130,6 +130,18 @@ func (s *Server) openStream(c *gin.Context, caller *Caller) func() {
 	return func() { s.rt.streams.release(ip) }
 }
 
+// refuseWhenStopping answers 503 and reports true once shutdown has
+// begun: a stream opened now would only be cut.
+func (s *Server) refuseWhenStopping(c *gin.Context) bool {
+	select {
+	case <-s.rt.stop:
+		s.writeError(c, errorf(http.StatusServiceUnavailable, codeUnavailable, "The server is shutting down."))
+		return true
+	default:
+		return false
+	}
+}
+
 // subLimiter counts live subscriptions per user (or anonymous address) and
 // in total. Every subscription the hub holds costs memory whether or not
 // its connection is busy, so both counts are bounded.

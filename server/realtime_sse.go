@@ -29,7 +29,6 @@ func queryToken(r *http.Request) {
 // A SLOW_CONSUMER error or a reset is sent as data and ends the stream.
 func (s *Server) serveSSE(c *gin.Context) {
 	r := c.Request
-	qs := r.URL.Query()
 	queryToken(r)
 	caller, err := s.resolveCaller(r)
 	if err != nil {
@@ -44,40 +43,13 @@ func (s *Server) serveSSE(c *gin.Context) {
 		return
 	}
 	defer done()
-	p := subParams{db: qs.Get("database"), includeData: qs.Get("includeData") != "false"}
-	if p.db == "" {
-		p.db = "default"
-	}
-	p.query.Collection = qs.Get("collection")
-	if f := qs.Get("filters"); f != "" {
-		dec := json.NewDecoder(bytes.NewReader([]byte(f)))
-		dec.UseNumber()
-		if err := dec.Decode(&p.query.Filters); err != nil {
-			s.writeError(c, errorf(http.StatusBadRequest, codeInvalidQuery, "filters must be a JSON array of {field, op, value}: %s.", truncate(err.Error(), 200)))
-			return
-		}
-	}
-	if err := p.query.Normalize(); err != nil {
+	p, err := sseParams(r)
+	if err != nil {
 		s.writeError(c, err)
 		return
 	}
-	last := r.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = qs.Get("lastEventId")
-	}
-	if last != "" {
-		if p.after, err = parseToken(last); err != nil {
-			s.writeError(c, err)
-			return
-		}
-		p.resume = true
-	}
-	rt := s.rt
-	select {
-	case <-rt.stop:
-		s.writeError(c, errorf(http.StatusServiceUnavailable, codeUnavailable, "The server is shutting down."))
+	if s.refuseWhenStopping(c) {
 		return
-	default:
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -87,37 +59,93 @@ func (s *Server) serveSSE(c *gin.Context) {
 		return
 	}
 	defer sub.Close()
-	rt.connections.WithLabelValues("sse").Inc()
-	defer rt.connections.WithLabelValues("sse").Dec()
+	s.rt.connections.WithLabelValues("sse").Inc()
+	defer s.rt.connections.WithLabelValues("sse").Dec()
 
+	if !startSSE(c) {
+		return
+	}
+	items := sseItems(ctx, sub)
+	defer func() {
+		cancel()
+		for range items { // let the producer finish
+		}
+	}()
+	s.streamSSE(ctx, c.Writer, caller, items, p.includeData)
+}
+
+// sseParams reads the subscription from the query: database (default
+// "default"), collection, filters (a JSON array), includeData, and the
+// resume token from Last-Event-ID (or ?lastEventId=). Errors are *apiError
+// or the query's own validation errors.
+func sseParams(r *http.Request) (subParams, error) {
+	qs := r.URL.Query()
+	p := subParams{db: qs.Get("database"), includeData: qs.Get("includeData") != "false"}
+	if p.db == "" {
+		p.db = "default"
+	}
+	p.query.Collection = qs.Get("collection")
+	if f := qs.Get("filters"); f != "" {
+		dec := json.NewDecoder(bytes.NewReader([]byte(f)))
+		dec.UseNumber()
+		if err := dec.Decode(&p.query.Filters); err != nil {
+			return p, errorf(http.StatusBadRequest, codeInvalidQuery, "filters must be a JSON array of {field, op, value}: %s.", truncate(err.Error(), 200))
+		}
+	}
+	if err := p.query.Normalize(); err != nil {
+		return p, err
+	}
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = qs.Get("lastEventId")
+	}
+	if last != "" {
+		var err error
+		if p.after, err = parseToken(last); err != nil {
+			return p, err
+		}
+		p.resume = true
+	}
+	return p, nil
+}
+
+// startSSE sends the event-stream headers and a first comment, so the
+// client sees the stream open before any event; false if the peer is gone.
+func startSSE(c *gin.Context) bool {
 	// A server-wide write timeout must not cut a healthy stream.
 	rc := http.NewResponseController(c.Writer)
 	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return
+		return false
 	}
 	h := c.Writer.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	c.Status(http.StatusOK)
-	w := c.Writer
-	if _, err := w.WriteString(": connected\n\n"); err != nil {
-		return
+	if _, err := c.Writer.WriteString(": connected\n\n"); err != nil {
+		return false
 	}
-	w.Flush()
+	c.Writer.Flush()
+	return true
+}
 
-	// One producer goroutine pulls events; this goroutine writes.
-	type item struct {
-		ev  realtime.Event
-		err error
-	}
-	items := make(chan item, 16)
+// sseItem is one event of the subscription, or the error that ends it.
+type sseItem struct {
+	ev  realtime.Event
+	err error
+}
+
+// sseItems starts the producer: one goroutine pulls the subscription's
+// events while the handler's goroutine writes them. The channel closes
+// after the first error or once ctx is done.
+func sseItems(ctx context.Context, sub *heldSub) <-chan sseItem {
+	items := make(chan sseItem, 16)
 	go func() {
 		defer close(items)
 		for {
 			ev, err := sub.Next(ctx)
 			select {
-			case items <- item{ev, err}:
+			case items <- sseItem{ev, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -126,12 +154,14 @@ func (s *Server) serveSSE(c *gin.Context) {
 			}
 		}
 	}()
-	defer func() {
-		cancel()
-		for range items { // let the producer finish
-		}
-	}()
+	return items
+}
 
+// streamSSE writes items as events, with a heartbeat comment in between,
+// until the subscription ends, the client goes, the token expires or the
+// server shuts down.
+func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, caller *Caller, items <-chan sseItem, includeData bool) {
+	rt := s.rt
 	hb := time.NewTicker(rt.cfg.SSEHeartbeat)
 	defer hb.Stop()
 	// The stream ends when its token expires; EventSource reconnects with
@@ -146,36 +176,16 @@ func (s *Server) serveSSE(c *gin.Context) {
 			if !ok {
 				return
 			}
-			buf.Reset()
 			if it.err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				msg, slow := endMessage(sseSubID, it.err)
-				if slow {
-					rt.slow.WithLabelValues("sse").Inc()
-				}
-				if msg != nil {
-					buf.WriteString("data: ")
-					buf.Write(msg)
-					buf.WriteString("\n\n")
-					_, _ = w.Write(buf.Bytes())
-					w.Flush()
-				}
+				s.endSSE(ctx, w, &buf, it.err)
 				return
 			}
 			if it.ev.IsSnapshot() {
 				continue // SSE has no snapshots
 			}
-			buf.WriteString("id: ")
-			buf.WriteString(token(it.ev.Seq))
-			buf.WriteString("\ndata: ")
-			appendEvent(&buf, sseSubID, &it.ev, p.includeData)
-			buf.WriteString("\n\n")
-			if _, err := w.Write(buf.Bytes()); err != nil {
+			if !writeSSEEvent(w, &buf, &it.ev, includeData) {
 				return
 			}
-			w.Flush()
 			delivered.Inc()
 		case <-hb.C:
 			if _, err := w.WriteString(": heartbeat\n\n"); err != nil {
@@ -183,12 +193,7 @@ func (s *Server) serveSSE(c *gin.Context) {
 			}
 			w.Flush()
 		case <-expiry.C:
-			buf.Reset()
-			buf.WriteString("data: ")
-			buf.Write(errorMessage("", sseSubID, errTokenExpired))
-			buf.WriteString("\n\n")
-			_, _ = w.Write(buf.Bytes())
-			w.Flush()
+			writeSSEData(w, &buf, errorMessage("", sseSubID, errTokenExpired))
 			return
 		case <-rt.stop:
 			return
@@ -196,4 +201,46 @@ func (s *Server) serveSSE(c *gin.Context) {
 			return
 		}
 	}
+}
+
+// writeSSEEvent writes one event with its resume token as the event id;
+// false if the peer is gone.
+func writeSSEEvent(w gin.ResponseWriter, buf *bytes.Buffer, ev *realtime.Event, includeData bool) bool {
+	buf.Reset()
+	buf.WriteString("id: ")
+	buf.WriteString(token(ev.Seq))
+	buf.WriteString("\ndata: ")
+	appendEvent(buf, sseSubID, ev, includeData)
+	buf.WriteString("\n\n")
+	if _, err := w.Write(buf.Bytes()); err != nil {
+		return false
+	}
+	w.Flush()
+	return true
+}
+
+// endSSE tells the client why the hub ended its subscription (a slow
+// consumer, a reset), unless the request itself is over.
+func (s *Server) endSSE(ctx context.Context, w gin.ResponseWriter, buf *bytes.Buffer, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	msg, slow := endMessage(sseSubID, err)
+	if slow {
+		s.rt.slow.WithLabelValues("sse").Inc()
+	}
+	if msg != nil {
+		writeSSEData(w, buf, msg)
+	}
+}
+
+// writeSSEData writes msg as the last, id-less event of a stream; the
+// stream ends after it, so a write error needs no answer.
+func writeSSEData(w gin.ResponseWriter, buf *bytes.Buffer, msg []byte) {
+	buf.Reset()
+	buf.WriteString("data: ")
+	buf.Write(msg)
+	buf.WriteString("\n\n")
+	_, _ = w.Write(buf.Bytes())
+	w.Flush()
 }

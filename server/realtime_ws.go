@@ -61,6 +61,8 @@ type wsSub struct {
 	done   chan struct{}
 }
 
+// serveWS upgrades GET /realtime/ws to a WebSocket connection that carries
+// the subscriptions its messages ask for (wsConn).
 func (s *Server) serveWS(c *gin.Context) {
 	rt := s.rt
 	caller, err := s.resolveCaller(c.Request)
@@ -84,12 +86,26 @@ func (s *Server) serveWS(c *gin.Context) {
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(db, 80)))
 		return
 	}
-	select {
-	case <-rt.stop:
-		s.writeError(c, errorf(http.StatusServiceUnavailable, codeUnavailable, "The server is shutting down."))
+	if s.refuseWhenStopping(c) {
 		return
-	default:
 	}
+	ws, bc := s.upgradeWS(c)
+	if ws == nil {
+		return
+	}
+	if !rt.enter() {
+		ws.Close() // shutting down
+		return
+	}
+	defer rt.conns.Done()
+	rt.connections.WithLabelValues("ws").Inc()
+	defer rt.connections.WithLabelValues("ws").Dec()
+	s.newWSConn(c, ws, bc, caller, db).run()
+}
+
+// upgradeWS answers the WebSocket upgrade (101) over a buffered connection;
+// nil when it failed (an upgrade error is answered).
+func (s *Server) upgradeWS(c *gin.Context) (*websocket.Conn, *bufConn) {
 	up := websocket.Upgrader{
 		ReadBufferSize:  4096,
 		WriteBufferSize: 4096,
@@ -105,58 +121,69 @@ func (s *Server) serveWS(c *gin.Context) {
 	hw := &hijackBuffer{ResponseWriter: c.Writer}
 	ws, err := up.Upgrade(hw, c.Request, nil)
 	if err != nil {
-		return // Error wrote the response
+		return nil, nil // Error wrote the response
 	}
 	if hw.conn == nil || hw.conn.Flush() != nil { // the 101 response
 		ws.Close()
-		return
+		return nil, nil
 	}
-	if !rt.enter() {
-		ws.Close() // shutting down
-		return
-	}
-	defer rt.conns.Done()
-	rt.connections.WithLabelValues("ws").Inc()
-	defer rt.connections.WithLabelValues("ws").Dec()
+	return ws, hw.conn
+}
 
+// newWSConn is the connection of an upgraded request. It outlives the
+// request's cancellation (the hijacked connection ends it instead).
+func (s *Server) newWSConn(c *gin.Context, ws *websocket.Conn, bc *bufConn, caller *Caller, db string) *wsConn {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request.Context()))
 	conn := &wsConn{
-		s: s, rt: rt, ws: ws, req: c.Request, addr: s.clientAddr(c), ctx: ctx, cancel: cancel,
-		bc:     hw.conn,
+		s: s, rt: s.rt, ws: ws, req: c.Request, addr: s.clientAddr(c), ctx: ctx, cancel: cancel,
+		bc:     bc,
 		caller: caller, db: db,
 		subs:   map[string]*wsSub{},
 		reauth: make(chan struct{}, 1),
 	}
 	conn.setExpiry(caller)
+	return conn
+}
+
+// run serves the connection: the keeper writes heartbeats while this
+// goroutine reads, until the connection fails or closes; then every
+// subscription ends before the connection closes.
+func (c *wsConn) run() {
+	pongWait := max(60*time.Second, 2*c.rt.cfg.Heartbeat)
+	c.setReadHandlers(pongWait)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.keep()
+	}()
+	c.readLoop(pongWait)
+	c.cancel()
+	for _, sub := range c.subs {
+		sub.cancel()
+		<-sub.done
+		sub.sub.Close()
+	}
+	<-writerDone
+	c.ws.Close()
+}
+
+// setReadHandlers bounds incoming messages, and keeps the read deadline
+// pongWait ahead of each pong; pings are answered at once.
+func (c *wsConn) setReadHandlers(pongWait time.Duration) {
+	ws := c.ws
 	ws.SetReadLimit(wsReadLimit)
-	pongWait := max(60*time.Second, 2*rt.cfg.Heartbeat)
 	_ = ws.SetReadDeadline(time.Now().Add(pongWait))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(pongWait)) })
 	ws.SetPingHandler(func(data string) error {
 		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(wsWriteWait))
 		if err == nil {
-			err = hw.conn.Flush()
+			err = c.bc.Flush()
 		}
 		if errors.Is(err, websocket.ErrCloseSent) {
 			return nil
 		}
 		return err
 	})
-
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		conn.keep()
-	}()
-	conn.readLoop(pongWait)
-	cancel()
-	for _, sub := range conn.subs {
-		sub.cancel()
-		<-sub.done
-		sub.sub.Close()
-	}
-	<-writerDone
-	ws.Close()
 }
 
 // readLoop handles client messages until the connection fails or closes.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -45,56 +46,27 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		return
 	}
 	defer done()
-	select {
-	case <-s.rt.stop:
-		s.writeError(c, errorf(http.StatusServiceUnavailable, codeUnavailable, "The server is shutting down."))
+	if s.refuseWhenStopping(c) {
 		return
-	default:
 	}
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	defer cancel()
-	head, err := s.store.Head(ctx)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	p := subParams{db: t.db, query: collections.Query{Collection: t.collection}, resume: true, after: head, ownRules: true}
-	if err := p.query.Normalize(); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	sub, err := s.openSubscription(ctx, t.caller, subKey(t.caller, s.clientAddr(c)), p)
+	sub, head, err := s.rxdbSubscribe(ctx, c, t)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	defer sub.Close()
 
-	w := c.Writer
-	rc := http.NewResponseController(w)
+	out := &rxdbStreamWriter{w: c.Writer, rc: http.NewResponseController(c.Writer)}
 	// A stream is long-lived by design: no server-wide write deadline may
 	// cut it. Each write gets its own instead, so a peer that stops reading
 	// is dropped (and shutdown is never stuck behind a blocked write).
-	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+	if err := out.rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		s.writeError(c, err)
 		return
 	}
-	send := func(b []byte) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(rxdbWriteWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return false
-		}
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	if !send([]byte(": connected\n\n")) {
+	if !out.start() {
 		return
 	}
 
@@ -107,7 +79,60 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		for range batches { // let the producer finish
 		}
 	}()
+	s.rxdbStreamLoop(ctx, c.Request, t, out, batches)
+}
 
+// rxdbSubscribe reads the change-log head and subscribes to the
+// collection's changes after it, the rules left to rxdbBatches.
+func (s *Server) rxdbSubscribe(ctx context.Context, c *gin.Context, t *rxdbTarget) (*heldSub, int64, error) {
+	head, err := s.store.Head(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := subParams{db: t.db, query: collections.Query{Collection: t.collection}, resume: true, after: head, ownRules: true}
+	if err := p.query.Normalize(); err != nil {
+		return nil, 0, err
+	}
+	sub, err := s.openSubscription(ctx, t.caller, subKey(t.caller, s.clientAddr(c)), p)
+	if err != nil {
+		return nil, 0, err
+	}
+	return sub, head, nil
+}
+
+// rxdbStreamWriter writes a pullStream, each write under its own deadline.
+type rxdbStreamWriter struct {
+	w  gin.ResponseWriter
+	rc *http.ResponseController
+}
+
+// start sends the event-stream headers and a first comment; false if the
+// peer is gone.
+func (o *rxdbStreamWriter) start() bool {
+	h := o.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	o.w.WriteHeader(http.StatusOK)
+	return o.send([]byte(": connected\n\n"))
+}
+
+// send writes and flushes b within rxdbWriteWait; false if it could not.
+func (o *rxdbStreamWriter) send(b []byte) bool {
+	if err := o.rc.SetWriteDeadline(time.Now().Add(rxdbWriteWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return false
+	}
+	if _, err := o.w.Write(b); err != nil {
+		return false
+	}
+	return o.rc.Flush() == nil
+}
+
+// rxdbStreamLoop writes the batches as events, with a heartbeat in
+// between, until the hub ends the subscription, the client goes, the
+// token expires or is revoked, or the server shuts down.
+func (s *Server) rxdbStreamLoop(ctx context.Context, r *http.Request, t *rxdbTarget, out *rxdbStreamWriter, batches <-chan rxdbEvent) {
 	heartbeat := time.NewTicker(s.rxdb.Heartbeat)
 	defer heartbeat.Stop()
 	// The token may expire while the stream is open: end it then, the
@@ -125,15 +150,7 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 		case <-expiry.C:
 			return
 		case <-heartbeat.C:
-			// A credential can be revoked while the stream is open (a
-			// service key): check it again at each heartbeat rather than
-			// per commit. The reconnect then sees the 401.
-			if t.caller.Kind != kindAdminKey {
-				if _, err := s.resolveCaller(c.Request); err != nil {
-					return
-				}
-			}
-			if !send([]byte(":\n\n")) {
+			if !s.rxdbHeartbeat(r, t.caller, out) {
 				return
 			}
 		case ev, ok := <-batches:
@@ -144,18 +161,37 @@ func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
 				s.rxdbStreamEnded(ctx, t.collection, ev.err)
 				return
 			}
-			buf.Reset()
-			buf.WriteString("data: ")
-			if err := appendRxDBBatch(buf, ev.docs, ev.cp); err != nil {
-				s.log.ErrorContext(ctx, "rxdb pullStream encode", "collection", t.collection, "err", err)
-				return
-			}
-			buf.WriteString("\n\n")
-			if !send(buf.Bytes()) {
+			if !s.rxdbSendBatch(ctx, out, buf, t.collection, ev) {
 				return
 			}
 		}
 	}
+}
+
+// rxdbHeartbeat checks the credential again and sends a comment; false
+// when the stream must end. A credential can be revoked while the stream
+// is open (a service key): it is checked at each heartbeat rather than per
+// commit. The reconnect then sees the 401.
+func (s *Server) rxdbHeartbeat(r *http.Request, caller *Caller, out *rxdbStreamWriter) bool {
+	if caller.Kind != kindAdminKey {
+		if _, err := s.resolveCaller(r); err != nil {
+			return false
+		}
+	}
+	return out.send([]byte(":\n\n"))
+}
+
+// rxdbSendBatch writes one batch as `data: {"documents":[...],
+// "checkpoint":{...}}`; false when the stream must end.
+func (s *Server) rxdbSendBatch(ctx context.Context, out *rxdbStreamWriter, buf *bytes.Buffer, collection string, ev rxdbEvent) bool {
+	buf.Reset()
+	buf.WriteString("data: ")
+	if err := appendRxDBBatch(buf, ev.docs, ev.cp); err != nil {
+		s.log.ErrorContext(ctx, "rxdb pullStream encode", "collection", collection, "err", err)
+		return false
+	}
+	buf.WriteString("\n\n")
+	return out.send(buf.Bytes())
 }
 
 // rxdbStreamEnded logs why the hub ended a pullStream, unless it is an

@@ -184,29 +184,9 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 	if keyHash == ([32]byte{}) {
 		return nil, errors.New("server: an admin key is required")
 	}
-	if cfg.MaxRequestBytes <= 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if cfg.ReadTimeout <= 0 {
-		cfg.ReadTimeout = DefaultReadTimeout
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.MaxBodyBytesInFlight <= 0 {
-		cfg.MaxBodyBytesInFlight = max(DefaultMaxBodyBytesInFlight, cfg.MaxRequestBytes)
-	}
-	if cfg.MaxBodyBytesInFlight < cfg.MaxRequestBytes {
-		return nil, fmt.Errorf("server: MaxBodyBytesInFlight (%d) is below MaxRequestBytes (%d): a largest request could never be read", cfg.MaxBodyBytesInFlight, cfg.MaxRequestBytes)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = prometheus.NewRegistry()
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{
 		store:           store,
@@ -227,6 +207,8 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		triggers:        cfg.Triggers,
 		webhooks:        cfg.Webhooks,
 		metricsAuth:     cfg.MetricsRequireKey,
+		limits:          requestLimiters(cfg),
+		signups:         signupLimiters(cfg),
 	}
 	cursors, err := newCursorSealer(cfg.CursorKey)
 	if err != nil {
@@ -237,22 +219,6 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		cfg.Rules = rules.Default()
 	}
 	s.rules.Store(cfg.Rules)
-	switch {
-	case cfg.RateLimit == 0:
-		s.limits = newLimiters(DefaultRateLimit, DefaultRateBurst)
-	case cfg.RateLimit > 0:
-		s.limits = newLimiters(cfg.RateLimit, cfg.RateBurst)
-	}
-	switch {
-	case cfg.SignupRate == 0:
-		s.signups = newLimiters(DefaultSignupRate/60.0, DefaultSignupBurst)
-	case cfg.SignupRate > 0:
-		burst := cfg.SignupBurst
-		if burst <= 0 {
-			burst = DefaultSignupBurst
-		}
-		s.signups = newLimiters(cfg.SignupRate/60, burst)
-	}
 	m, err := newHTTPMetrics(cfg.Registry, store)
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
@@ -269,6 +235,67 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// withDefaults fills in the Default* values of the zero fields, a discard
+// logger and a fresh registry, and refuses a body budget that could never
+// hold a largest request.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxBodyBytesInFlight <= 0 {
+		cfg.MaxBodyBytesInFlight = max(DefaultMaxBodyBytesInFlight, cfg.MaxRequestBytes)
+	}
+	if cfg.MaxBodyBytesInFlight < cfg.MaxRequestBytes {
+		return cfg, fmt.Errorf("server: MaxBodyBytesInFlight (%d) is below MaxRequestBytes (%d): a largest request could never be read", cfg.MaxBodyBytesInFlight, cfg.MaxRequestBytes)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	return cfg, nil
+}
+
+// requestLimiters is the per-client request rate limit: the default for 0,
+// none (nil) for a negative RateLimit.
+func requestLimiters(cfg Config) *limiters {
+	switch {
+	case cfg.RateLimit == 0:
+		return newLimiters(DefaultRateLimit, DefaultRateBurst)
+	case cfg.RateLimit > 0:
+		return newLimiters(cfg.RateLimit, cfg.RateBurst)
+	default:
+		return nil
+	}
+}
+
+// signupLimiters is the per-address signup limit (SignupRate is per
+// minute): the default for 0, none (nil) for a negative SignupRate.
+func signupLimiters(cfg Config) *limiters {
+	switch {
+	case cfg.SignupRate == 0:
+		return newLimiters(DefaultSignupRate/60.0, DefaultSignupBurst)
+	case cfg.SignupRate > 0:
+		burst := cfg.SignupBurst
+		if burst <= 0 {
+			burst = DefaultSignupBurst
+		}
+		return newLimiters(cfg.SignupRate/60, burst)
+	default:
+		return nil
+	}
 }
 
 // Handler returns the server's http.Handler (for tests and embedding).

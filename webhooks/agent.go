@@ -164,70 +164,122 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	if !h.seals.valid(task, taskSeal) {
 		return nil // see agentInit: not a task of the runtime's
 	}
+	return h.runStep(ctx, c, sa, agent, task, msgs, ev.ID)
+}
+
+// runStep takes the sub-agent's next step: within its limits (compressing
+// the context when it outgrew the budget), it asks the model, writes the
+// answer as the step replying to the message inReplyTo, and carries it
+// out. A limit reached or a model failure no retry can fix ends the task.
+func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *collections.Document, msgs []*collections.Document, inReplyTo string) error {
+	agent, failure, err := h.makeRoom(ctx, c, sa, agent, msgs)
+	if err != nil {
+		return err
+	}
+	if failure != "" {
+		return h.finishTask(ctx, c, sa, agent, task, "", failure)
+	}
+	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs)
+	if err != nil {
+		return err
+	}
+	if failure != "" {
+		return h.finishTask(ctx, c, sa, agent, task, "", failure)
+	}
+	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res)
+	if err != nil || step == nil {
+		return err
+	}
+	return h.followUp(ctx, c, sa, agent, step)
+}
+
+// makeRoom checks the step limit and compresses the context once it
+// outgrew the token budget. It returns the sub-agent (compressed or not),
+// or why the task must end instead.
+func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document) (*collections.Document, string, error) {
 	if steps, ok := stepsTaken(agent, msgs); !ok {
-		return h.finishTask(ctx, c, sa, agent, task, "", "the sub-agent's iteration count is invalid")
+		return agent, "the sub-agent's iteration count is invalid", nil
 	} else if steps >= int64(h.cfg.MaxIterations) {
-		return h.finishTask(ctx, c, sa, agent, task, "", fmt.Sprintf("max iterations (%d) reached", h.cfg.MaxIterations))
+		return agent, fmt.Sprintf("max iterations (%d) reached", h.cfg.MaxIterations), nil
 	}
-	if num(agent, "contextTokens") > int64(h.cfg.TokenBudget) {
-		compressed, err := h.compress(ctx, c, sa, agent, msgs)
-		if le, ok := asLimit(err); ok {
-			return h.finishTask(ctx, c, sa, agent, task, "", le.msg)
-		}
-		if err != nil {
-			return err
-		}
-		agent = compressed
+	if num(agent, "contextTokens") <= int64(h.cfg.TokenBudget) {
+		return agent, "", nil
 	}
-	role := h.roleOf(task)
+	compressed, err := h.compress(ctx, c, sa, agent, msgs)
+	if le, ok := asLimit(err); ok {
+		return agent, le.msg, nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return compressed, "", nil
+}
+
+// askModel asks the model for the step with the role's tools. It returns
+// the answer, or why the task must end: a budget reached, or an error a
+// retry of the same request cannot fix (so the user hears about it
+// instead of waiting on dead deliveries). Other errors are returned for
+// the delivery to retry.
+func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document) (*llm.Response, string, error) {
+	res, err := h.complete(ctx, uid, llm.Request{Messages: buildContext(agent, msgs), Tools: h.roleTools(role)})
+	if le, ok := asLimit(err); ok {
+		return nil, le.msg, nil
+	}
+	if permanentModelError(err) {
+		return nil, "the model failed: " + err.Error(), nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("agent model: %w", err)
+	}
+	return res, "", nil
+}
+
+// roleTools is what the model may call in role: ask_user and the role's
+// tools that exist.
+func (h *Handlers) roleTools(role string) []llm.Tool {
 	toolDefs := []llm.Tool{askUserTool}
 	for _, name := range h.cfg.Roles[role].Tools {
 		if d, ok := h.tools.Get(name); ok {
 			toolDefs = append(toolDefs, llm.Tool{Name: d.Name, Description: d.Description, Parameters: d.InputSchema})
 		}
 	}
-	res, err := h.complete(ctx, c.uid, llm.Request{Messages: buildContext(agent, msgs), Tools: toolDefs})
-	if le, ok := asLimit(err); ok {
-		return h.finishTask(ctx, c, sa, agent, task, "", le.msg)
-	}
-	if permanentModelError(err) {
-		// Retrying the same request cannot help: end the task so the user
-		// hears about it instead of waiting on dead deliveries.
-		return h.finishTask(ctx, c, sa, agent, task, "", "the model failed: "+err.Error())
-	}
-	if err != nil {
-		return fmt.Errorf("agent model: %w", err)
-	}
-	seq := num(last, "seq") + 1
+	return toolDefs
+}
+
+// writeStep writes the model's answer as the assistant message after the
+// last one, then counts the step and its tokens on the sub-agent. The step
+// is nil when another delivery already wrote it.
+func (h *Handlers) writeStep(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document, inReplyTo string, res *llm.Response) (step, updated *collections.Document, err error) {
+	seq := num(msgs[len(msgs)-1], "seq") + 1
 	calls := make([]any, len(res.ToolCalls))
 	for i, tc := range res.ToolCalls {
 		calls[i] = map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Arguments}}
 	}
 	data := map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "assistant", "content": res.Content, "seq": seq,
-		"inReplyTo": ev.ID, "finishReason": res.FinishReason,
+		"inReplyTo": inReplyTo, "finishReason": res.FinishReason,
 	}
 	if len(calls) > 0 {
 		data["toolCalls"] = calls
 	}
 	stepPath := c.subMessages(sa) + "/" + msgID(seq)
-	step, err := h.docs.Create(ctx, stepPath, h.seals.seal(stepPath, data, subMessageSeal))
+	step, err = h.docs.Create(ctx, stepPath, h.seals.seal(stepPath, data, subMessageSeal))
 	if errors.Is(err, collections.ErrAlreadyExists) {
-		return nil // another delivery wrote this step
+		return nil, nil, nil // another delivery wrote this step
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	steps, _ := stepsTaken(agent, msgs)
-	agent, err = h.docs.Update(ctx, agent.Path, map[string]any{
+	updated, err = h.docs.Update(ctx, agent.Path, map[string]any{
 		"iterationCount": steps + 1,
 		"tokensUsed":     num(agent, "tokensUsed") + int64(res.Usage.TotalTokens),
 		"contextTokens":  res.Usage.PromptTokens,
 	}, 0)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	return h.followUp(ctx, c, sa, agent, step)
+	return step, updated, nil
 }
 
 // subMessages returns a sub-agent's most recent messages in seq order (at

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -58,56 +59,7 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	if reply == nil {
 		// The model's decision is stored (in the reply's plan) before it is
 		// acted on, so a redelivery carries it out instead of asking again.
-		history, err := h.chatHistory(ctx, c, msg)
-		if err != nil {
-			return err
-		}
-		err = h.checkRuns(ctx, c, msg)
-		var res *llm.Response
-		if err == nil {
-			res, err = h.complete(ctx, c.uid, llm.Request{
-				Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
-				Tools:    h.orchestratorTools(),
-			})
-		}
-		if le, ok := asLimit(err); ok {
-			// A limit of the user's: say so once, in the chat, and stop.
-			_, err = h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
-				"userId": c.uid, "chatId": c.id, "role": "assistant", "replyTo": msg.ID, "status": "failed",
-				"kind": "limit", "content": le.msg,
-			}, chatMessageSeal))
-			return err
-		}
-		if permanentModelError(err) {
-			// Tell the user rather than retry a request that cannot succeed.
-			_, err = h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
-				"userId": c.uid, "chatId": c.id, "role": "assistant", "replyTo": msg.ID, "status": "failed",
-				"content": "Sorry, the model could not answer: " + err.Error(), "model": h.model.Name(),
-			}, chatMessageSeal))
-			return err
-		}
-		if err != nil {
-			return fmt.Errorf("orchestrator model: %w", err)
-		}
-		plan := make([]any, len(res.ToolCalls))
-		taskIDs := make([]any, 0, len(res.ToolCalls))
-		for i, tc := range res.ToolCalls {
-			plan[i] = map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}
-			taskIDs = append(taskIDs, taskID(msg.ID, i))
-		}
-		content := res.Content
-		if content == "" && len(plan) > 0 {
-			content = "Working on it."
-		}
-		status := "done"
-		if len(plan) > 0 {
-			status = "delegated"
-		}
-		reply, err = h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
-			"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
-			"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
-		}, chatMessageSeal))
-		if err != nil {
+		if reply, err = h.decide(ctx, c, msg, replyPath); err != nil || reply == nil {
 			return err
 		}
 	}
@@ -125,6 +77,69 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		}
 	}
 	return nil
+}
+
+// decide asks the model what to do about msg and writes its answer as the
+// reply at replyPath, with the plan of tool calls to carry out. When the
+// model cannot answer (a limit of the user's, or an error no retry can
+// fix) the reply tells the user so, and decide returns no reply.
+func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document, replyPath string) (*collections.Document, error) {
+	history, err := h.chatHistory(ctx, c, msg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.askOrchestrator(ctx, c, msg, history)
+	if le, ok := asLimit(err); ok {
+		// A limit of the user's: say so once, in the chat, and stop.
+		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
+	}
+	if permanentModelError(err) {
+		// Tell the user rather than retry a request that cannot succeed.
+		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{
+			"content": "Sorry, the model could not answer: " + err.Error(), "model": h.model.Name(),
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator model: %w", err)
+	}
+	plan := make([]any, len(res.ToolCalls))
+	taskIDs := make([]any, 0, len(res.ToolCalls))
+	for i, tc := range res.ToolCalls {
+		plan[i] = map[string]any{"id": tc.ID, "name": tc.Name, "arguments": tc.Arguments}
+		taskIDs = append(taskIDs, taskID(msg.ID, i))
+	}
+	content := res.Content
+	if content == "" && len(plan) > 0 {
+		content = "Working on it."
+	}
+	status := "done"
+	if len(plan) > 0 {
+		status = "delegated"
+	}
+	return h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
+		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
+		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
+	}, chatMessageSeal))
+}
+
+// askOrchestrator asks the model about the chat's history, once the
+// user's concurrent runs allow it.
+func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections.Document, history []llm.Message) (*llm.Response, error) {
+	if err := h.checkRuns(ctx, c, msg); err != nil {
+		return nil, err
+	}
+	return h.complete(ctx, c.uid, llm.Request{
+		Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
+		Tools:    h.orchestratorTools(),
+	})
+}
+
+// failReply writes (once) a failed reply to msg; fields says why.
+func (h *Handlers) failReply(ctx context.Context, c chat, msg *collections.Document, replyPath string, fields map[string]any) error {
+	data := map[string]any{"userId": c.uid, "chatId": c.id, "role": "assistant", "replyTo": msg.ID, "status": "failed"}
+	maps.Copy(data, fields)
+	_, err := h.createOnce(ctx, replyPath, h.seals.seal(replyPath, data, chatMessageSeal))
+	return err
 }
 
 // chatHistory returns the chat's recent messages, oldest first, ending with

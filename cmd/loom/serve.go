@@ -36,15 +36,8 @@ import (
 const adminKeyFile = "admin.key"
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("loom serve", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var f config.Flags
-	fset.StringVar(&f.Addr, "addr", "", "listen address (env LOOM_ADDR, default "+config.DefaultAddr+")")
-	fset.StringVar(&f.Data, "data", "", "data directory (env LOOM_DATA, default "+config.DefaultData+")")
-	fset.StringVar(&f.Config, "config", "", "TOML config file (env LOOM_CONFIG, default ./loom.toml when present)")
-	fset.StringVar(&f.Triggers, "triggers", "", "triggers file (env LOOM_TRIGGERS, default ./triggers.json when present, else the built-in agent triggers)")
-	fset.StringVar(&f.Engine, "engine", "", "storage engine: sqlite (env LOOM_ENGINE)")
-	if err := fset.Parse(args); err != nil {
+	f, err := serveFlags(args, stderr)
+	if err != nil {
 		return err
 	}
 	cfg, logger, err := loadConfig(f, os.Getenv, stderr)
@@ -100,29 +93,72 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var agentHandlers http.Handler
-	if agentsEnabled(cfg) {
-		key, err := agentsKey(ctx, authSvc)
-		if err != nil {
-			return err
-		}
-		docs, err := loomclient.New(loomclient.Config{BaseURL: self, APIKey: key})
-		if err != nil {
-			return err
-		}
-		h, err := buildAgents(cfg, docs, whSecret, logger, reg)
-		if err != nil {
-			return err
-		}
-		agentHandlers = h
+	agentHandlers, err := openAgentHandlers(ctx, cfg, authSvc, self, whSecret, logger, reg)
+	if err != nil {
+		return err
 	}
 
 	cursorKey, err := loadCursorKey(cfg)
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(store, server.Config{
-		AdminKeySHA256:  admin.hash,
+	scfg := serverConfig(cfg)
+	scfg.AdminKeySHA256 = admin.hash
+	scfg.Auth = authSvc
+	scfg.Rules = ruleSet
+	scfg.RulesFile = rulesFile
+	scfg.Logger = logger
+	scfg.Registry = reg
+	scfg.Triggers = trig
+	scfg.Webhooks = agentHandlers
+	scfg.CursorKey = cursorKey
+	srv, err := server.New(store, scfg)
+	if err != nil {
+		return err
+	}
+	announce(stdout, logger, cfg, admin, ln.Addr())
+	return runServer(ctx, srv, trig, ln, logger)
+}
+
+// serveFlags parses the flags of `loom serve`.
+func serveFlags(args []string, stderr io.Writer) (config.Flags, error) {
+	fset := flag.NewFlagSet("loom serve", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var f config.Flags
+	fset.StringVar(&f.Addr, "addr", "", "listen address (env LOOM_ADDR, default "+config.DefaultAddr+")")
+	fset.StringVar(&f.Data, "data", "", "data directory (env LOOM_DATA, default "+config.DefaultData+")")
+	fset.StringVar(&f.Config, "config", "", "TOML config file (env LOOM_CONFIG, default ./loom.toml when present)")
+	fset.StringVar(&f.Triggers, "triggers", "", "triggers file (env LOOM_TRIGGERS, default ./triggers.json when present, else the built-in agent triggers)")
+	fset.StringVar(&f.Engine, "engine", "", "storage engine: sqlite (env LOOM_ENGINE)")
+	return f, fset.Parse(args)
+}
+
+// openAgentHandlers builds the built-in agent handlers when [agents]
+// enables them (nil otherwise). They reach this server at self with a
+// fresh service key.
+func openAgentHandlers(ctx context.Context, cfg config.Config, authSvc *auth.Service, self, whSecret string, logger *slog.Logger, reg prometheus.Registerer) (http.Handler, error) {
+	if !agentsEnabled(cfg) {
+		return nil, nil
+	}
+	key, err := agentsKey(ctx, authSvc)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := loomclient.New(loomclient.Config{BaseURL: self, APIKey: key})
+	if err != nil {
+		return nil, err
+	}
+	h, err := buildAgents(cfg, docs, whSecret, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// serverConfig is the part of server.Config that comes from the
+// configuration alone; serve adds the objects it opened.
+func serverConfig(cfg config.Config) server.Config {
+	return server.Config{
 		MaxRequestBytes: cfg.Limits.MaxRequestBytes,
 		CORSOrigins:     cfg.Security.CORSOrigins,
 		RateLimit:       cfg.Limits.RateLimit,
@@ -130,16 +166,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SignupRate:      cfg.Auth.SignupRate,
 		SignupBurst:     cfg.Auth.SignupBurst,
 		TrustedProxies:  cfg.Server.TrustedProxies,
-		Auth:            authSvc,
-		Rules:           ruleSet,
-		RulesFile:       rulesFile,
-		Logger:          logger,
-		Registry:        reg,
 		Version:         version,
-		Triggers:        trig,
-		Webhooks:        agentHandlers,
 		RxDB:            server.RxDBConfig{MinSchemaVersion: cfg.RxDB.MinSchemaVersion},
-		CursorKey:       cursorKey,
 		Realtime: server.RealtimeConfig{
 			MaxStreamsPerIP:         cfg.Limits.MaxStreamsPerIP,
 			MaxSubscriptionsPerUser: cfg.Limits.MaxSubscriptionsPerUser,
@@ -149,21 +177,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		MaxBodyBytesInFlight: cfg.Limits.MaxBodyBytesInFlight,
 		ReadTimeout:          cfg.Limits.ReadTimeout.Duration,
 		IdleTimeout:          cfg.Limits.IdleTimeout.Duration,
-	})
-	if err != nil {
-		return err
 	}
+}
+
+// announce prints a generated admin key (the only time it is shown) and
+// where the server listens.
+func announce(stdout io.Writer, logger *slog.Logger, cfg config.Config, admin adminKey, addr net.Addr) {
 	if admin.generated != "" {
 		fmt.Fprintf(stdout, "Admin API key (shown once, only its hash is kept in %s):\n\n    %s\n\n",
 			filepath.Join(cfg.Data, adminKeyFile), admin.generated)
 	}
-	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, ln.Addr(), cfg.Engine, cfg.Data)
-	logger.Info("serving", "addr", ln.Addr().String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
+	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, addr, cfg.Engine, cfg.Data)
+	logger.Info("serving", "addr", addr.String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
+}
 
-	// At shutdown the trigger pipeline drains first — deliveries in flight
-	// finish, the built-in handlers among them, which need the HTTP server
-	// — then the HTTP server shuts down. Changes committed after the drain
-	// are evaluated at the next start (the cursor is durable).
+// runServer runs the trigger pipeline and the HTTP server on ln until ctx
+// is done or the server fails, and shuts both down in order.
+//
+// At shutdown the trigger pipeline drains first — deliveries in flight
+// finish, the built-in handlers among them, which need the HTTP server —
+// then the HTTP server shuts down. Changes committed after the drain are
+// evaluated at the next start (the cursor is durable).
+func runServer(ctx context.Context, srv *server.Server, trig *triggers.Service, ln net.Listener, logger *slog.Logger) error {
 	tctx, stopTriggers := context.WithCancel(context.WithoutCancel(ctx))
 	tdone := make(chan struct{})
 	go func() {

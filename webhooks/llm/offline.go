@@ -47,19 +47,7 @@ func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
 	for _, t := range req.Tools {
 		offered[t.Name] = true
 	}
-	lastUser := -1
-	for i := len(req.Messages) - 1; i >= 0; i-- {
-		if req.Messages[i].Role == "user" {
-			lastUser = i
-			break
-		}
-	}
-	userText := ""
-	if lastUser >= 0 {
-		userText = req.Messages[lastUser].Content
-	} else if n := len(req.Messages); n > 0 {
-		userText = req.Messages[n-1].Content
-	}
+	lastUser, userText := lastUserMessage(req.Messages)
 
 	var content string
 	var call *ToolCall
@@ -67,36 +55,9 @@ func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
 	case len(req.Tools) == 0:
 		content = OfflinePrefix + "Summary: " + truncate(userText, 200)
 	case offered["delegate_task"]:
-		text := strings.TrimSpace(userText)
-		if name, args, ok := parseToolCommand(text); ok {
-			content = OfflinePrefix + "Running tool " + name + "."
-			call = o.call(req, "run_tool", map[string]any{"name": name, "args": args})
-		} else if isGreeting(text) {
-			content = OfflinePrefix + "Hello! Ask me something and I will delegate it to a researcher."
-		} else {
-			content = OfflinePrefix + "Delegating to the researcher."
-			call = o.call(req, "delegate_task", map[string]any{"agent": "researcher", "instruction": userText})
-		}
+		content, call = o.orchestratorTurn(req, userText)
 	default:
-		var results []string
-		for _, m := range req.Messages[lastUser+1:] {
-			if m.Role == "tool" {
-				results = append(results, m.Content)
-			}
-		}
-		expr := arithmetic(userText)
-		switch {
-		case len(results) > 0:
-			content = OfflinePrefix + "Result: " + strings.Join(results, "; ")
-		case offered["ask_user"] && strings.Contains(strings.ToLower(userText), "ask me"):
-			call = o.call(req, "ask_user", map[string]any{"question": OfflinePrefix + "What exactly should I look into?"})
-		case expr != "" && offered["calculator"]:
-			call = o.call(req, "calculator", map[string]any{"expression": expr})
-		case offered["current_time"]:
-			call = o.call(req, "current_time", map[string]any{})
-		default:
-			content = OfflinePrefix + "Answer: " + truncate(userText, 200)
-		}
+		content, call = o.agentTurn(req, offered, req.Messages[lastUser+1:], userText)
 	}
 
 	resp := &Response{Content: content, Model: "offline", FinishReason: "stop"}
@@ -106,18 +67,74 @@ func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
 		resp.FinishReason = "tool_calls"
 		completion += call.Name + call.Arguments
 	}
+	resp.Usage.PromptTokens = ceilDiv4(promptChars(req.Messages))
+	resp.Usage.CompletionTokens = ceilDiv4(len(completion))
+	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
+	return resp, nil
+}
+
+// lastUserMessage is the index and text of the last user message (-1 and
+// the last message's text when there is none).
+func lastUserMessage(msgs []Message) (int, string) {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "user" {
+			return i, msgs[i].Content
+		}
+	}
+	if n := len(msgs); n > 0 {
+		return -1, msgs[n-1].Content
+	}
+	return -1, ""
+}
+
+// orchestratorTurn answers as the orchestrator: "/tool name {args}" runs
+// a tool, a greeting is answered, anything else goes to the researcher.
+func (o offline) orchestratorTurn(req Request, userText string) (string, *ToolCall) {
+	text := strings.TrimSpace(userText)
+	if name, args, ok := parseToolCommand(text); ok {
+		return OfflinePrefix + "Running tool " + name + ".", o.call(req, "run_tool", map[string]any{"name": name, "args": args})
+	}
+	if isGreeting(text) {
+		return OfflinePrefix + "Hello! Ask me something and I will delegate it to a researcher.", nil
+	}
+	return OfflinePrefix + "Delegating to the researcher.", o.call(req, "delegate_task", map[string]any{"agent": "researcher", "instruction": userText})
+}
+
+// agentTurn answers as a sub-agent: with the tool results since the user's
+// message (after), else by calling the one offered tool that fits.
+func (o offline) agentTurn(req Request, offered map[string]bool, after []Message, userText string) (string, *ToolCall) {
+	var results []string
+	for _, m := range after {
+		if m.Role == "tool" {
+			results = append(results, m.Content)
+		}
+	}
+	expr := arithmetic(userText)
+	switch {
+	case len(results) > 0:
+		return OfflinePrefix + "Result: " + strings.Join(results, "; "), nil
+	case offered["ask_user"] && strings.Contains(strings.ToLower(userText), "ask me"):
+		return "", o.call(req, "ask_user", map[string]any{"question": OfflinePrefix + "What exactly should I look into?"})
+	case expr != "" && offered["calculator"]:
+		return "", o.call(req, "calculator", map[string]any{"expression": expr})
+	case offered["current_time"]:
+		return "", o.call(req, "current_time", map[string]any{})
+	default:
+		return OfflinePrefix + "Answer: " + truncate(userText, 200), nil
+	}
+}
+
+// promptChars is the size of the prompt the usage counts.
+func promptChars(msgs []Message) int {
 	prompt := 0
-	for _, m := range req.Messages {
+	for _, m := range msgs {
 		n := len(m.Content)
 		for _, tc := range m.ToolCalls {
 			n += len(tc.Name) + len(tc.Arguments)
 		}
 		prompt += n
 	}
-	resp.Usage.PromptTokens = ceilDiv4(prompt)
-	resp.Usage.CompletionTokens = ceilDiv4(len(completion))
-	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
-	return resp, nil
+	return prompt
 }
 
 // call builds a tool call whose id is derived from the conversation so far

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -63,23 +64,12 @@ func httpTool(d Def, transport http.RoundTripper) (runFunc, error) {
 	if ex == nil || strings.TrimSpace(ex.URL) == "" {
 		return nil, errors.New("http tool needs execution.url")
 	}
-	if err := checkTemplate("execution.url", ex.URL); err != nil {
+	if err := checkExecURL(ex.URL); err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(templateRE.ReplaceAllString(ex.URL, "x"))
+	method, err := execMethod(ex.Method)
 	if err != nil {
-		return nil, fmt.Errorf("execution.url: %v", err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("execution.url %q: must be an absolute http or https URL", ex.URL)
-	}
-	method := strings.ToUpper(ex.Method)
-	switch method {
-	case "":
-		method = http.MethodGet
-	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-	default:
-		return nil, fmt.Errorf("execution.method %q: use GET, POST, PUT, PATCH or DELETE", ex.Method)
+		return nil, err
 	}
 	if method == http.MethodGet && ex.Body != "" {
 		return nil, errors.New("execution.body is not allowed with GET")
@@ -87,114 +77,205 @@ func httpTool(d Def, transport http.RoundTripper) (runFunc, error) {
 	if err := checkTemplate("execution.body", ex.Body); err != nil {
 		return nil, err
 	}
-	for k, v := range ex.Headers {
+	if err := checkExecHeaders(ex.Headers); err != nil {
+		return nil, err
+	}
+	timeout, err := execTimeout(ex.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	t := &httpCall{
+		name: d.Name, ex: ex, method: method, timeout: timeout,
+		jsonBody: bodyIsJSON(ex), client: newClient(transport),
+	}
+	return t.run, nil
+}
+
+// checkExecURL refuses a URL template that is malformed or, with its
+// templates filled in, not an absolute http(s) URL.
+func checkExecURL(rawURL string) error {
+	if err := checkTemplate("execution.url", rawURL); err != nil {
+		return err
+	}
+	u, err := url.Parse(templateRE.ReplaceAllString(rawURL, "x"))
+	if err != nil {
+		return fmt.Errorf("execution.url: %v", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("execution.url %q: must be an absolute http or https URL", rawURL)
+	}
+	return nil
+}
+
+// execMethod is the HTTP method of execution.method (GET when empty).
+func execMethod(m string) (string, error) {
+	method := strings.ToUpper(m)
+	switch method {
+	case "":
+		return http.MethodGet, nil
+	case http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return method, nil
+	default:
+		return "", fmt.Errorf("execution.method %q: use GET, POST, PUT, PATCH or DELETE", m)
+	}
+}
+
+// checkExecHeaders refuses invalid header names and values that are not
+// one line or hold a malformed template.
+func checkExecHeaders(headers map[string]string) error {
+	for k, v := range headers {
 		if !headerNameRE.MatchString(k) {
-			return nil, fmt.Errorf("execution.headers: invalid header name %q", k)
+			return fmt.Errorf("execution.headers: invalid header name %q", k)
 		}
 		if strings.ContainsAny(v, "\r\n") {
-			return nil, fmt.Errorf("execution.headers[%s]: value must be one line", k)
+			return fmt.Errorf("execution.headers[%s]: value must be one line", k)
 		}
 		if err := checkTemplate("execution.headers["+k+"]", v); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	timeout := DefaultHTTPTimeout
+	return nil
+}
+
+// execTimeout is the timeout of execution.timeout in milliseconds (0: the
+// default).
+func execTimeout(ms int) (time.Duration, error) {
 	switch {
-	case ex.Timeout < 0 || ex.Timeout > MaxHTTPTimeoutMillis:
-		return nil, fmt.Errorf("execution.timeout %d: must be between 1 and %d milliseconds (0: default %d)", ex.Timeout, MaxHTTPTimeoutMillis, DefaultHTTPTimeout.Milliseconds())
-	case ex.Timeout > 0:
-		timeout = time.Duration(ex.Timeout) * time.Millisecond
+	case ms < 0 || ms > MaxHTTPTimeoutMillis:
+		return 0, fmt.Errorf("execution.timeout %d: must be between 1 and %d milliseconds (0: default %d)", ms, MaxHTTPTimeoutMillis, DefaultHTTPTimeout.Milliseconds())
+	case ms > 0:
+		return time.Duration(ms) * time.Millisecond, nil
+	default:
+		return DefaultHTTPTimeout, nil
 	}
-	jsonBody := ex.Body == "" || isJSONType(headerValue(ex.Headers, "Content-Type")) ||
+}
+
+// bodyIsJSON tells whether the request body is JSON: the default body (the
+// args), a JSON Content-Type, or, without a Content-Type, a template that
+// starts as an object or an array. Its substitutions are escaped to match.
+func bodyIsJSON(ex *HTTPExecution) bool {
+	return ex.Body == "" || isJSONType(headerValue(ex.Headers, "Content-Type")) ||
 		(headerValue(ex.Headers, "Content-Type") == "" && strings.HasPrefix(strings.TrimSpace(ex.Body), "{")) ||
 		(headerValue(ex.Headers, "Content-Type") == "" && strings.HasPrefix(strings.TrimSpace(ex.Body), "["))
-	client := newClient(transport)
-	name := d.Name
-	return func(ctx context.Context, args map[string]any, _ Call) (any, error) {
-		rawURL, err := substitute(ex.URL, args, escapeURL)
+}
+
+// httpCall is a validated http tool.
+type httpCall struct {
+	name     string
+	ex       *HTTPExecution
+	method   string
+	timeout  time.Duration
+	jsonBody bool
+	client   *http.Client
+}
+
+// run fills the templates with args, calls the endpoint and returns
+// {status, body[, truncated]}, or a *StatusError for a non-2xx answer.
+func (t *httpCall) run(ctx context.Context, args map[string]any, _ Call) (any, error) {
+	rawURL, err := substitute(t.ex.URL, args, escapeURL)
+	if err != nil {
+		return nil, invalidf(t.name, "%v", err)
+	}
+	if _, err := checkURL(t.name, rawURL); err != nil {
+		return nil, err
+	}
+	body, err := t.body(args)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	req, err := t.request(ctx, rawURL, body, args)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.name, err)
+	}
+	defer resp.Body.Close()
+	return t.result(resp)
+}
+
+// body is the request body: none for GET, the args as JSON without a body
+// template, else the template filled in.
+func (t *httpCall) body(args map[string]any) ([]byte, error) {
+	if t.method == http.MethodGet {
+		return nil, nil
+	}
+	if t.ex.Body == "" {
+		body, err := json.Marshal(args)
 		if err != nil {
-			return nil, invalidf(name, "%v", err)
+			return nil, invalidf(t.name, "%v", err)
 		}
-		if _, err := checkURL(name, rawURL); err != nil {
-			return nil, err
+		return body, nil
+	}
+	esc := escapeText
+	if t.jsonBody {
+		esc = escapeJSON
+	}
+	s, err := substitute(t.ex.Body, args, esc)
+	if err != nil {
+		return nil, invalidf(t.name, "%v", err)
+	}
+	return []byte(s), nil
+}
+
+// request builds the request with the header templates filled in and a
+// Content-Type for a body that has none.
+func (t *httpCall) request(ctx context.Context, rawURL string, body []byte, args map[string]any) (*http.Request, error) {
+	var rd io.Reader // a nil *bytes.Reader would not read as "no body"
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, t.method, rawURL, rd)
+	if err != nil {
+		return nil, invalidf(t.name, "%v", err)
+	}
+	for k, tmpl := range t.ex.Headers {
+		v, err := substitute(tmpl, args, escapeText)
+		if err != nil {
+			return nil, invalidf(t.name, "%v", err)
 		}
-		var body []byte
-		if method != http.MethodGet {
-			if ex.Body == "" {
-				if body, err = json.Marshal(args); err != nil {
-					return nil, invalidf(name, "%v", err)
-				}
-			} else {
-				esc := escapeText
-				if jsonBody {
-					esc = escapeJSON
-				}
-				s, err := substitute(ex.Body, args, esc)
-				if err != nil {
-					return nil, invalidf(name, "%v", err)
-				}
-				body = []byte(s)
-			}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, invalidf(t.name, "header %s: value must not contain line breaks", k)
 		}
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		var rd *bytes.Reader
-		if body != nil {
-			rd = bytes.NewReader(body)
-		}
-		var req *http.Request
-		if rd != nil {
-			req, err = http.NewRequestWithContext(ctx, method, rawURL, rd)
+		req.Header.Set(k, v)
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		if t.jsonBody {
+			req.Header.Set("Content-Type", "application/json")
 		} else {
-			req, err = http.NewRequestWithContext(ctx, method, rawURL, nil)
+			req.Header.Set("Content-Type", "text/plain; charset=utf-8")
 		}
-		if err != nil {
-			return nil, invalidf(name, "%v", err)
+	}
+	return req, nil
+}
+
+// result reads the response (bounded) as the tool's result: the body is
+// parsed when it is whole JSON, else kept as text.
+func (t *httpCall) result(resp *http.Response) (any, error) {
+	b, truncated, err := readLimited(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the response: %w", t.name, err)
+	}
+	var respBody any = text(b)
+	if !truncated && isJSONType(resp.Header.Get("Content-Type")) {
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if dec.Decode(&v) == nil && !dec.More() {
+			respBody = v
 		}
-		for k, tmpl := range ex.Headers {
-			v, err := substitute(tmpl, args, escapeText)
-			if err != nil {
-				return nil, invalidf(name, "%v", err)
-			}
-			if strings.ContainsAny(v, "\r\n\x00") {
-				return nil, invalidf(name, "header %s: value must not contain line breaks", k)
-			}
-			req.Header.Set(k, v)
-		}
-		if body != nil && req.Header.Get("Content-Type") == "" {
-			if jsonBody {
-				req.Header.Set("Content-Type", "application/json")
-			} else {
-				req.Header.Set("Content-Type", "text/plain; charset=utf-8")
-			}
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		defer resp.Body.Close()
-		b, truncated, err := readLimited(resp.Body)
-		if err != nil {
-			return nil, fmt.Errorf("%s: reading the response: %w", name, err)
-		}
-		var respBody any = text(b)
-		if !truncated && isJSONType(resp.Header.Get("Content-Type")) {
-			var v any
-			dec := json.NewDecoder(bytes.NewReader(b))
-			dec.UseNumber()
-			if dec.Decode(&v) == nil && !dec.More() {
-				respBody = v
-			}
-		}
-		if resp.StatusCode < 200 || resp.StatusCode > 299 {
-			return nil, &StatusError{Tool: name, Status: resp.StatusCode, Body: respBody}
-		}
-		out := map[string]any{"status": resp.StatusCode, "body": respBody}
-		if truncated {
-			out["truncated"] = true
-		}
-		return out, nil
-	}, nil
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, &StatusError{Tool: t.name, Status: resp.StatusCode, Body: respBody}
+	}
+	out := map[string]any{"status": resp.StatusCode, "body": respBody}
+	if truncated {
+		out["truncated"] = true
+	}
+	return out, nil
 }
 
 func headerValue(h map[string]string, name string) string {

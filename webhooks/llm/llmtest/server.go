@@ -83,23 +83,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "llmtest: bad JSON body: "+err.Error())
 		return
 	}
-	s.mu.Lock()
-	n := len(s.reqs)
-	s.reqs = append(s.reqs, req)
-	match := s.match
-	var step Step
-	ok := true
-	if match == nil {
-		if n < len(s.steps) {
-			step = s.steps[n]
-		} else {
-			ok = false
-		}
-	}
-	s.mu.Unlock()
-	if match != nil {
-		step = match(req)
-	}
+	n, step, ok := s.next(req)
 	if !ok {
 		s.t.Errorf("llmtest: request #%d but only %d step(s) scripted; last message: %s", n+1, len(s.steps), lastMessage(req))
 		w.Header().Set("x-should-retry", "false")
@@ -126,7 +110,34 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		writeError(w, step.Status, msg)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(completion(n, req, step))
+}
 
+// next records req as request #n (from 0) and chooses its step: Match's
+// choice, or the n-th scripted step (ok false when there is none).
+func (s *Server) next(req map[string]any) (n int, step Step, ok bool) {
+	s.mu.Lock()
+	n = len(s.reqs)
+	s.reqs = append(s.reqs, req)
+	match := s.match
+	ok = true
+	if match == nil {
+		if n < len(s.steps) {
+			step = s.steps[n]
+		} else {
+			ok = false
+		}
+	}
+	s.mu.Unlock()
+	if match != nil {
+		step = match(req)
+	}
+	return n, step, ok
+}
+
+// completion is the chat completion answering request #n with step.
+func completion(n int, req map[string]any, step Step) map[string]any {
 	msg := map[string]any{"role": "assistant", "content": nil}
 	if step.Content != "" {
 		msg["content"] = step.Content
@@ -161,7 +172,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = "fake-model"
 	}
-	body := map[string]any{
+	return map[string]any{
 		"id":      fmt.Sprintf("chatcmpl-fake-%d", n+1),
 		"object":  "chat.completion",
 		"created": time.Now().Unix(),
@@ -178,8 +189,6 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 			"total_tokens":      usage.TotalTokens,
 		},
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(body)
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
