@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,17 +125,8 @@ func loadWebhookSecret(cfg config.Config) (string, error) {
 	if cfg.WebhookSecret != "" {
 		return cfg.WebhookSecret, nil
 	}
-	path := filepath.Join(cfg.Data, webhookSecretFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if s := strings.TrimSpace(string(b)); s != "" {
-			return s, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("webhook secret: %w", err)
-	}
-	s := triggers.NewSecret()
-	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+	s, err := loadOrCreateText(filepath.Join(cfg.Data, webhookSecretFile), triggers.NewSecret)
+	if err != nil {
 		return "", fmt.Errorf("webhook secret: %w", err)
 	}
 	return s, nil

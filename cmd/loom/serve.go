@@ -311,24 +311,36 @@ func reloadOnHUP(ctx context.Context, trig *triggers.Service) {
 // loadNodeID returns this node's id for delivery leases, kept in the data
 // directory so a restarted node takes its own leases back at once.
 func loadNodeID(dir string) (string, error) {
-	path := filepath.Join(dir, "node.id")
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("node id: %w", err)
-	}
-	raw := make([]byte, 8)
-	if _, err := rand.Read(raw); err != nil {
-		return "", err
-	}
-	id := "node-" + hex.EncodeToString(raw)
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+	id, err := loadOrCreateText(filepath.Join(dir, "node.id"), func() string {
+		raw := make([]byte, 8)
+		rand.Read(raw) // never fails (crypto/rand crashes the program instead)
+		return "node-" + hex.EncodeToString(raw)
+	})
+	if err != nil {
 		return "", fmt.Errorf("node id: %w", err)
 	}
 	return id, nil
+}
+
+// loadOrCreateText returns the trimmed text of the file at path, or, when
+// the file is absent or blank, a new value from gen written there first
+// (mode 0600). It keeps what the data directory must remember across
+// restarts as text: the node id and the webhook secret. (Binary keys use
+// auth.LoadOrCreateSecret.)
+func loadOrCreateText(path string, gen func() string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	s := gen()
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return s, nil
 }
 
 func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (collections.Store, error) {
