@@ -207,7 +207,9 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 		p.where = append(p.where, "shape = "+shape)
 	}
 	if collections.WildRoot(q.Collection) {
-		// A wildcard never reaches Loom's own state (collections.MatchCollection).
+		// A wildcard never reaches Loom's own state: q.Matches
+		// (collections.MatchCollection) drops such rows anyway; this keeps
+		// them from being read and decoded at all.
 		p.where = append(p.where, "substr(collection, 1, 1) <> '_'")
 	}
 	if !q.ShowDeleted {

@@ -26,3 +26,17 @@ func TestSystemDocumentBound(t *testing.T) {
 		t.Fatalf("system document over its bound: %v", err)
 	}
 }
+
+// TestWildcardSkipsSystemRows: a pattern with a wildcard first segment does
+// not read system rows at all (the conformance suite cannot see this:
+// q.Matches drops them in Go either way); a pattern naming a system
+// collection reads them.
+func TestWildcardSkipsSystemRows(t *testing.T) {
+	const clause = "substr(collection, 1, 1) <> '_'"
+	for coll, want := range map[string]bool{"*": true, "*/*/sessions": true, "*/u1/sessions": true, "_users": false, "_users/*/sessions": false, "users/*/notes": false} {
+		sqlText, _ := planSQL(t, collections.Query{Collection: coll, Limit: 10}, nil)
+		if got := strings.Contains(sqlText, clause); got != want {
+			t.Errorf("Query(%q) SQL has the system-row clause: %v, want %v\n%s", coll, got, want, sqlText)
+		}
+	}
+}
