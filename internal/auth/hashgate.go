@@ -44,8 +44,12 @@ func newHashGate(slots int, wait time.Duration, reg prometheus.Registerer) (*has
 			Help: "Signups and logins refused with 503 because every hashing slot stayed busy.",
 		}),
 	}
+	waiting := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "loom_auth_password_hashes_waiting",
+		Help: "Signups and logins waiting for a hashing slot (at most max_concurrent_hashes x 128).",
+	}, func() float64 { return float64(g.waiting.Load()) })
 	if reg != nil {
-		for _, c := range []prometheus.Collector{g.inFlight, g.rejected} {
+		for _, c := range []prometheus.Collector{g.inFlight, g.rejected, waiting} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("auth: register metrics: %w", err)
 			}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestHashGate_BoundsConcurrency(t *testing.T) {
@@ -31,6 +33,23 @@ func TestHashGate_BoundsConcurrency(t *testing.T) {
 	if err := g.run(cctx, func() { t.Error("ran without a slot") }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled wait: err=%v, want context.Canceled", err)
 	}
+	// Waiters are counted while they wait, and exported.
+	reg := prometheus.NewRegistry()
+	g, _ = newHashGate(1, time.Hour, reg)
+	g.slots <- struct{}{}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- g.run(wctx, func() {}) }()
+	for deadline := time.Now().Add(10 * time.Second); waitingGauge(t, reg) != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never showed in loom_auth_password_hashes_waiting")
+		}
+	}
+	stop()
+	<-done
+	if n := waitingGauge(t, reg); n != 0 {
+		t.Fatalf("waiting=%v after the waiter left, want 0", n)
+	}
 	// And the queue is bounded: past it callers are refused at once.
 	g.waiting.Store(g.maxWaiting)
 	if err := g.run(ctx, func() { t.Error("ran without a slot") }); !errors.Is(err, ErrBusy) {
@@ -39,4 +58,19 @@ func TestHashGate_BoundsConcurrency(t *testing.T) {
 	if g.waiting.Load() != g.maxWaiting {
 		t.Errorf("waiting=%d after a refusal, want %d", g.waiting.Load(), g.maxWaiting)
 	}
+}
+
+func waitingGauge(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "loom_auth_password_hashes_waiting" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no loom_auth_password_hashes_waiting metric")
+	return 0
 }
