@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"os"
 	"sort"
@@ -411,6 +412,13 @@ func (c *Config) Validate() error {
 	case "sqlite":
 	default:
 		return fmt.Errorf("config: unknown engine %q (available: sqlite)", c.Engine)
+	}
+	if c.LogLevel != "" {
+		// A typo would otherwise log at info without a word.
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+			return fmt.Errorf("config: LOOM_LOG_LEVEL %q: use debug, info, warn or error", c.LogLevel)
+		}
 	}
 	if c.Limits.MaxDocumentBytes <= 0 || c.Limits.MaxRequestBytes <= 0 {
 		return fmt.Errorf("config: [limits] values must be positive")

@@ -190,6 +190,13 @@ func TestLoad_ProcessSettings(t *testing.T) {
 	if cfg.WebhookSecret != "flag-secret" || cfg.Remote.URL != "http://flag" || cfg.Remote.APIKey != "flag-key" {
 		t.Errorf("flags over env: secret=%q remote=%+v", cfg.WebhookSecret, cfg.Remote)
 	}
+	// A log level that is not one refuses to start rather than log at info.
+	for level, ok := range map[string]bool{"warn": true, "ERROR": true, "warning": false, "loud": false} {
+		_, err := config.Load(config.Flags{}, env(map[string]string{"LOOM_LOG_LEVEL": level}))
+		if (err == nil) != ok {
+			t.Errorf("LOOM_LOG_LEVEL=%s: err=%v, want ok=%v", level, err, ok)
+		}
+	}
 }
 
 // [[tool]] entries are plain data with the tools file's fields; the input
