@@ -270,9 +270,11 @@ func (r *registry) noteError(e *entry, msg string) {
 	r.publishLocked()
 }
 
-// deliveredOK resets the dead streak.
+// deliveredOK resets the dead streak. It looks at the trigger's current
+// entry, not e: e is the snapshot the attempt started with, and a streak
+// that began while the request was out must be reset too.
 func (r *registry) deliveredOK(ctx context.Context, e *entry) {
-	if e.st.ConsecutiveDead > 0 || len(e.st.DeadOrigins) > 0 {
+	if cur := r.entry(e.c.Def.ID); cur != nil && (cur.st.ConsecutiveDead > 0 || len(cur.st.DeadOrigins) > 0) {
 		_, _ = r.updateEntry(ctx, e.c.Def.ID, func(e *entry) error {
 			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
 			return nil
