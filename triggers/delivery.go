@@ -327,7 +327,11 @@ func (dv *deliverer) account(ctx context.Context, e *entry, d *Delivery, a Attem
 		dv.m.deliveries.WithLabelValues(d.TriggerID, "failed").Inc()
 		dv.reg.noteError(e, attemptError(a))
 		if gone {
-			_ = dv.reg.setEnabled(ctx, d.TriggerID, false, fmt.Sprintf("receiver answered 410 Gone at %s", time.UnixMilli(a.At).UTC().Format(time.RFC3339)))
+			// If the disable is not stored, the parked row is attempted
+			// again when due and its next 410 tries again.
+			if err := dv.reg.setEnabled(ctx, d.TriggerID, false, fmt.Sprintf("receiver answered 410 Gone at %s", time.UnixMilli(a.At).UTC().Format(time.RFC3339))); err != nil {
+				dv.log.Error("disabling a trigger after 410 Gone", "trigger", d.TriggerID, "err", err)
+			}
 		}
 	}
 	dv.reg.count(d.TriggerID, c)

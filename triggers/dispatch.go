@@ -330,6 +330,17 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 			continue
 		}
 
+		if e := d.del.reg.entry(j.d.TriggerID); e == nil || !e.enabled() {
+			// The trigger was disabled (a 410 of the head, say) or deleted:
+			// attempt parks the row, or marks it dead, without a request,
+			// so rows of a disabled trigger are not held here, each key
+			// asking the outbox for its parked head every poll interval.
+			// An enable wakes them; the head check keeps their order.
+			d.del.attempt(d.ctx, j)
+			d.drop(q, j)
+			continue
+		}
+
 		// A row still being inserted is the head when no older row of its
 		// key is pending (older rows of this batch are ahead of it here).
 		head, err := d.del.keyHead(d.ctx, j.d)

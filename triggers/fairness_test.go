@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/triggers"
 )
@@ -282,4 +284,64 @@ func TestHangingTenantLeavesWorkersForOthers(t *testing.T) {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok/messages/m%04d", i), map[string]any{"i": i})
 	}
 	waitAnswered(t, rc, "ok", 5)
+}
+
+// When a 410 from an ordering key's head disables the trigger, the rows
+// queued behind that head are parked and released, not held (each key
+// asking the outbox for its parked head every poll interval) until an
+// admin enables the trigger again; after the enable they go out in order.
+func TestDisabledTriggerReleasesRowsQueuedBehindAKey(t *testing.T) {
+	rc := newReceiver(t)
+	rc.respond = func(_ received, n int) (int, http.Header) {
+		if n == 1 {
+			return http.StatusGone, nil
+		}
+		return http.StatusOK, nil
+	}
+	reg := prometheus.NewRegistry()
+	e := startEnv(t, "["+triggerJSON("k", rc.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId"`)+"]", triggers.Config{Registerer: reg})
+	var writes []collections.Write
+	for i := 0; i < 5; i++ {
+		writes = append(writes, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/u1/chats/c1/messages/m%d", i), Data: map[string]any{"i": i}})
+	}
+	if _, err := e.store.Commit(context.Background(), "default", writes, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc.waitFor(t, "the 410", 5*time.Second, func(r []received) bool { return len(r) >= 1 })
+	held := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "loom_webhook_deliveries_held" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no loom_webhook_deliveries_held")
+		return 0
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n := held(); n != 0; n = held() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v deliveries held while the trigger is disabled, want 0", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if in, _, err := e.svc.Get(context.Background(), "k"); err != nil || in.Status != "disabled" {
+		t.Fatalf("trigger %+v (err %v), want disabled", in, err)
+	}
+	if n := len(rc.requests()); n != 1 {
+		t.Fatalf("%d requests while disabled, want 1", n)
+	}
+	if err := e.svc.Enable(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	got := rc.waitFor(t, "the parked deliveries after enable", 10*time.Second, func(r []received) bool { return len(r) >= 6 })
+	for i, r := range got[1:6] {
+		ev, _ := r.Body["event"].(map[string]any)
+		if want := fmt.Sprintf("m%d", i); ev["id"] != want {
+			t.Fatalf("delivery %d after enable is %v, want %s (commit order)", i, ev["id"], want)
+		}
+	}
 }

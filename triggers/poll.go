@@ -88,13 +88,17 @@ func (dv *deliverer) pollOnce(ctx context.Context) error {
 }
 
 // adoptOwn takes back the pending rows leased to this node before it
-// restarted, without waiting for their leases to end.
+// restarted, without waiting for their leases to end. The store picks them
+// out: a backlog of other rows is not read (with its payloads) at start-up.
 func (dv *deliverer) adoptOwn(ctx context.Context) {
 	q := collections.Query{
 		Collection: outboxColl,
-		Filters:    []collections.Filter{{Field: fStatus, Op: collections.OpEq, Value: StatusPending}},
-		OrderBy:    []collections.Order{{Field: fSeq}},
-		Limit:      collections.MaxLimit,
+		Filters: []collections.Filter{
+			{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
+			{Field: fOwner, Op: collections.OpEq, Value: dv.cfg.NodeID},
+		},
+		OrderBy: []collections.Order{{Field: fSeq}},
+		Limit:   collections.MaxLimit,
 	}
 	if err := q.Normalize(); err != nil {
 		return
@@ -109,9 +113,7 @@ func (dv *deliverer) adoptOwn(ctx context.Context) {
 			return
 		}
 		for _, doc := range res.Docs {
-			if str(doc.Data[fOwner]) == dv.cfg.NodeID {
-				dv.takeOver(ctx, doc, now, false)
-			}
+			dv.takeOver(ctx, doc, now, false)
 		}
 		if res.NextCursor == "" {
 			return

@@ -270,13 +270,18 @@ func (r *registry) noteError(e *entry, msg string) {
 	r.publishLocked()
 }
 
-// deliveredOK resets the dead streak.
+// deliveredOK resets the dead streak. It looks at the trigger's current
+// entry, not e: e is the snapshot the attempt started with, and a streak
+// that began while the request was out must be reset too.
 func (r *registry) deliveredOK(ctx context.Context, e *entry) {
-	if e.st.ConsecutiveDead > 0 || len(e.st.DeadOrigins) > 0 {
-		_, _ = r.updateEntry(ctx, e.c.Def.ID, func(e *entry) error {
+	if cur := r.entry(e.c.Def.ID); cur != nil && (cur.st.ConsecutiveDead > 0 || len(cur.st.DeadOrigins) > 0) {
+		_, err := r.updateEntry(ctx, e.c.Def.ID, func(e *entry) error {
 			e.st.ConsecutiveDead, e.st.DeadOrigins = 0, nil
 			return nil
 		})
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			r.log.Warn("resetting a trigger's dead streak", "trigger", e.c.Def.ID, "err", err)
+		}
 	}
 }
 
@@ -300,8 +305,13 @@ func (r *registry) wentDead(ctx context.Context, e *entry, d *Delivery, msg stri
 			origins >= r.cfg.DisableOrigins && !r.builtin(e) && e.enabled()
 		return nil
 	})
-	if err == nil && disable {
-		_ = r.setEnabled(ctx, id, false, fmt.Sprintf("%d deliveries in a row from %d origins went dead (last: %s)", r.cfg.DisableAfterDead, origins, msg))
+	switch {
+	case err != nil && !errors.Is(err, ErrNotFound):
+		r.log.Warn("counting a trigger's dead delivery", "trigger", id, "err", err)
+	case err == nil && disable:
+		if err := r.setEnabled(ctx, id, false, fmt.Sprintf("%d deliveries in a row from %d origins went dead (last: %s)", r.cfg.DisableAfterDead, origins, msg)); err != nil {
+			r.log.Error("disabling a trigger whose deliveries keep going dead", "trigger", id, "err", err)
+		}
 	}
 }
 
