@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/triggers"
@@ -94,8 +95,11 @@ func buildAgents(cfg config.Config, docs webhooks.Docs, secret string, logger *s
 		TokenBudget:        cfg.Agents.TokenBudget,
 		UserTokensPerDay:   cfg.Agents.UserTokensPerDay,
 		UserConcurrentRuns: cfg.Agents.UserConcurrentRuns,
-		// A delivery carries a document and its previous state.
-		MaxBody: 2*int64(cfg.Limits.MaxDocumentBytes) + 1<<20,
+		// A delivery carries an outbox row's event: a document, its previous
+		// state and the changed field names of both — what the engine lets
+		// a system document hold, so no event the evaluator could store is
+		// refused by its handler on every attempt.
+		MaxBody: sqlite.SystemDocumentFactor*int64(cfg.Limits.MaxDocumentBytes) + sqlite.SystemDocumentSlack,
 		Logger:  logger,
 	})
 }
