@@ -325,10 +325,7 @@ func (s *Server) commitOne(c *gin.Context, db string, w collections.Write) (*col
 		return nil, errors.New("server: store returned no result for a committed write")
 	}
 	out := res[0]
-	if w.Type == collections.WriteDelete {
-		return &out, nil // a delete answers 204: nothing to show
-	}
-	if out.Doc, err = s.writeView(c.Request.Context(), callerOf(c), db, out.Doc); err != nil {
+	if out.Doc, err = s.writeView(c.Request.Context(), callerOf(c), db, w.Type, out.Doc); err != nil {
 		return nil, err
 	}
 	return &out, nil
