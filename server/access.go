@@ -406,13 +406,15 @@ func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, 
 	return hidden
 }
 
-// writeView is what a write's response may show of the document it
+// writeView is what a write's response may show of the document d it
 // produced: the whole document when the caller may get it now, else only
 // the envelope (id, collection, version, timestamps). A merge (PATCH or a
 // batch update) otherwise hands back stored fields the caller never sent
-// and may not read.
-func (s *Server) writeView(ctx context.Context, caller *Caller, db string, d *collections.Document) (*collections.Document, error) {
-	if d == nil || caller.Admin {
+// and may not read. A create or replace stores exactly the fields the
+// caller sent, so its result shows nothing new and costs no rule
+// evaluation.
+func (s *Server) writeView(ctx context.Context, caller *Caller, db string, typ collections.WriteType, d *collections.Document) (*collections.Document, error) {
+	if d == nil || caller.Admin || typ != collections.WriteUpdate {
 		return d, nil
 	}
 	ok, err := s.readable(ctx, caller, db, rules.OpGet, d)

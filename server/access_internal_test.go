@@ -129,3 +129,28 @@ if    = "request.auth != null"
 		t.Fatalf("err=%v, want the client's precondition failure", err)
 	}
 }
+
+// writeView evaluates the get rules only for an update, the one write
+// whose result can carry stored fields the caller never sent: a create or
+// replace shows back exactly the caller's own data, with no rule
+// evaluation on the hot path of every write.
+func TestWriteView_OnlyMergesAreHidden(t *testing.T) {
+	s, _ := newGuardServer(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["write"]
+if    = "request.auth != null"
+`)
+	caller := &Caller{Kind: "user", UID: "u1"}
+	d := &collections.Document{Path: "posts/p1", Collection: "posts", ID: "p1", Version: 2, Data: map[string]any{"x": "mine"}}
+	for _, typ := range []collections.WriteType{collections.WriteCreate, collections.WriteReplace} {
+		got, err := s.writeView(context.Background(), caller, "default", typ, d)
+		if err != nil || got != d {
+			t.Errorf("%s result: %+v %v, want the document as written", typ, got, err)
+		}
+	}
+	got, err := s.writeView(context.Background(), caller, "default", collections.WriteUpdate, d)
+	if err != nil || got.Data != nil || got.Version != 2 || got.ID != "p1" {
+		t.Errorf("update result of an unreadable document: %+v %v, want the envelope only", got, err)
+	}
+}

@@ -253,7 +253,11 @@ func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
 	if s.limits == nil || caller.Admin {
 		return true
 	}
-	if wait := s.limits.reserve(caller.rateKey(s.clientAddr(c)), time.Now()); wait > 0 {
+	var addr string
+	if caller.UID == "" { // only an anonymous caller is keyed by address
+		addr = s.clientAddr(c)
+	}
+	if wait := s.limits.reserve(caller.rateKey(addr), time.Now()); wait > 0 {
 		s.writeError(c, rateLimited(wait))
 		c.Abort()
 		return false

@@ -54,7 +54,7 @@ func (s *Server) batch(c *gin.Context) {
 			buf.WriteString("null")
 			continue
 		}
-		d, err := s.writeView(c.Request.Context(), callerOf(c), c.Param("db"), results[i].Doc)
+		d, err := s.writeView(c.Request.Context(), callerOf(c), c.Param("db"), writes[i].Type, results[i].Doc)
 		if err != nil {
 			s.writeError(c, err)
 			return

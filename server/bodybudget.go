@@ -86,12 +86,16 @@ func (s *Server) budgeted(c *gin.Context) io.Reader {
 
 // limitBodies gives back what a request took from the body budget once
 // its handler is done (the handlers release their buffers by then; a
-// buffer kept in the pool is bounded by maxPooledBuf).
+// buffer kept in the pool is bounded by maxPooledBuf) — also when it
+// panics: recover, further out, turns the panic into a 500, and the
+// bytes would otherwise stay counted for the life of the process.
 func (s *Server) limitBodies(c *gin.Context) {
+	defer func() {
+		if v, ok := c.Get(bodyLeaseKey); ok {
+			s.bodies.give(v.(*bodyLease).taken.Load())
+		}
+	}()
 	c.Next()
-	if v, ok := c.Get(bodyLeaseKey); ok {
-		s.bodies.give(v.(*bodyLease).taken.Load())
-	}
 }
 
 // budgetBody replaces the request body by one counted against the budget,

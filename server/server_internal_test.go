@@ -181,3 +181,33 @@ func TestServer_PanicRecovery(t *testing.T) {
 		t.Errorf("Content-Type=%q, want JSON", ct)
 	}
 }
+
+// TestServer_PanicGivesBackBodyBudget: a handler that panics after reading
+// its body still gives the bytes back to the server's body budget (else
+// every such panic would shrink the budget for good).
+func TestServer_PanicGivesBackBodyBudget(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(st, Config{AdminKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.engine.POST("/panic", func(c *gin.Context) {
+		if _, err := s.readBody(c); err != nil {
+			t.Errorf("readBody: %v", err)
+		}
+		panic("after the body")
+	})
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/panic", strings.NewReader(strings.Repeat("x", 1000))))
+	if rec.Code != 500 {
+		t.Fatalf("status %d, want 500", rec.Code)
+	}
+	if used := s.bodies.used.Load(); used != 0 {
+		t.Errorf("body bytes in flight after the panic=%d, want 0", used)
+	}
+}
