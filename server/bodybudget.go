@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,34 +26,72 @@ var errBodyBudget = errors.New("server: request body bytes in flight at their li
 // announced by Content-Length), so a client that trickles a body holds
 // only what it has sent; and a request that would take the total over max
 // fails at once rather than wait, so slow clients cannot queue up memory
-// either.
+// either. One client address may hold at most share of it, so a few slow
+// uploads from one client (any number of accounts behind one address)
+// cannot take the whole budget and make every other client's writes 503.
 type bodyBudget struct {
-	max  int64
-	used atomic.Int64
+	max, share int64
+	used       atomic.Int64 // read lock-free by the gauge
+
+	mu       sync.Mutex
+	byClient map[string]int64 // bytes held per client address; "" (admin) is not counted
 }
 
-// take counts n more bytes in; false (and nothing counted) when that would
-// exceed max.
-func (b *bodyBudget) take(n int64) bool {
-	for {
-		u := b.used.Load()
-		if u+n > b.max {
+// newBodyBudget bounds all bodies to max and one client to share of it.
+func newBodyBudget(total, share int64) *bodyBudget {
+	return &bodyBudget{max: total, share: min(share, total), byClient: map[string]int64{}}
+}
+
+// bodyShare is one client's part of a budget of max bytes: a quarter, and
+// always room for one request of the largest size.
+func bodyShare(total, maxRequest int64) int64 { return max(total/4, maxRequest) }
+
+// take counts n more bytes of client in; false (and nothing counted) when
+// that would exceed max, or the client's share.
+func (b *bodyBudget) take(client string, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used.Load()+n > b.max {
+		return false
+	}
+	if client != "" {
+		held := b.byClient[client]
+		if held+n > b.share {
 			return false
 		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return true
-		}
+		b.byClient[client] = held + n
+	}
+	b.used.Add(n)
+	return true
+}
+
+func (b *bodyBudget) give(client string, n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used.Add(-n)
+	if client == "" {
+		return
+	}
+	if left := b.byClient[client] - n; left > 0 {
+		b.byClient[client] = left
+	} else {
+		delete(b.byClient, client)
 	}
 }
 
-func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
-
-// bodyLease is what one request took from the budget; limitBodies gives
-// it back when the request's handler is done.
+// bodyLease is what one request (or WebSocket message) took from the
+// budget; limitBodies gives it back when the request's handler is done.
 type bodyLease struct {
 	budget *bodyBudget
+	client string
 	taken  atomic.Int64
 }
+
+// release gives back everything the lease took.
+func (l *bodyLease) release() { l.budget.give(l.client, l.taken.Load()) }
 
 // budgetedReader counts the bytes read from a request body against the
 // request's lease.
@@ -64,7 +103,7 @@ type budgetedReader struct {
 func (r budgetedReader) Read(p []byte) (int, error) {
 	n, err := r.Reader.Read(p)
 	if n > 0 {
-		if !r.lease.budget.take(int64(n)) {
+		if !r.lease.budget.take(r.lease.client, int64(n)) {
 			return 0, errBodyBudget
 		}
 		r.lease.taken.Add(int64(n))
@@ -79,7 +118,11 @@ const bodyLeaseKey = "loom.bodyLease"
 // looks at the body's own type to close a connection at once when a
 // handler refused a large body unread, instead of draining it first.
 func (s *Server) budgeted(c *gin.Context) io.Reader {
-	lease := &bodyLease{budget: s.bodies}
+	var client string // the admin key is bounded by the total only
+	if !callerOf(c).Admin {
+		client = s.clientAddr(c)
+	}
+	lease := &bodyLease{budget: s.bodies, client: client}
 	c.Set(bodyLeaseKey, lease)
 	return budgetedReader{Reader: c.Request.Body, lease: lease}
 }
@@ -92,7 +135,7 @@ func (s *Server) budgeted(c *gin.Context) io.Reader {
 func (s *Server) limitBodies(c *gin.Context) {
 	defer func() {
 		if v, ok := c.Get(bodyLeaseKey); ok {
-			s.bodies.give(v.(*bodyLease).taken.Load())
+			v.(*bodyLease).release()
 		}
 	}()
 	c.Next()

@@ -451,3 +451,35 @@ func TestBodies_ReadTimeoutSparesSlowHandlers(t *testing.T) {
 		t.Fatalf("slow handler: status %d, want 200 (its context was cancelled)", r.Status)
 	}
 }
+
+// One client address may hold only its share of the body budget (a
+// quarter, at least one largest request): its stalled uploads make its own
+// next body 503, while another client's writes go through.
+func TestBodies_OneClientHoldsOnlyItsShare(t *testing.T) {
+	const budget = 256 << 10
+	env := newAuthEnv(t, server.Config{Rules: openRules(t), MaxRequestBytes: 64 << 10, MaxBodyBytesInFlight: budget,
+		TrustedProxies: []string{"127.0.0.1"}})
+	fromA := map[string]string{"Authorization": "", "X-Forwarded-For": "198.51.100.7"}
+	fromB := map[string]string{"Authorization": "", "X-Forwarded-For": "203.0.113.9"}
+
+	// Client A sends 50 KiB of a 60 KiB body, then stalls: most of its
+	// 64 KiB share.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(env.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req := head("PUT", api+"/documents/open/stalled", "", 60<<10) + "X-Forwarded-For: 198.51.100.7\r\n\r\n" + `{"doc":{"x":"` + strings.Repeat("a", 50<<10)
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	waitBodyBytes(t, env, 50<<10)
+
+	body := `{"doc":{"x":"` + strings.Repeat("b", 20<<10) + `"}}`
+	r := env.Do(t, "PUT", api+"/documents/open/a2", body, fromA)
+	checkErrorShape(t, r)
+	if code := r.JSON(t)["code"]; code != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("A's second body: code=%v Retry-After=%q, want UNAVAILABLE with Retry-After", code, r.Header.Get("Retry-After"))
+	}
+	wantStatus(t, "B's body while A holds its share", env.Do(t, "PUT", api+"/documents/open/b1", body, fromB), http.StatusCreated)
+}

@@ -204,8 +204,8 @@ func (c *wsConn) readLoop(pongWait time.Duration) {
 // failed. A message is buffered like a request body, so it counts against
 // the same server-wide budget while it is read and handled.
 func (c *wsConn) readMessage(typ int, rd io.Reader) bool {
-	lease := &bodyLease{budget: c.s.bodies}
-	defer func() { c.s.bodies.give(lease.taken.Load()) }()
+	lease := &bodyLease{budget: c.s.bodies, client: c.addr}
+	defer lease.release()
 	data, err := io.ReadAll(io.LimitReader(budgetedReader{Reader: rd, lease: lease}, maxWSMessage+1))
 	busy := errors.Is(err, errBodyBudget)
 	if err != nil && !busy {

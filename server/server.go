@@ -195,7 +195,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		maxRequestBytes: cfg.MaxRequestBytes,
 		readTimeout:     cfg.ReadTimeout,
 		idleTimeout:     cfg.IdleTimeout,
-		bodies:          &bodyBudget{max: cfg.MaxBodyBytesInFlight},
+		bodies:          newBodyBudget(cfg.MaxBodyBytesInFlight, bodyShare(cfg.MaxBodyBytesInFlight, cfg.MaxRequestBytes)),
 		shutdownTimeout: cfg.ShutdownTimeout,
 		version:         cfg.Version,
 		registry:        cfg.Registry,
