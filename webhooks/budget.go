@@ -142,22 +142,34 @@ func (h *Handlers) checkRuns(ctx context.Context, c chat, msg *collections.Docum
 	if limit < 0 {
 		return nil
 	}
-	tasks, err := h.docs.Query(ctx, collections.Query{
-		Collection: "users/" + c.uid + "/orch-chats/*/tasks",
-		Filters:    []collections.Filter{{Field: "status", Op: collections.OpIn, Value: []any{"pending", "running"}}},
-		Limit:      maxActiveTasksRead,
-	})
-	if err != nil {
-		return fmt.Errorf("agent runs: %w", err)
-	}
 	runs := map[string]bool{}
-	for _, t := range tasks {
-		if !h.seals.valid(t, taskSeal) {
-			continue // not the runtime's: runs nothing
+	// One query per status, each an equality on the user and the status:
+	// the engine pushes equalities (not "in") down to the declared
+	// (userId, status) index, so this reads the user's active tasks only,
+	// not every task of every user.
+	for _, status := range []string{"pending", "running"} {
+		if len(runs) >= limit {
+			break
 		}
-		run := t.Collection + "/" + str(t, "triggerMessageId")
-		if run != c.tasks()+"/"+msg.ID {
-			runs[run] = true
+		tasks, err := h.docs.Query(ctx, collections.Query{
+			Collection: "users/" + c.uid + "/orch-chats/*/tasks",
+			Filters:    []collections.Filter{eq("userId", c.uid), eq("status", status)},
+			Limit:      maxActiveTasksRead,
+		})
+		if err != nil {
+			return fmt.Errorf("agent runs: %w", err)
+		}
+		for _, t := range tasks {
+			if len(runs) >= limit {
+				break
+			}
+			if !h.seals.valid(t, taskSeal) {
+				continue // not the runtime's: runs nothing
+			}
+			run := t.Collection + "/" + str(t, "triggerMessageId")
+			if run != c.tasks()+"/"+msg.ID {
+				runs[run] = true
+			}
 		}
 	}
 	if len(runs) >= limit {
@@ -166,5 +178,5 @@ func (h *Handlers) checkRuns(ctx context.Context, c chat, msg *collections.Docum
 	return nil
 }
 
-// maxActiveTasksRead bounds the tasks checkRuns reads.
+// maxActiveTasksRead bounds the tasks checkRuns reads per status.
 const maxActiveTasksRead = 1000
