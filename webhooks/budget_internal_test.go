@@ -2,8 +2,10 @@ package webhooks
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/llm"
@@ -70,5 +72,90 @@ func TestCheckRuns_QueriesRunOnAnIndex(t *testing.T) {
 		if !indexed {
 			t.Errorf("query %+v: no declared index on %v", q, fields)
 		}
+	}
+}
+
+// memDocs is an in-memory Docs with versions, counting the reads; before
+// runs before each Update (a concurrent writer).
+type memDocs struct {
+	Docs
+	docs   map[string]*collections.Document
+	gets   int
+	before func(m *memDocs)
+}
+
+func (m *memDocs) Get(_ context.Context, path string) (*collections.Document, error) {
+	m.gets++
+	d, ok := m.docs[path]
+	if !ok {
+		return nil, collections.ErrNotFound
+	}
+	return &collections.Document{Path: d.Path, Version: d.Version, Data: maps.Clone(d.Data)}, nil
+}
+
+func (m *memDocs) Create(_ context.Context, path string, data map[string]any) (*collections.Document, error) {
+	if _, ok := m.docs[path]; ok {
+		return nil, collections.ErrAlreadyExists
+	}
+	m.docs[path] = &collections.Document{Path: path, Version: 1, Data: maps.Clone(data)}
+	return m.docs[path], nil
+}
+
+func (m *memDocs) Update(_ context.Context, path string, data map[string]any, ifVersion int64) (*collections.Document, error) {
+	if f := m.before; f != nil {
+		m.before = nil
+		f(m)
+	}
+	d, ok := m.docs[path]
+	if !ok {
+		return nil, collections.ErrNotFound
+	}
+	if ifVersion > 0 && d.Version != ifVersion {
+		return nil, collections.ErrPreconditionFailed
+	}
+	maps.Copy(d.Data, data)
+	d.Version++
+	return d, nil
+}
+
+// An LLM call reads the user's usage record once: the record checkTokens
+// read is where addUsage's compare-and-swap starts. A write in between
+// makes the swap read again, and no tokens are lost.
+func TestComplete_ReadsUsageOnce(t *testing.T) {
+	docs := &memDocs{docs: map[string]*collections.Document{}}
+	reg, err := tools.New(nil, tools.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Docs: docs, Model: llm.Offline(), Tools: reg, Secret: "whsec_dGVzdHRlc3R0ZXN0dGVzdA==", Roles: map[string]Role{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := llm.Request{Messages: []llm.Message{{Role: "user", Content: "hello there"}}}
+	var want int64
+	for i := range 3 {
+		if i == 2 {
+			docs.before = func(m *memDocs) { // another run of the user's
+				for _, d := range m.docs {
+					d.Data["tokens"] = num(d, "tokens") + 1000
+					d.Version++
+				}
+				want += 1000
+			}
+		}
+		docs.gets = 0
+		res, err := h.complete(ctx, "u1", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += int64(res.Usage.TotalTokens)
+		if wantGets := 1 + i/2; docs.gets != wantGets {
+			t.Errorf("call %d: %d reads of the usage record, want %d", i, docs.gets, wantGets)
+		}
+	}
+	d := docs.docs[usagePath("u1", time.Now())]
+	if d == nil || num(d, "tokens") != want || num(d, "llmRequests") != 3 {
+		t.Fatalf("usage=%+v, want %d tokens in 3 requests", d, want)
 	}
 }
