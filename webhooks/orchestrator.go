@@ -96,7 +96,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if permanentModelError(err) {
 		// Tell the user rather than retry a request that cannot succeed.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{
-			"content": "Sorry, the model could not answer: " + err.Error(), "model": h.model.Name(),
+			"content": "Sorry, the model could not answer: " + modelFailure(err) + ".", "model": h.model.Name(),
 		})
 	}
 	if err != nil {
