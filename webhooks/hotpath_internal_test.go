@@ -159,3 +159,38 @@ func TestComplete_ReadsUsageOnce(t *testing.T) {
 		t.Fatalf("usage=%+v, want %d tokens in 3 requests", d, want)
 	}
 }
+
+// Every user message looks for a task of its chat waiting for the user.
+// The status index spans every user's tasks (the engine's indexes do not
+// hold the collection), so the lookup names the user too and seeks the
+// (userId, status) index: the user's waiting tasks, not every user's.
+func TestRouteToWaiting_SeeksTheUsersWaitingTasks(t *testing.T) {
+	docs := &queryLog{}
+	reg, err := tools.New(nil, tools.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Docs: docs, Model: llm.Offline(), Tools: reg, Secret: "whsec_dGVzdHRlc3R0ZXN0dGVzdA==", Roles: map[string]Role{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if routed, err := h.routeToWaiting(context.Background(), chat{uid: "u1", id: "c1"}, &collections.Document{ID: "m1"}); routed || err != nil {
+		t.Fatalf("routed=%v err=%v with no task", routed, err)
+	}
+	n := 0
+	for _, q := range docs.queries {
+		var fields []string
+		for _, f := range q.Filters {
+			fields = append(fields, f.Field)
+		}
+		if slices.Contains(fields, "status") {
+			n++
+			if !slices.Equal(fields, []string{"userId", "status"}) {
+				t.Errorf("query %+v: want filters on userId and status (the index of the user's tasks)", q)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no query on the task status: %+v", docs.queries)
+	}
+}
