@@ -226,7 +226,7 @@ func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collec
 		return nil, le.msg, nil
 	}
 	if permanentModelError(err) {
-		return nil, "the model failed: " + err.Error(), nil
+		return nil, "the model failed: " + modelFailure(err), nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("agent model: %w", err)

@@ -46,14 +46,15 @@ func usagePath(uid string, t time.Time) string {
 // a limitError, before any request is sent, once the user's tokens of the
 // day are spent, and it adds what the call used to the user's usage.
 func (h *Handlers) complete(ctx context.Context, uid string, req llm.Request) (*llm.Response, error) {
-	if err := h.checkTokens(ctx, uid, promptEstimate(req)); err != nil {
+	usage, err := h.checkTokens(ctx, uid, promptEstimate(req))
+	if err != nil {
 		return nil, err
 	}
 	res, err := h.model.Complete(ctx, req)
 	if res != nil && res.Usage.TotalTokens > 0 {
 		// Failing the handler here would make the delivery retry and pay
 		// for the same call again: record what can be recorded and go on.
-		if uerr := h.addUsage(ctx, uid, int64(res.Usage.TotalTokens)); uerr != nil {
+		if uerr := h.addUsage(ctx, uid, int64(res.Usage.TotalTokens), usage); uerr != nil {
 			h.log.Error("agent usage not recorded", "user", uid, "tokens", res.Usage.TotalTokens, "err", uerr)
 		}
 	}
@@ -65,16 +66,19 @@ func (h *Handlers) complete(ctx context.Context, uid string, req llm.Request) (*
 // would go beyond them: a user's documents can make one prompt large (the
 // chat history, a long instruction), and usage is known only after the
 // call. A usage record the runtime could not have written (a negative or
-// non-integer count) counts as spent.
-func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64) error {
+// non-integer count) counts as spent. It returns the usage record it read
+// (nil: none, or none read), which addUsage tries first.
+func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64) (*usageRead, error) {
 	limit := h.cfg.UserTokensPerDay
 	if limit < 0 {
-		return nil
+		return nil, nil
 	}
-	d, err := h.getOpt(ctx, usagePath(uid, time.Now()))
+	path := usagePath(uid, time.Now())
+	d, err := h.getOpt(ctx, path)
 	if err != nil {
-		return fmt.Errorf("agent usage: %w", err)
+		return nil, fmt.Errorf("agent usage: %w", err)
 	}
+	read := &usageRead{path: path, doc: d}
 	used := int64(0)
 	if d != nil {
 		n, ok := collections.Int64(d.Data["tokens"])
@@ -84,12 +88,19 @@ func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64) er
 		used = n
 	}
 	if used >= int64(limit) {
-		return &limitError{fmt.Sprintf("Daily token budget of %d tokens reached; resets at 00:00 UTC.", limit)}
+		return nil, &limitError{fmt.Sprintf("Daily token budget of %d tokens reached; resets at 00:00 UTC.", limit)}
 	}
 	if left := int64(limit) - used; prompt > left {
-		return &limitError{fmt.Sprintf("This request needs about %d tokens, more than the %d left of the daily token budget of %d tokens; it resets at 00:00 UTC.", prompt, left, limit)}
+		return nil, &limitError{fmt.Sprintf("This request needs about %d tokens, more than the %d left of the daily token budget of %d tokens; it resets at 00:00 UTC.", prompt, left, limit)}
 	}
-	return nil
+	return read, nil
+}
+
+// usageRead is a usage record as checkTokens read it at path (doc nil:
+// there was none).
+type usageRead struct {
+	path string
+	doc  *collections.Document
 }
 
 // promptEstimate estimates the prompt tokens of req from its text, at
@@ -107,13 +118,19 @@ func promptEstimate(req llm.Request) int64 {
 }
 
 // addUsage adds tokens to the user's usage record of the day, with
-// compare-and-swap: runs of one user update it concurrently.
-func (h *Handlers) addUsage(ctx context.Context, uid string, tokens int64) error {
+// compare-and-swap: runs of one user update it concurrently. The first
+// attempt starts from seen, the record checkTokens read before the call,
+// when it is of the same day: usually nothing wrote it since, and a write
+// in between only makes that attempt conflict.
+func (h *Handlers) addUsage(ctx context.Context, uid string, tokens int64, seen *usageRead) error {
 	now := time.Now()
 	path := usagePath(uid, now)
 	for range usageCASAttempts {
-		d, err := h.getOpt(ctx, path)
-		if err != nil {
+		var d *collections.Document
+		var err error
+		if seen != nil && seen.path == path {
+			d, seen = seen.doc, nil
+		} else if d, err = h.getOpt(ctx, path); err != nil {
 			return err
 		}
 		if d == nil {
@@ -142,22 +159,34 @@ func (h *Handlers) checkRuns(ctx context.Context, c chat, msg *collections.Docum
 	if limit < 0 {
 		return nil
 	}
-	tasks, err := h.docs.Query(ctx, collections.Query{
-		Collection: "users/" + c.uid + "/orch-chats/*/tasks",
-		Filters:    []collections.Filter{{Field: "status", Op: collections.OpIn, Value: []any{"pending", "running"}}},
-		Limit:      maxActiveTasksRead,
-	})
-	if err != nil {
-		return fmt.Errorf("agent runs: %w", err)
-	}
 	runs := map[string]bool{}
-	for _, t := range tasks {
-		if !h.seals.valid(t, taskSeal) {
-			continue // not the runtime's: runs nothing
+	// One query per status, each an equality on the user and the status:
+	// the engine pushes equalities (not "in") down to the declared
+	// (userId, status) index, so this reads the user's active tasks only,
+	// not every task of every user.
+	for _, status := range []string{"pending", "running"} {
+		if len(runs) >= limit {
+			break
 		}
-		run := t.Collection + "/" + str(t, "triggerMessageId")
-		if run != c.tasks()+"/"+msg.ID {
-			runs[run] = true
+		tasks, err := h.docs.Query(ctx, collections.Query{
+			Collection: "users/" + c.uid + "/orch-chats/*/tasks",
+			Filters:    []collections.Filter{eq("userId", c.uid), eq("status", status)},
+			Limit:      maxActiveTasksRead,
+		})
+		if err != nil {
+			return fmt.Errorf("agent runs: %w", err)
+		}
+		for _, t := range tasks {
+			if len(runs) >= limit {
+				break
+			}
+			if !h.seals.valid(t, taskSeal) {
+				continue // not the runtime's: runs nothing
+			}
+			run := t.Collection + "/" + str(t, "triggerMessageId")
+			if run != c.tasks()+"/"+msg.ID {
+				runs[run] = true
+			}
 		}
 	}
 	if len(runs) >= limit {
@@ -166,5 +195,5 @@ func (h *Handlers) checkRuns(ctx context.Context, c chat, msg *collections.Docum
 	return nil
 }
 
-// maxActiveTasksRead bounds the tasks checkRuns reads.
+// maxActiveTasksRead bounds the tasks checkRuns reads per status.
 const maxActiveTasksRead = 1000

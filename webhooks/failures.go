@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
 )
 
 // errMalformed marks a triggering document the handlers cannot work with
@@ -60,6 +62,20 @@ func failureReason(err error) string {
 	default:
 		return "the document is malformed"
 	}
+}
+
+// modelFailure says what went wrong with a model request no retry can fix,
+// for the chat: the HTTP status, or the token limit. Like failureReason it
+// never quotes the error: the provider's message is the operator's (it can
+// echo the request, or a masked API key).
+func modelFailure(err error) string {
+	if errors.Is(err, llm.ErrLength) {
+		return "it stopped at its token limit without an answer"
+	}
+	if code := llm.StatusCode(err); code != 0 {
+		return fmt.Sprintf("HTTP %d %s", code, http.StatusText(code))
+	}
+	return "the request failed"
 }
 
 // settleFailure turns a permanent failure of handler name into a recorded

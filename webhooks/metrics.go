@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"kind"}),
 		toolRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loom_agent_tool_runs_total",
-			Help: "Tool runs by tool and outcome (success, failed).",
+			Help: "Tool runs by tool and outcome (success, failed; refused: a tool call the runtime did not create).",
 		}, []string{"tool", "outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.handled, m.llmCalls, m.llmTokens, m.toolRuns} {

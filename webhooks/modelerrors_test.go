@@ -48,3 +48,29 @@ func TestAgents_PermanentModelErrorInTheOrchestrator(t *testing.T) {
 		t.Fatalf("%d tasks", len(tasks))
 	}
 }
+
+// The provider's error message is the operator's, not the user's: the chat
+// and the task say what failed (the status) without quoting it.
+func TestAgents_ModelErrorMessageIsNotShown(t *testing.T) {
+	const secret = "Incorrect API key provided: sk-proj-****abcd"
+	_, model := newFake(t, script{
+		orch: func(int, map[string]any) llmtest.Step { return llmtest.Step{Status: 401, Content: secret} },
+	})
+	s := startStack(t, stackOpts{model: model})
+	s.say("c1", "m1", "hello")
+	s.waitFor("the failure reply", 10*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m1-reply") != nil })
+	content := field(s.get(s.chat("c1")+"/messages/m1-reply"), "content")
+	if !strings.Contains(content, "401") || strings.Contains(content, "sk-proj") {
+		t.Fatalf("reply %q: want the status without the provider's message", content)
+	}
+
+	_, model = newFake(t, script{
+		sub: func(int, map[string]any) llmtest.Step { return llmtest.Step{Status: 400, Content: secret} },
+	})
+	s = startStack(t, stackOpts{model: model})
+	s.say("c1", "m1", "What is 6*7?")
+	s.waitFor("the task to fail", 10*time.Second, s.taskDone("c1", "m1-t0"))
+	if e := field(s.get(s.chat("c1")+"/tasks/m1-t0"), "error"); !strings.Contains(e, "400") || strings.Contains(e, "sk-proj") {
+		t.Fatalf("task error %q: want the status without the provider's message", e)
+	}
+}

@@ -96,7 +96,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if permanentModelError(err) {
 		// Tell the user rather than retry a request that cannot succeed.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{
-			"content": "Sorry, the model could not answer: " + err.Error(), "model": h.model.Name(),
+			"content": "Sorry, the model could not answer: " + modelFailure(err) + ".", "model": h.model.Name(),
 		})
 	}
 	if err != nil {
@@ -234,7 +234,9 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 // chat that waits for the user, as its answer.
 func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.Document) (bool, error) {
 	// A redelivery finds the message routed already.
-	task, err := h.firstTask(ctx, c, eq("status", "waiting"))
+	// (userId, status): the (userId, status) index, not the status one,
+	// which would read the waiting tasks of every user.
+	task, err := h.firstTask(ctx, c, eq("userId", c.uid), eq("status", "waiting"))
 	if err != nil {
 		return false, err
 	}
@@ -279,10 +281,10 @@ func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.
 	return true, err
 }
 
-// firstTask returns the first task of the chat that matches f and that
-// the runtime created, or nil.
-func (h *Handlers) firstTask(ctx context.Context, c chat, f collections.Filter) (*collections.Document, error) {
-	tasks, err := h.docs.Query(ctx, collections.Query{Collection: c.tasks(), Filters: []collections.Filter{f}, Limit: 20})
+// firstTask returns the first task of the chat that matches filters and
+// that the runtime created, or nil.
+func (h *Handlers) firstTask(ctx context.Context, c chat, filters ...collections.Filter) (*collections.Document, error) {
+	tasks, err := h.docs.Query(ctx, collections.Query{Collection: c.tasks(), Filters: filters, Limit: 20})
 	if err != nil {
 		return nil, err
 	}

@@ -191,7 +191,14 @@ func (t *httpCall) run(ctx context.Context, args map[string]any, _ Call) (any, e
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", t.name, err)
+		// Not the *url.Error itself: it quotes the URL with its templates
+		// filled in, and the operator's URL may carry a key. The result
+		// goes to the model and, mirrored, to the user's chat.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("%s: %s request failed: %w", t.name, t.method, err)
 	}
 	defer resp.Body.Close()
 	return t.result(resp)

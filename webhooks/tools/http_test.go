@@ -193,3 +193,15 @@ func TestHTTPTool(t *testing.T) {
 		t.Fatalf("redirect: %v", err)
 	}
 }
+
+// A failed request's error, which the model and the user's chat see, does
+// not quote the tool's URL (the operator's, which may carry a key).
+func TestHTTPTool_ErrorDoesNotQuoteTheURL(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Close() // connection refused
+	r := mustNew(t, []Def{{Name: "hook", ExecutionType: "http", Execution: &HTTPExecution{URL: srv.URL + "/v1?apikey=SECRET&q={{input.q}}"}}}, Deps{})
+	_, err := run(t, r, "hook", `{"q": "x"}`, Call{})
+	if err == nil || strings.Contains(err.Error(), "SECRET") || !strings.Contains(err.Error(), "hook") {
+		t.Fatalf("err %v: want the tool's failure without its URL", err)
+	}
+}
