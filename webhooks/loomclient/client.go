@@ -56,6 +56,10 @@ var (
 	// ErrForbidden: 403 PERMISSION_DENIED (the security rules deny the
 	// operation to this key).
 	ErrForbidden = errors.New("loomclient: forbidden (403): the security rules deny this operation")
+	// ErrIncomplete: Query followed maxEmptyPages empty pages in a row (the
+	// security rules hid everything the server examined) and stopped with
+	// more to read; the documents found so far come with it.
+	ErrIncomplete = errors.New("loomclient: query stopped after too many empty pages: the result may be incomplete")
 )
 
 // DefaultDatabase is the database used when Config.Database is empty.
@@ -262,12 +266,14 @@ func (c *Client) Update(ctx context.Context, path string, data map[string]any, i
 }
 
 // maxEmptyPages bounds how many empty pages in a row Query follows before
-// it returns what it has.
+// it returns what it has, with ErrIncomplete.
 const maxEmptyPages = 32
 
 // Query returns up to q.Limit documents (0 means collections.DefaultLimit)
 // of the query, starting after q.StartAfter, following the server's
-// nextCursor across pages.
+// nextCursor across pages. After maxEmptyPages empty pages in a row it
+// returns the documents found so far and ErrIncomplete, never a short
+// result that looks whole.
 func (c *Client) Query(ctx context.Context, q collections.Query) ([]*collections.Document, error) {
 	want := q.Limit
 	if want < 0 {
@@ -304,7 +310,7 @@ func (c *Client) Query(ctx context.Context, q collections.Query) ([]*collections
 		if len(docs) > 0 {
 			empty = 0
 		} else if empty++; empty >= maxEmptyPages {
-			break
+			return out, fmt.Errorf("%w (%s)", ErrIncomplete, q.Collection)
 		}
 		q.StartAfter = next
 	}

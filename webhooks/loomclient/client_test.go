@@ -554,3 +554,28 @@ if    = "request.auth != null && 'service' in request.auth.roles && resource.dat
 		t.Errorf("%d query requests: the server's pages should have been empty in between", n)
 	}
 }
+
+// TestQueryEmptyPagesBounded: past maxEmptyPages empty pages in a row the
+// client stops, and says so with ErrIncomplete instead of returning a short
+// result that looks whole.
+func TestQueryEmptyPagesBounded(t *testing.T) {
+	ctx := context.Background()
+	last, err := rules.Parse([]byte(`[[rule]]
+match = "users/{userId}/{rest=**}"
+allow = ["read"]
+if    = "request.auth != null && 'service' in request.auth.roles && resource.data.n == 299"
+`), "last.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, last)
+	seed(t, e, 300) // only n = 299 is readable, ~300 hidden documents before it
+	svc := e.client(t, e.serviceKey(t, "hooks"), 1)
+	docs, err := svc.Query(ctx, collections.Query{Collection: "users/u1/items", OrderBy: []collections.Order{{Field: "n"}}, Limit: 10})
+	if !errors.Is(err, loomclient.ErrIncomplete) {
+		t.Fatalf("Query = %d docs, %v; want ErrIncomplete", len(docs), err)
+	}
+	if len(docs) != 0 {
+		t.Fatalf("got %d docs before the hidden run, want 0", len(docs))
+	}
+}
