@@ -420,9 +420,11 @@ func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData 
 			ev, err = ws.sub.Next(ctx)
 		}
 		if err != nil {
-			// Mark the subscription ended before the client can learn it
-			// from the message below: its id is then free for a
-			// resubscribe.
+			// Mark the subscription ended, and count it out of the
+			// subscription bounds, before the client can learn it from
+			// the message below: its id and its slot are then free for a
+			// resubscribe (under another id too).
+			ws.sub.Close()
 			close(ws.done)
 			if ctx.Err() != nil {
 				return
