@@ -47,12 +47,21 @@ type wsConn struct {
 	// reauth. At expiry the connection is closed.
 	expires atomic.Int64
 	reauth  chan struct{}
+	// cred is the current credential (the upgrade's, or the last auth
+	// message's), which keep checks again at each heartbeat.
+	cred atomic.Pointer[wsCred]
 
 	// Reader goroutine only.
 	caller *Caller
 	db     string
 	subs   map[string]*wsSub
 	bad    int
+}
+
+// wsCred is a credential as a request carrying it, and who it named.
+type wsCred struct {
+	r      *http.Request
+	caller *Caller
 }
 
 type wsSub struct {
@@ -141,6 +150,7 @@ func (s *Server) newWSConn(c *gin.Context, ws *websocket.Conn, bc *bufConn, call
 		subs:   map[string]*wsSub{},
 		reauth: make(chan struct{}, 1),
 	}
+	conn.cred.Store(&wsCred{r: c.Request.Clone(ctx), caller: caller})
 	conn.setExpiry(caller)
 	return conn
 }
@@ -308,6 +318,7 @@ func (c *wsConn) auth(m message) {
 		}
 	}
 	c.caller, c.db = caller, p.Database
+	c.cred.Store(&wsCred{r: r, caller: caller})
 	c.setExpiry(caller)
 	c.send(c.ctx, encodeMessage(msgAuthAck, m.ID, nil))
 }
@@ -522,8 +533,10 @@ func (c *wsConn) close(code int, text string) {
 
 var heartbeatMessage = encodeMessage(msgHeartbeat, "", nil)
 
-// keep sends heartbeats (a message and a ping) and closes the connection
-// at shutdown, until the connection's context ends.
+// keep sends heartbeats (a message and a ping), checking the credential
+// again before each (recheckCredential), and closes the connection when
+// it expires or is revoked and at shutdown, until the connection's
+// context ends.
 func (c *wsConn) keep() {
 	hb := time.NewTicker(c.rt.cfg.Heartbeat)
 	defer hb.Stop()
@@ -532,6 +545,12 @@ func (c *wsConn) keep() {
 	for {
 		select {
 		case <-hb.C:
+			cur := c.cred.Load()
+			if err := c.s.recheckCredential(cur.r, cur.caller); err != nil {
+				c.send(c.ctx, errorMessage("", "", err))
+				c.close(websocket.ClosePolicyViolation, "credential revoked")
+				return
+			}
 			if !c.send(c.ctx, heartbeatMessage) || !c.ping() {
 				return
 			}

@@ -168,15 +168,12 @@ func (s *Server) rxdbStreamLoop(ctx context.Context, r *http.Request, t *rxdbTar
 	}
 }
 
-// rxdbHeartbeat checks the credential again and sends a comment; false
-// when the stream must end. A credential can be revoked while the stream
-// is open (a service key): it is checked at each heartbeat rather than per
-// commit. The reconnect then sees the 401.
+// rxdbHeartbeat checks the credential again (recheckCredential) and sends
+// a comment; false when the stream must end. The reconnect then sees the
+// 401.
 func (s *Server) rxdbHeartbeat(r *http.Request, caller *Caller, out *rxdbStreamWriter) bool {
-	if caller.Kind != kindAdminKey {
-		if _, err := s.resolveCaller(r); err != nil {
-			return false
-		}
+	if s.recheckCredential(r, caller) != nil {
+		return false
 	}
 	return out.send([]byte(":\n\n"))
 }
