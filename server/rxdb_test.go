@@ -712,17 +712,7 @@ func TestRxDB_PullStreamEndsAtTokenExpiry(t *testing.T) {
 	env := newShortTokenEnv(t, time.Second)
 	u := env.signup(t, "rxexp")
 	st := openStream(t, env, u.h(), "users/"+u.UID+"/todos")
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case _, ok := <-st.lines:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			t.Fatal("the stream went on after the token expired")
-		}
-	}
+	wantStreamEnds(t, st, "the stream went on after the token expired")
 }
 
 // An open pullStream is a live subscription: it counts towards
@@ -765,6 +755,13 @@ func TestRxDB_PullStreamEndsWhenKeyRevoked(t *testing.T) {
 	env, key := newServiceKeyEnv(t, server.Config{RxDB: server.RxDBConfig{Heartbeat: 50 * time.Millisecond}})
 	st := openStream(t, env, map[string]string{"X-API-Key": key}, "jobs")
 	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/sync", "", nil), http.StatusNoContent)
+	wantStreamEnds(t, st, "the stream went on after its key was revoked")
+}
+
+// wantStreamEnds reads st until it ends, failing with msg if it does not
+// within 5 s.
+func wantStreamEnds(t *testing.T, st *sseReader, msg string) {
+	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
@@ -773,7 +770,7 @@ func TestRxDB_PullStreamEndsWhenKeyRevoked(t *testing.T) {
 				return
 			}
 		case <-deadline:
-			t.Fatal("the stream went on after its key was revoked")
+			t.Fatal(msg)
 		}
 	}
 }
