@@ -142,6 +142,19 @@ func (s *Server) refuseWhenStopping(c *gin.Context) bool {
 	}
 }
 
+// recheckCredential authenticates r's credential again for a stream opened
+// by caller; an error means the stream must end. A credential can be
+// revoked while a stream is open (a service key, which has no expiry to
+// end it): every streaming transport re-checks at its heartbeats rather
+// than per event. The admin key is configuration, not revocable.
+func (s *Server) recheckCredential(r *http.Request, caller *Caller) error {
+	if caller.Kind == kindAdminKey {
+		return nil
+	}
+	_, err := s.resolveCaller(r)
+	return err
+}
+
 // subLimiter counts live subscriptions per user (or anonymous address) and
 // in total. Every subscription the hub holds costs memory whether or not
 // its connection is busy, so both counts are bounded.

@@ -153,14 +153,7 @@ func BenchmarkRealtimeFanout(b *testing.B) {
 	}
 	b.ResetTimer()
 	start := time.Now()
-	interval := time.Second / time.Duration(rate)
-	for i := range total {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		jobs <- i
-	}
-	close(jobs)
+	paceJobs(jobs, start, total, rate)
 	writers.Wait()
 	writeDur := time.Since(start)
 	select {
@@ -175,13 +168,6 @@ func BenchmarkRealtimeFanout(b *testing.B) {
 	cl := slices.Concat(commitLat...)
 	slices.Sort(all)
 	slices.Sort(cl)
-	pct := func(s []time.Duration, p float64) time.Duration {
-		if len(s) == 0 {
-			return 0
-		}
-		return s[min(len(s)-1, int(float64(len(s))*p))]
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(ms(pct(all, 0.50)), "p50-ms")
 	b.ReportMetric(ms(pct(all, 0.99)), "p99-ms")
 	b.ReportMetric(ms(pct(cl, 0.99)), "commit-p99-ms")
@@ -205,3 +191,26 @@ func parseNanos(b []byte) (int64, error) {
 	}
 	return n, nil
 }
+
+// paceJobs sends 0..total-1 on jobs at rate per second from start, then
+// closes jobs.
+func paceJobs(jobs chan<- int, start time.Time, total, rate int) {
+	interval := time.Second / time.Duration(rate)
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		jobs <- i
+	}
+	close(jobs)
+}
+
+// pct is the p quantile of the sorted s (0 when s is empty).
+func pct(s []time.Duration, p float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

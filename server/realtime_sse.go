@@ -71,7 +71,7 @@ func (s *Server) serveSSE(c *gin.Context) {
 		for range items { // let the producer finish
 		}
 	}()
-	s.streamSSE(ctx, c.Writer, caller, items, p.includeData)
+	s.streamSSE(ctx, c.Writer, r, caller, items, p.includeData)
 }
 
 // sseParams reads the subscription from the query: database (default
@@ -158,9 +158,9 @@ func sseItems(ctx context.Context, sub *heldSub) <-chan sseItem {
 }
 
 // streamSSE writes items as events, with a heartbeat comment in between,
-// until the subscription ends, the client goes, the token expires or the
-// server shuts down.
-func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, caller *Caller, items <-chan sseItem, includeData bool) {
+// until the subscription ends, the client goes, the token expires or is
+// revoked (r carries it: recheckCredential), or the server shuts down.
+func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, r *http.Request, caller *Caller, items <-chan sseItem, includeData bool) {
 	rt := s.rt
 	hb := time.NewTicker(rt.cfg.SSEHeartbeat)
 	defer hb.Stop()
@@ -188,6 +188,10 @@ func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, caller *Ca
 			}
 			delivered.Inc()
 		case <-hb.C:
+			if err := s.recheckCredential(r, caller); err != nil {
+				writeSSEData(w, &buf, errorMessage("", sseSubID, err))
+				return
+			}
 			if _, err := w.WriteString(": heartbeat\n\n"); err != nil {
 				return
 			}

@@ -298,6 +298,30 @@ func TestRealtimeWS_ResumeAfterDisconnect(t *testing.T) {
 	}
 }
 
+// A subscription the hub ends (here a reset) gives its slot back at once,
+// not when its id is reused or the connection closes: a client that
+// resubscribes under a new id is not refused.
+func TestRealtimeWS_EndedSubscriptionFreesItsSlot(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db"), Retention: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	env := MustStartServer(t, st, server.Config{Realtime: server.RealtimeConfig{MaxSubscriptionsTotal: 1}})
+	first := storeCommit(t, st, putW("c/a", nil))
+	storeCommit(t, st, putW("c/b", nil))
+	time.Sleep(5 * time.Millisecond) // age the changes past the 1 ms retention
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w := env.dialWS(t, "", nil)
+	w.subscribe("s", map[string]any{"query": q("c"), "resumeToken": fmt.Sprint(first - 1)})
+	if m := w.expect("reset"); m.str("subId") != "s" {
+		t.Fatalf("reset=%s", m)
+	}
+	w.subscribe("t", map[string]any{"query": q("c"), "sendSnapshot": true})
+}
+
 func TestRealtimeWS_ResumeExpiredResets(t *testing.T) {
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db"), Retention: time.Millisecond})
 	if err != nil {

@@ -47,12 +47,21 @@ type wsConn struct {
 	// reauth. At expiry the connection is closed.
 	expires atomic.Int64
 	reauth  chan struct{}
+	// cred is the current credential (the upgrade's, or the last auth
+	// message's), which keep checks again at each heartbeat.
+	cred atomic.Pointer[wsCred]
 
 	// Reader goroutine only.
 	caller *Caller
 	db     string
 	subs   map[string]*wsSub
 	bad    int
+}
+
+// wsCred is a credential as a request carrying it, and who it named.
+type wsCred struct {
+	r      *http.Request
+	caller *Caller
 }
 
 type wsSub struct {
@@ -141,6 +150,7 @@ func (s *Server) newWSConn(c *gin.Context, ws *websocket.Conn, bc *bufConn, call
 		subs:   map[string]*wsSub{},
 		reauth: make(chan struct{}, 1),
 	}
+	conn.cred.Store(&wsCred{r: c.Request.Clone(ctx), caller: caller})
 	conn.setExpiry(caller)
 	return conn
 }
@@ -308,6 +318,7 @@ func (c *wsConn) auth(m message) {
 		}
 	}
 	c.caller, c.db = caller, p.Database
+	c.cred.Store(&wsCred{r: r, caller: caller})
 	c.setExpiry(caller)
 	c.send(c.ctx, encodeMessage(msgAuthAck, m.ID, nil))
 }
@@ -420,9 +431,11 @@ func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData 
 			ev, err = ws.sub.Next(ctx)
 		}
 		if err != nil {
-			// Mark the subscription ended before the client can learn it
-			// from the message below: its id is then free for a
-			// resubscribe.
+			// Mark the subscription ended, and count it out of the
+			// subscription bounds, before the client can learn it from
+			// the message below: its id and its slot are then free for a
+			// resubscribe (under another id too).
+			ws.sub.Close()
 			close(ws.done)
 			if ctx.Err() != nil {
 				return
@@ -520,8 +533,10 @@ func (c *wsConn) close(code int, text string) {
 
 var heartbeatMessage = encodeMessage(msgHeartbeat, "", nil)
 
-// keep sends heartbeats (a message and a ping) and closes the connection
-// at shutdown, until the connection's context ends.
+// keep sends heartbeats (a message and a ping), checking the credential
+// again before each (recheckCredential), and closes the connection when
+// it expires or is revoked and at shutdown, until the connection's
+// context ends.
 func (c *wsConn) keep() {
 	hb := time.NewTicker(c.rt.cfg.Heartbeat)
 	defer hb.Stop()
@@ -530,6 +545,12 @@ func (c *wsConn) keep() {
 	for {
 		select {
 		case <-hb.C:
+			cur := c.cred.Load()
+			if err := c.s.recheckCredential(cur.r, cur.caller); err != nil {
+				c.send(c.ctx, errorMessage("", "", err))
+				c.close(websocket.ClosePolicyViolation, "credential revoked")
+				return
+			}
 			if !c.send(c.ctx, heartbeatMessage) || !c.ping() {
 				return
 			}

@@ -124,14 +124,7 @@ func BenchmarkRxDBPullStreamFanout(b *testing.B) {
 	cpu0 := cpuTime(b)
 	b.ResetTimer()
 	start := time.Now()
-	interval := time.Second / time.Duration(rate)
-	for i := range total {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		jobs <- i
-	}
-	close(jobs)
+	paceJobs(jobs, start, total, rate)
 	writers.Wait()
 	writeDur := time.Since(start)
 	select {
@@ -147,13 +140,6 @@ func BenchmarkRxDBPullStreamFanout(b *testing.B) {
 
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	pct := func(s []time.Duration, p float64) time.Duration {
-		if len(s) == 0 {
-			return 0
-		}
-		return s[min(len(s)-1, int(float64(len(s))*p))]
-	}
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(ms(pct(all, 0.50)), "p50-ms")
 	b.ReportMetric(ms(pct(all, 0.99)), "p99-ms")
 	b.ReportMetric(ms(cpu)/float64(total), "cpu-ms/commit")

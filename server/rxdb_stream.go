@@ -168,15 +168,12 @@ func (s *Server) rxdbStreamLoop(ctx context.Context, r *http.Request, t *rxdbTar
 	}
 }
 
-// rxdbHeartbeat checks the credential again and sends a comment; false
-// when the stream must end. A credential can be revoked while the stream
-// is open (a service key): it is checked at each heartbeat rather than per
-// commit. The reconnect then sees the 401.
+// rxdbHeartbeat checks the credential again (recheckCredential) and sends
+// a comment; false when the stream must end. The reconnect then sees the
+// 401.
 func (s *Server) rxdbHeartbeat(r *http.Request, caller *Caller, out *rxdbStreamWriter) bool {
-	if caller.Kind != kindAdminKey {
-		if _, err := s.resolveCaller(r); err != nil {
-			return false
-		}
+	if s.recheckCredential(r, caller) != nil {
+		return false
 	}
 	return out.send([]byte(":\n\n"))
 }
@@ -216,7 +213,7 @@ type rxdbEvent struct {
 
 // rxdbBatches turns the subscription's changes into pullStream events on
 // out, which it closes when the subscription ends. Each event holds the
-// changes ready at once, up to DefaultRxDBLimit documents.
+// changes ready at once, up to DefaultRxDBLimit document states.
 //
 // The rules are those of pull: a change is sent as the document's state
 // after it (a tombstone for a delete) when the caller may list that state,
@@ -252,7 +249,7 @@ func (s *Server) rxdbBatches(ctx context.Context, sub *heldSub, caller *Caller, 
 			if ok {
 				b.add(d)
 			}
-			if b.n >= DefaultRxDBLimit {
+			if b.full() {
 				break
 			}
 			var ready bool
@@ -292,6 +289,12 @@ func (b *rxdbStreamBatch) add(d *collections.Document) {
 	b.docs = append(b.docs, d)
 	b.n++
 }
+
+// full reports whether the batch must be sent before it takes another
+// change. It counts the states held, replaced ones included: counting
+// documents alone, a document changed without pause would grow the batch
+// (and delay its sending) without bound.
+func (b *rxdbStreamBatch) full() bool { return len(b.docs) >= DefaultRxDBLimit }
 
 func (b *rxdbStreamBatch) documents() []*collections.Document {
 	if b.n == len(b.docs) {

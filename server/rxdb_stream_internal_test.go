@@ -53,3 +53,22 @@ func TestRxDBCursor_Examine(t *testing.T) {
 		}
 	}
 }
+
+// A document changed again and again fills a batch like distinct documents
+// do: the batch is sent after DefaultRxDBLimit states, not held (and grown)
+// for as long as the changes keep coming.
+func TestRxDBStreamBatch_FullCountsReplacedStates(t *testing.T) {
+	var b rxdbStreamBatch
+	for i := range DefaultRxDBLimit {
+		if b.full() {
+			t.Fatalf("full after %d states", i)
+		}
+		b.add(&collections.Document{ID: "hot", Seq: int64(i + 1)})
+	}
+	if !b.full() {
+		t.Fatalf("not full after %d states of one document (n=%d, held=%d)", DefaultRxDBLimit, b.n, len(b.docs))
+	}
+	if got := b.documents(); len(got) != 1 || got[0].Seq != DefaultRxDBLimit {
+		t.Fatalf("documents=%d, want the last state only", len(got))
+	}
+}

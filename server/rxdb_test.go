@@ -712,17 +712,7 @@ func TestRxDB_PullStreamEndsAtTokenExpiry(t *testing.T) {
 	env := newShortTokenEnv(t, time.Second)
 	u := env.signup(t, "rxexp")
 	st := openStream(t, env, u.h(), "users/"+u.UID+"/todos")
-	deadline := time.After(5 * time.Second)
-	for {
-		select {
-		case _, ok := <-st.lines:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			t.Fatal("the stream went on after the token expired")
-		}
-	}
+	wantStreamEnds(t, st, "the stream went on after the token expired")
 }
 
 // An open pullStream is a live subscription: it counts towards
@@ -762,6 +752,34 @@ func TestRxDB_PullStreamCountsAsSubscription(t *testing.T) {
 // A pullStream opened with a service key ends soon after the key is
 // revoked (it is checked again at each heartbeat), with no commit needed.
 func TestRxDB_PullStreamEndsWhenKeyRevoked(t *testing.T) {
+	env, key := newServiceKeyEnv(t, server.Config{RxDB: server.RxDBConfig{Heartbeat: 50 * time.Millisecond}})
+	st := openStream(t, env, map[string]string{"X-API-Key": key}, "jobs")
+	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/sync", "", nil), http.StatusNoContent)
+	wantStreamEnds(t, st, "the stream went on after its key was revoked")
+}
+
+// wantStreamEnds reads st until it ends, failing with msg if it does not
+// within 5 s.
+func wantStreamEnds(t *testing.T, st *sseReader, msg string) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-st.lines:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal(msg)
+		}
+	}
+}
+
+// newServiceKeyEnv starts a server whose rules let the service role read
+// jobs/*, with a service key named "sync" (revoke: DELETE
+// /admin/v1/keys/sync).
+func newServiceKeyEnv(t *testing.T, cfg server.Config) (*testEnv, string) {
+	t.Helper()
 	set, err := rules.Parse([]byte(rules.DefaultSource()+`
 [[rule]]
 match = "jobs/{id}"
@@ -771,21 +789,49 @@ if    = "request.auth != null && 'service' in request.auth.roles"
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := newAuthEnv(t, server.Config{RateLimit: -1, Rules: set, RxDB: server.RxDBConfig{Heartbeat: 50 * time.Millisecond}})
+	cfg.RateLimit, cfg.Rules = -1, set
+	env := newAuthEnv(t, cfg)
 	r := env.Do(t, "POST", "/admin/v1/keys", `{"name":"sync"}`, nil)
 	wantStatus(t, "create key", r, http.StatusCreated)
 	key, _ := r.JSON(t)["key"].(string)
-	st := openStream(t, env, map[string]string{"X-API-Key": key}, "jobs")
+	return env, key
+}
+
+// An SSE stream opened with a service key ends soon after the key is
+// revoked, like a pullStream: a service key has no expiry to end it.
+func TestRealtimeSSE_EndsWhenKeyRevoked(t *testing.T) {
+	env, key := newServiceKeyEnv(t, server.Config{Realtime: server.RealtimeConfig{SSEHeartbeat: 50 * time.Millisecond}})
+	s := env.openSSE(t, "collection=jobs", map[string]string{"Authorization": "", "X-API-Key": key})
 	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/sync", "", nil), http.StatusNoContent)
-	deadline := time.After(5 * time.Second)
 	for {
-		select {
-		case _, ok := <-st.lines:
-			if !ok {
-				return
-			}
-		case <-deadline:
-			t.Fatal("the stream went on after its key was revoked")
+		ev, err := s.next()
+		if err != nil {
+			t.Fatalf("the stream went on after its key was revoked (%v), or ended without saying why", err)
 		}
+		if !ev.comment {
+			if !strings.Contains(ev.data, "UNAUTHENTICATED") {
+				t.Fatalf("last event %q, want an UNAUTHENTICATED error", ev.data)
+			}
+			if _, err := s.next(); err == nil {
+				t.Fatal("the stream went on after the error")
+			}
+			return
+		}
+	}
+}
+
+// A WebSocket connection authenticated with a service key is closed soon
+// after the key is revoked, with an UNAUTHENTICATED error.
+func TestRealtimeWS_ClosedWhenKeyRevoked(t *testing.T) {
+	env, key := newServiceKeyEnv(t, server.Config{Realtime: server.RealtimeConfig{Heartbeat: 50 * time.Millisecond}})
+	w := env.dialWS(t, "", map[string]string{"Authorization": "", "X-API-Key": key})
+	w.subscribe("s", map[string]any{"query": q("jobs")})
+	wantStatus(t, "revoke", env.Do(t, "DELETE", "/admin/v1/keys/sync", "", nil), http.StatusNoContent)
+	m := w.read()
+	if m.Type != "error" || m.str("code") != "UNAUTHENTICATED" {
+		t.Fatalf("after revoking the key got %s, want an UNAUTHENTICATED error", m)
+	}
+	if _, err := w.tryRead(); err == nil {
+		t.Fatal("the connection went on after its key was revoked")
 	}
 }

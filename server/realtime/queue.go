@@ -31,6 +31,13 @@ func (q *queue) push(it item) bool {
 		q.mu.Unlock()
 		return false
 	}
+	if len(q.items) == cap(q.items) && q.head > 0 {
+		// A consumer that never empties the queue would otherwise grow the
+		// slice without bound behind head: reuse the popped prefix first.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
 	q.items = append(q.items, it)
 	q.mu.Unlock()
 	select {

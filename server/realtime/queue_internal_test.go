@@ -62,3 +62,23 @@ func TestQueue_HoldsMemoryOnlyForItsBacklog(t *testing.T) {
 		t.Fatalf("emptied queue keeps a buffer of %d items", cap(q.items))
 	}
 }
+
+// A consumer that keeps one item queued at all times never empties the
+// queue: its buffer must stay bounded all the same.
+func TestQueue_BufferBoundedWhenNeverEmptied(t *testing.T) {
+	const max = 8
+	q := newQueue(max)
+	q.push(item{c: &Change{Change: collections.Change{Seq: 0}}})
+	for i := int64(1); i <= 100000; i++ {
+		if !q.push(item{c: &Change{Change: collections.Change{Seq: i}}}) {
+			t.Fatalf("push %d refused with one item queued", i)
+		}
+		it, ok := q.pop()
+		if !ok || it.c.Seq != i-1 {
+			t.Fatalf("pop = %v %v, want seq %d", it.c, ok, i-1)
+		}
+	}
+	if c := cap(q.items); c > 4*max {
+		t.Fatalf("queue of at most %d items holds a buffer of %d", max, c)
+	}
+}
