@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/collections/sqlite"
+	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/triggers"
