@@ -7,22 +7,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/loomdb/loom/app"
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/collections/sqlite"
-	"github.com/loomdb/loom/server"
+	"github.com/loomdb/loom/internal/config"
 )
 
 type benchOptions struct {
@@ -84,46 +81,37 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// startEmbedded starts a node as loom serve would, on a temporary data
+// directory with the bench's index, the agent runtime off and logs
+// discarded, and returns its URL and admin key.
 func startEmbedded(ctx context.Context) (stop func(), url, key string, err error) {
 	dir, err := os.MkdirTemp("", "loom-bench-")
 	if err != nil {
 		return nil, "", "", err
 	}
-	reg := prometheus.NewRegistry()
-	store, err := sqlite.Open(ctx, sqlite.Config{
-		Path:       filepath.Join(dir, "loom.db"),
-		Indexes:    []collections.Index{{Collection: "bench/*/items", Fields: []string{"group"}}},
-		Registerer: reg,
-	})
+	cfg := config.Default()
+	cfg.Data, cfg.Addr = dir, "127.0.0.1:0"
+	cfg.Auth.AdminKey = "bench-" + collections.NewID()
+	cfg.Indexes = []collections.Index{{Collection: "bench/*/items", Fields: []string{"group"}}}
+	off := false
+	cfg.Agents.Enabled = &off
+	a, err := app.New(ctx, cfg, app.Options{Logger: slog.New(slog.DiscardHandler), Version: version})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, "", "", err
 	}
-	key = "bench-" + collections.NewID()
-	srv, err := server.New(store, server.Config{AdminKey: key, Registry: reg})
-	if err != nil {
-		store.Close()
-		os.RemoveAll(dir)
-		return nil, "", "", err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		store.Close()
-		os.RemoveAll(dir)
-		return nil, "", "", err
-	}
-	sctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.Serve(sctx, ln)
+		_ = a.Run(rctx)
 	}()
 	return func() {
 		cancel()
 		<-done
-		store.Close()
+		a.Close()
 		os.RemoveAll(dir)
-	}, "http://" + ln.Addr().String(), key, nil
+	}, a.URL, cfg.Auth.AdminKey, nil
 }
 
 type benchRun struct {

@@ -1,0 +1,202 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/loomdb/loom/collections/sqlite"
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/internal/ssrf"
+	"github.com/loomdb/loom/webhooks"
+	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/loomclient"
+	"github.com/loomdb/loom/webhooks/tools"
+)
+
+const (
+	agentsKeyName    = "loom-agents"
+	defaultToolsFile = "./tools.json"
+)
+
+// agentsEnabled reports whether a node serves the built-in handlers.
+func agentsEnabled(cfg config.Config) bool {
+	return cfg.Agents.Enabled == nil || *cfg.Agents.Enabled
+}
+
+// AgentOptions are what the agent handlers take beyond the configuration
+// and their documents.
+type AgentOptions struct {
+	// Secret is the Standard Webhooks secret the triggers sign with.
+	Secret string
+	// Model replaces the model [llm] configures (nil: that one).
+	Model      llm.Model
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// openAgents builds the built-in agent handlers when [agents] enables them
+// (nil otherwise). They reach this server at self with a fresh service
+// key.
+func openAgents(ctx context.Context, cfg config.Config, authSvc *auth.Service, self string, opts AgentOptions) (*webhooks.Handlers, error) {
+	if !agentsEnabled(cfg) {
+		return nil, nil
+	}
+	key, err := agentsKey(ctx, authSvc)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := agentDocs(self, key)
+	if err != nil {
+		return nil, err
+	}
+	return NewAgents(cfg, docs, opts)
+}
+
+// agentDocs is how the built-in handlers read and write documents: Loom's
+// REST API at self, with their service key.
+func agentDocs(self, key string) (webhooks.Docs, error) {
+	return loomclient.New(loomclient.Config{BaseURL: self, APIKey: key})
+}
+
+// NewAgents builds the agent runtime's handlers over docs, for loom serve
+// (its own API) and loom agents (a remote Loom's). The tools' HTTP goes
+// through its own SSRF guard ([agents] allow_hosts / allow_cidrs, default
+// none): the model chooses those URLs, so the loopback that [delivery]
+// allows for the built-in handlers must not be open to it.
+func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webhooks.Handlers, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	guard, err := ssrf.New(cfg.Agents.AllowHosts, cfg.Agents.AllowCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("config [agents]: %w", err)
+	}
+	transport := guard.Transport()
+	model := opts.Model
+	if model == nil {
+		if model, err = llm.New(llm.Config{
+			BaseURL: cfg.LLM.BaseURL,
+			APIKey:  cfg.LLM.APIKey,
+			Model:   cfg.LLM.Model,
+			Timeout: cfg.LLM.Timeout.Duration,
+		}); err != nil {
+			return nil, fmt.Errorf("config [llm]: %w", err)
+		}
+	}
+	defs, err := loadTools(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := tools.New(defs, tools.Deps{Query: docs.Query, Transport: transport})
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	if model.Name() == "offline" {
+		logger.Warn("no [llm] base_url configured: the agent runtime uses the offline model (deterministic, labelled \"[offline model]\")")
+	}
+	roles, err := agentRoles(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return webhooks.New(webhooks.Config{
+		Docs:               docs,
+		Model:              model,
+		Tools:              reg,
+		Roles:              roles,
+		Secret:             opts.Secret,
+		Registerer:         opts.Registerer,
+		MaxIterations:      cfg.Agents.MaxIterations,
+		TokenBudget:        cfg.Agents.TokenBudget,
+		UserTokensPerDay:   cfg.Agents.UserTokensPerDay,
+		UserConcurrentRuns: cfg.Agents.UserConcurrentRuns,
+		// A delivery carries an outbox row's event: a document, its previous
+		// state and the changed field names of both — what the engine lets
+		// a system document hold, so no event the evaluator could store is
+		// refused by its handler on every attempt.
+		MaxBody: sqlite.SystemDocumentFactor*int64(cfg.Limits.MaxDocumentBytes) + sqlite.SystemDocumentSlack,
+		Logger:  logger,
+	})
+}
+
+// agentRoles are the built-in sub-agent roles with [agents.roles.*]
+// applied: an override keeps what it does not set; a new role needs a
+// system prompt.
+func agentRoles(cfg config.Config) (map[string]webhooks.Role, error) {
+	roles := webhooks.DefaultRoles()
+	for name, r := range cfg.Agents.Roles {
+		role := roles[name]
+		if r.SystemPrompt != "" {
+			role.SystemPrompt = r.SystemPrompt
+		}
+		if r.Tools != nil {
+			role.Tools = r.Tools
+		}
+		if role.SystemPrompt == "" {
+			return nil, fmt.Errorf("config [agents.roles.%s]: system_prompt is required for a new role", name)
+		}
+		roles[name] = role
+	}
+	return roles, nil
+}
+
+// loadTools reads the tools file (configured, or ./tools.json when present)
+// and appends the [[tool]] entries of the config.
+func loadTools(cfg config.Config) ([]tools.Def, error) {
+	file, explicit := cfg.Agents.ToolsFile, true
+	if file == "" {
+		file, explicit = defaultToolsFile, false
+	}
+	defs, err := tools.LoadFile(file)
+	if err != nil {
+		if !explicit && errors.Is(err, fs.ErrNotExist) {
+			defs = nil
+		} else {
+			return nil, err
+		}
+	}
+	return append(defs, toolDefs(cfg.Tools)...), nil
+}
+
+// toolDefs converts the [[tool]] entries to the tool registry's definitions.
+func toolDefs(entries []config.Tool) []tools.Def {
+	defs := make([]tools.Def, len(entries))
+	for i, e := range entries {
+		defs[i] = tools.Def{
+			Name:          e.Name,
+			Description:   e.Description,
+			InputSchema:   e.InputSchema,
+			ExecutionType: e.ExecutionType,
+			Visibility:    e.Visibility,
+		}
+		if x := e.Execution; x != nil {
+			defs[i].Execution = &tools.HTTPExecution{
+				URL: x.URL, Method: x.Method, Headers: x.Headers, Body: x.Body, Timeout: x.Timeout,
+			}
+		}
+	}
+	return defs
+}
+
+// agentsKey issues a fresh service key for the built-in handlers (the
+// previous one is revoked): only its hash is stored, so each start makes a
+// new one.
+func agentsKey(ctx context.Context, a *auth.Service) (string, error) {
+	key, err := a.CreateServiceKey(ctx, agentsKeyName, []string{"service"})
+	if errors.Is(err, auth.ErrServiceKeyExists) {
+		if err := a.RevokeServiceKey(ctx, agentsKeyName); err != nil {
+			return "", err
+		}
+		key, err = a.CreateServiceKey(ctx, agentsKeyName, []string{"service"})
+	}
+	if err != nil {
+		return "", fmt.Errorf("agents service key: %w", err)
+	}
+	return key, nil
+}
