@@ -86,7 +86,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	}
 	defer func() {
 		if err != nil {
-			a.Close()
+			if cerr := a.Close(); cerr != nil {
+				a.Logger.Error("close after a failed start", "err", cerr)
+			}
 		}
 	}()
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
