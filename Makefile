@@ -52,7 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApplyPatch -fuzztime 20s ./collections/
 	$(GO) test -run '^$$' -fuzz FuzzDocumentBody -fuzztime 20s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzWSMessage -fuzztime 20s ./server/
-	$(GO) test -run '^$$' -fuzz FuzzSealedCursor -fuzztime 20s ./server/
+	$(GO) test -run '^$$' -fuzz FuzzSealedCursor -fuzztime 20s ./access/
 	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 20s ./internal/pathpattern/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzParseFile -fuzztime 20s ./triggers/
