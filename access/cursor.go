@@ -20,14 +20,14 @@ import (
 // Query cursors. The engine's cursor (collections.MakeCursor) is its own
 // continuation: the order values and path of the last document it examined,
 // which under security rules is often a document the caller may not read.
-// So a client never sees it. The Service seals it with an AEAD under a server
-// key; the additional data binds the sealed cursor to the database, the
+// So a client never sees it. The Service seals it with an AEAD under the
+// cursor key; the additional data binds the sealed cursor to the database, the
 // normalized query (collection, filters, orderBy, showDeleted — not limit)
 // and the caller (credential kind + uid). A client therefore gets an opaque
 // string that continues exactly that query for that caller and nothing else:
 // a forged, tampered, replayed-by-someone-else or reused-for-another-query
-// cursor fails authentication and is 400 INVALID_QUERY, with a message that
-// says nothing about why.
+// cursor fails authentication and is ErrBadCursor (400 INVALID_QUERY on the
+// wire), which says nothing about why.
 //
 // XChaCha20-Poly1305 rather than AES-GCM: the key is long-lived and shared by
 // every node, and its 192-bit random nonces stay safe for any number of
