@@ -30,7 +30,7 @@ func (s *Server) batch(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	writes, err := s.parseBatch(callerOf(c), c.Param("db"), m)
+	writes, err := s.parseBatch(callerOf(c), m)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -67,7 +67,7 @@ func (s *Server) batch(c *gin.Context) {
 // parseBatch validates the batch body and every write, and authorizes each
 // one, before anything is committed. Errors about write i are wrapped in a
 // *collections.WriteError so the response carries details.index = i.
-func (s *Server) parseBatch(caller *access.Caller, db string, m map[string]any) ([]collections.Write, error) {
+func (s *Server) parseBatch(caller *access.Caller, m map[string]any) ([]collections.Write, error) {
 	var raw []any
 	for k, v := range m {
 		if k != "writes" {
@@ -87,7 +87,7 @@ func (s *Server) parseBatch(caller *access.Caller, db string, m map[string]any) 
 	}
 	writes := make([]collections.Write, len(raw))
 	for i, item := range raw {
-		w, err := s.parseBatchWrite(caller, db, item)
+		w, err := s.parseBatchWrite(caller, item)
 		if err != nil {
 			return nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
 		}
@@ -96,7 +96,7 @@ func (s *Server) parseBatch(caller *access.Caller, db string, m map[string]any) 
 	return writes, nil
 }
 
-func (s *Server) parseBatchWrite(caller *access.Caller, db string, item any) (collections.Write, error) {
+func (s *Server) parseBatchWrite(caller *access.Caller, item any) (collections.Write, error) {
 	var w collections.Write
 	m, ok := item.(map[string]any)
 	if !ok {
