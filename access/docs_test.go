@@ -121,3 +121,35 @@ func TestDocs_Denied(t *testing.T) {
 		t.Errorf("revoked caller: err=%v, want its error", err)
 	}
 }
+
+// A page the rules shortened is continued through the sealed cursor until
+// it is full; after too many empty pages the query stops with
+// ErrIncomplete rather than scan forever.
+func TestDocs_QueryContinuesPastHiddenDocuments(t *testing.T) {
+	ctx := context.Background()
+	svc, st := newService(t, rules.Default())
+	zoe := &access.Caller{Kind: "user", UID: "zoe"}
+	docs := access.NewDocs(svc, "default", func(context.Context) (*access.Caller, error) { return zoe, nil })
+	hide := func(from, n int) {
+		ws := make([]collections.Write, n)
+		for i := range ws {
+			ws[i] = collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/bob/notes/n%04d", from+i), Data: map[string]any{}}
+		}
+		if _, err := st.Commit(ctx, "default", ws, collections.CommitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hide(0, 20) // users/bob/... sorts before users/zoe/...: 20 rounds of hidden documents at limit 1
+	mustCommit(t, st, collections.Write{Type: collections.WriteCreate, Path: "users/zoe/notes/z1", Data: map[string]any{}})
+	got, err := docs.Query(ctx, collections.Query{Collection: "users/*/notes", Limit: 1})
+	if err != nil || len(got) != 1 || got[0].Path != "users/zoe/notes/z1" {
+		t.Fatalf("past 20 hidden documents: %v %v, want users/zoe/notes/z1", got, err)
+	}
+
+	// Each Service.Query examines at most 8 engine pages: 33 empty pages
+	// of one document are more than Docs.Query reads.
+	hide(20, 8*33)
+	if _, err := docs.Query(ctx, collections.Query{Collection: "users/*/notes", Limit: 1}); !errors.Is(err, access.ErrIncomplete) {
+		t.Errorf("past %d hidden documents: err=%v, want ErrIncomplete", 20+8*33, err)
+	}
+}
