@@ -41,7 +41,7 @@ unit:
 
 # Benchmarks: engine (go test -bench) and REST (loom bench); see BENCHMARKS.md.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./collections/sqlite/ ./server/
+	$(GO) test -run '^$$' -bench . -benchmem ./collections/sqlite/ ./access/ ./server/
 	./$(BIN) bench --clients 64 --duration 5s
 
 # Short fuzzing pass over every parser.
