@@ -140,6 +140,11 @@ type Config struct {
 	// refused by another. Nil: a random key per process (cursors do not
 	// survive a restart).
 	CursorKey []byte
+	// Access is the rules-pinned read/write protocol the server uses. Nil:
+	// one built from Rules and CursorKey. The composition root passes the
+	// one it shares with the agent runtime's in-process path, so a rules
+	// reload reaches both.
+	Access *access.Service
 }
 
 // Server is the HTTP surface over one Store.
@@ -210,8 +215,11 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		limits:          requestLimiters(cfg),
 		signups:         signupLimiters(cfg),
 	}
-	if s.access, err = access.New(access.Config{Store: store, Rules: cfg.Rules, CursorKey: cfg.CursorKey}); err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+	s.access = cfg.Access
+	if s.access == nil {
+		if s.access, err = access.New(access.Config{Store: store, Rules: cfg.Rules, CursorKey: cfg.CursorKey}); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
 	}
 	m, err := newHTTPMetrics(cfg.Registry, store)
 	if err != nil {
