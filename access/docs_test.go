@@ -88,6 +88,14 @@ func TestDocs_Query(t *testing.T) {
 	if _, err := docs.Query(ctx, collections.Query{Collection: "users/u1/tasks", OrderBy: []collections.Order{{Field: "n", Direction: "up"}}}); !errors.Is(err, collections.ErrInvalidQuery) {
 		t.Errorf("bad direction: err=%v, want ErrInvalidQuery", err)
 	}
+	// A cursor Loom did not hand out is an invalid query, as the 400
+	// INVALID_QUERY it is over REST is to loomclient: the agent runtime
+	// records it as the content's fault (webhooks' permanent) instead of
+	// retrying it.
+	_, err = docs.Query(ctx, collections.Query{Collection: "users/u1/tasks", StartAfter: "bm90LWEtY3Vyc29y"})
+	if !errors.Is(err, access.ErrBadCursor) || !errors.Is(err, collections.ErrInvalidQuery) {
+		t.Errorf("forged cursor: err=%v, want ErrBadCursor and ErrInvalidQuery", err)
+	}
 }
 
 // The shipped rules give the service role users/{uid}/... and nothing

@@ -2,6 +2,7 @@ package access
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -36,8 +37,12 @@ var (
 	ErrSystemWrite = errors.New("access: system collections cannot be written through the document API")
 	// ErrBadCursor is every query cursor failure a client can cause: forged,
 	// tampered, sealed by another key, or issued for another query or
-	// caller. It says nothing about which.
-	ErrBadCursor = errors.New("access: startAfter is not a cursor this server returned for this query")
+	// caller. It says nothing about which. It is a
+	// collections.ErrInvalidQuery, as loomclient reports the 400
+	// INVALID_QUERY the server answers with, so callers that sort errors
+	// by the collections sentinels (the agent runtime) see the same kind
+	// in process.
+	ErrBadCursor = fmt.Errorf("access: startAfter is not a cursor this server returned for this query (%w)", collections.ErrInvalidQuery)
 )
 
 // HiddenPrecondition is a failed precondition whose current document the
