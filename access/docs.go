@@ -127,11 +127,12 @@ func (d *Docs) write(ctx context.Context, op string, w collections.Write, data m
 	return res[0].Doc, nil
 }
 
-// Query returns one page of documents of q (q.Limit: 0 means
-// collections.DefaultLimit; more than collections.MaxLimit is
-// MaxLimit). q is validated exactly as the REST query endpoint does: it
-// travels through its JSON form. Pages the rules shortened are continued
-// until the page is full or the query ends.
+// Query returns up to q.Limit documents of q (0 means
+// collections.DefaultLimit), following the sealed cursor across pages of at
+// most collections.MaxLimit, as loomclient follows nextCursor. q is
+// validated exactly as the REST query endpoint does: it travels through its
+// JSON form. After maxEmptyPages pages in a row the rules left empty it
+// returns what it has with ErrIncomplete.
 func (d *Docs) Query(ctx context.Context, q collections.Query) ([]*collections.Document, error) {
 	fail := func(err error) ([]*collections.Document, error) {
 		return nil, fmt.Errorf("access: query %s: %w", q.Collection, err)
@@ -143,21 +144,21 @@ func (d *Docs) Query(ctx context.Context, q collections.Query) ([]*collections.D
 	if q, err = collections.DecodeQuery(b); err != nil {
 		return fail(err)
 	}
+	want := q.Limit
+	switch {
+	case want < 0:
+		return fail(fmt.Errorf("%w: limit must not be negative", collections.ErrInvalidQuery))
+	case want == 0:
+		want = collections.DefaultLimit
+	}
 	caller, err := d.caller(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	want := q.Limit // a negative limit fails in Service.Query, as over REST
-	switch {
-	case want == 0:
-		want = collections.DefaultLimit
-	case want > collections.MaxLimit:
-		want = collections.MaxLimit
-	}
 	var out []*collections.Document
-	for empty := 0; len(out) < want || want < 0; {
+	for empty := 0; len(out) < want; {
 		page := q
-		page.Limit = want - len(out)
+		page.Limit = min(want-len(out), collections.MaxLimit)
 		res, err := d.svc.Query(ctx, caller, d.db, page)
 		if err != nil {
 			return fail(err)

@@ -161,3 +161,25 @@ func TestDocs_QueryContinuesPastHiddenDocuments(t *testing.T) {
 		t.Errorf("past %d hidden documents: err=%v, want ErrIncomplete", 20+8*33, err)
 	}
 }
+
+// Query returns up to q.Limit documents however many pages that takes, as
+// loomclient's Query does (it asks for MaxLimit at a time): a limit above
+// MaxLimit is not cut to one engine page.
+func TestDocs_QueryLimitAboveMaxLimit(t *testing.T) {
+	ctx := context.Background()
+	docs, st := newDocs(t)
+	ws := make([]collections.Write, collections.MaxLimit+5)
+	for i := range ws {
+		ws[i] = collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/u1/msgs/m%05d", i), Data: map[string]any{"n": i}}
+	}
+	if _, err := st.Commit(ctx, "default", ws, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := docs.Query(ctx, collections.Query{Collection: "users/u1/msgs", Limit: collections.MaxLimit + 2})
+	if err != nil || len(got) != collections.MaxLimit+2 || got[len(got)-1].ID != fmt.Sprintf("m%05d", collections.MaxLimit+1) {
+		t.Fatalf("limit MaxLimit+2: %d documents, %v; want %d in order", len(got), err, collections.MaxLimit+2)
+	}
+	if got, err := docs.Query(ctx, collections.Query{Collection: "users/u1/msgs", Limit: 2 * collections.MaxLimit}); err != nil || len(got) != len(ws) {
+		t.Fatalf("limit 2*MaxLimit: %d documents, %v; want all %d", len(got), err, len(ws))
+	}
+}
