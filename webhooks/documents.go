@@ -6,11 +6,12 @@ import (
 	"github.com/loomdb/loom/collections"
 )
 
-// Docs is the document API the handlers use. The production implementation
-// is webhooks/loomclient (Loom's REST API with a service key). Errors wrap
-// the collections sentinels: collections.ErrNotFound, ErrAlreadyExists (a
-// Create over a live document) and ErrPreconditionFailed (an Update whose
-// ifVersion no longer holds).
+// Docs is the document API the handlers use, as a service key: in process
+// in loom serve (access.Docs), over Loom's REST API in loom agents
+// (webhooks/loomclient). Errors wrap the collections sentinels:
+// collections.ErrNotFound, ErrAlreadyExists (a Create over a live
+// document) and ErrPreconditionFailed (an Update whose ifVersion no longer
+// holds).
 type Docs interface {
 	// Get returns the live document at path.
 	Get(ctx context.Context, path string) (*collections.Document, error)
@@ -21,6 +22,7 @@ type Docs interface {
 	// Update deep-merges data into the document (PATCH semantics). With
 	// ifVersion > 0 it applies only at that version.
 	Update(ctx context.Context, path string, data map[string]any, ifVersion int64) (*collections.Document, error)
-	// Query returns one page of documents (q.Limit, default 100).
+	// Query returns up to q.Limit documents (default 100), however many
+	// pages that takes.
 	Query(ctx context.Context, q collections.Query) ([]*collections.Document, error)
 }
