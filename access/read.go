@@ -68,7 +68,9 @@ func (s *Service) Readable(ctx context.Context, caller *Caller, db string, op ru
 // normalize and open the cursor, the system-collection check, CheckList on
 // the collection or pattern, then a page of readable documents with a
 // sealed NextCursor. A cursor not issued for this query and caller is
-// ErrBadCursor.
+// ErrBadCursor. Normalizing rewrites operators and directions in q.Filters
+// and q.OrderBy in place: q shares those arrays with the caller, so a
+// caller that reuses a Query must pass a copy (Docs.Query decodes its own).
 func (s *Service) Query(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
 	if err := s.openQueryCursor(db, caller, &q); err != nil {
 		return collections.QueryResult{}, err
