@@ -143,7 +143,9 @@ type Config struct {
 	// Access is the rules-pinned read/write protocol the server uses. Nil:
 	// one built from Rules and CursorKey. The composition root passes the
 	// one it shares with the agent runtime's in-process path, so a rules
-	// reload reaches both.
+	// reload reaches both; it then holds the rules and the cursor key, and
+	// CursorKey is unused here (Rules and RulesFile still tell the rules
+	// reload whether a file or the built-in rules are in force).
 	Access *access.Service
 }
 

@@ -159,7 +159,7 @@ func queryDocuments(ctx context.Context, query QueryFunc, args map[string]any, c
 	}
 	docs, err := query(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("query_documents: %w", err)
+		return nil, queryFailure(err)
 	}
 	out := make([]map[string]any, 0, len(docs))
 	for _, d := range docs {
@@ -252,3 +252,24 @@ func text(b []byte) string {
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
+
+// queryFailure is what a failed query_documents run says. Its text is
+// recorded in the user's documents and shown to the model, so it quotes
+// only what names the caller's own query (an invalid query or path); any
+// other failure says only that the read failed — the store's words name
+// its internals. The cause stays in the chain for errors.Is.
+func queryFailure(err error) error {
+	if errors.Is(err, collections.ErrInvalidQuery) || errors.Is(err, collections.ErrInvalidPath) {
+		return fmt.Errorf("query_documents: %w", err)
+	}
+	return &quietError{msg: "query_documents: the documents could not be read", err: err}
+}
+
+// quietError shows msg and keeps err for errors.Is / errors.As.
+type quietError struct {
+	msg string
+	err error
+}
+
+func (e *quietError) Error() string { return e.msg }
+func (e *quietError) Unwrap() error { return e.err }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,8 +240,13 @@ func TestQueryDocuments(t *testing.T) {
 
 	boom := errors.New("boom")
 	r = mustNew(t, nil, Deps{Query: func(context.Context, collections.Query) ([]*collections.Document, error) { return nil, boom }})
-	if _, err := run(t, r, "query_documents", `{"collection":"users/u1/notes"}`, call); !errors.Is(err, boom) || errors.Is(err, ErrInvalidArgs) {
-		t.Fatalf("query failure: %v", err)
+	if _, err := run(t, r, "query_documents", `{"collection":"users/u1/notes"}`, call); !errors.Is(err, boom) || errors.Is(err, ErrInvalidArgs) || strings.Contains(err.Error(), "boom") {
+		t.Fatalf("query failure: %v (want the cause kept but not quoted: the text reaches the user)", err)
+	}
+	bad := fmt.Errorf("access: query: %w: field x is not indexed", collections.ErrInvalidQuery)
+	r = mustNew(t, nil, Deps{Query: func(context.Context, collections.Query) ([]*collections.Document, error) { return nil, bad }})
+	if _, err := run(t, r, "query_documents", `{"collection":"users/u1/notes"}`, call); !errors.Is(err, collections.ErrInvalidQuery) || !strings.Contains(err.Error(), "not indexed") {
+		t.Fatalf("invalid query: %v (want its reason quoted: it is about the model's own query)", err)
 	}
 }
 
