@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/server"
 )
 
-const testAdminKey = "test-admin-key-0123456789"
+const testAdminKey = apptest.AdminKey
 
 // api is the prefix of the default database's routes.
 const api = "/api/v1/databases/default"
@@ -118,58 +118,13 @@ func newEnv(t testing.TB, cfg server.Config) *testEnv {
 }
 
 // response is one HTTP response, body read.
-type response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// JSON decodes the body (numbers as json.Number).
-func (r *response) JSON(t testing.TB) map[string]any {
-	t.Helper()
-	m, err := collections.DecodeObject(r.Body)
-	if err != nil {
-		t.Fatalf("response body is not a JSON object: %v\n%s", err, r.Body)
-	}
-	return m
-}
+type response = apptest.Response
 
 // Do sends one request with the admin key (unless headers set
 // Authorization or X-API-Key, or anonymous is true).
 func (e *testEnv) Do(t testing.TB, method, url string, body string, headers map[string]string) *response {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, e.URL+url, rd)
-	if err != nil {
-		t.Fatalf("new request: %v", err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+testAdminKey)
-	for k, v := range headers {
-		if k == "Authorization" || k == "X-API-Key" {
-			req.Header.Del("Authorization")
-		}
-		if v == "" {
-			req.Header.Del(k)
-			continue
-		}
-		req.Header.Set(k, v)
-	}
-	res, err := e.Client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return &response{Status: res.StatusCode, Header: res.Header, Body: b}
+	return apptest.Send(t, e.Client, e.URL+url, method, body, headers)
 }
 
 // MustDo is Do that fails unless the status is want.
@@ -308,30 +263,10 @@ func (sc *scenario) Run(t *testing.T) {
 	}
 }
 
-// checkErrorShape asserts the error body of README "Errors": application/json
-// {"code":"UPPER_SNAKE","message":"...","details":{...}?}.
+// checkErrorShape asserts the error body of README "Errors".
 func checkErrorShape(t testing.TB, res *response) {
 	t.Helper()
-	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("error Content-Type=%q, want application/json", ct)
-	}
-	var e struct {
-		Code    string          `json:"code"`
-		Message string          `json:"message"`
-		Details json.RawMessage `json:"details"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(res.Body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		t.Errorf("error body %s: %v", res.Body, err)
-		return
-	}
-	if e.Code == "" || strings.ToUpper(e.Code) != e.Code || e.Message == "" {
-		t.Errorf("error body %s: want an UPPER_SNAKE code and a message", res.Body)
-	}
-	if len(e.Details) > 0 && e.Details[0] != '{' {
-		t.Errorf("error details %s: want an object", e.Details)
-	}
+	apptest.CheckErrorShape(t, res)
 }
 
 func compact(b []byte) string {
