@@ -137,7 +137,13 @@ func (rc *Receiver) Requests() []Request {
 // WaitTimeout) and returns them; it fails the test on timeout.
 func (rc *Receiver) WaitFor(t testing.TB, what string, cond func([]Request) bool) []Request {
 	t.Helper()
-	deadline := time.Now().Add(WaitTimeout)
+	return rc.WaitWithin(t, WaitTimeout, what, cond)
+}
+
+// WaitWithin is WaitFor with its own timeout, for waits known to be long.
+func (rc *Receiver) WaitWithin(t testing.TB, timeout time.Duration, what string, cond func([]Request) bool) []Request {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		got := rc.Requests()
 		if cond(got) {
