@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,16 +60,7 @@ func (e *testEnv) WaitServe(t testing.TB, d time.Duration) error {
 // cleanup.
 func MustOpenStore(t testing.TB) collections.Store {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil && !errors.Is(err, collections.ErrClosed) {
-			t.Errorf("store Close: %v", err)
-		}
-	})
-	return st
+	return apptest.OpenSQLite(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
 }
 
 // MustStartServer serves a new Server over store on 127.0.0.1:0 via Serve,
@@ -239,17 +229,7 @@ func (sc *scenario) Run(t *testing.T) {
 	if got := after - before; got != sc.ExpectedChanges {
 		t.Errorf("changes=%d, want %d", got, sc.ExpectedChanges)
 	}
-	body := compact(res.Body)
-	for _, want := range sc.ExpectedContent {
-		if !strings.Contains(body, want) {
-			t.Errorf("body does not contain %s\nbody: %s", want, body)
-		}
-	}
-	for _, unwanted := range sc.NotExpectedContent {
-		if strings.Contains(body, unwanted) {
-			t.Errorf("body contains %s\nbody: %s", unwanted, body)
-		}
-	}
+	apptest.CheckContent(t, res, sc.ExpectedContent, sc.NotExpectedContent)
 	for k, want := range sc.ExpectedHeaders {
 		if got := res.Header.Get(k); got != want {
 			t.Errorf("header %s=%q, want %q", k, got, want)

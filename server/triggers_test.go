@@ -192,7 +192,7 @@ func TestTriggersAdmin_ListShowsFileTriggersAndSecretOnce(t *testing.T) {
 	}
 	// The shown generated secret signs the file trigger's deliveries.
 	e.Put(t, "files/a", `{"n":1}`)
-	got := rc.WaitFor(t, "two deliveries", func(rs []apptest.Request) bool { return len(rs) >= 2 })
+	got := rc.WaitFor(t, "two deliveries", apptest.AtLeast(2))
 	for _, g := range got {
 		if g.Body["triggerId"] == "f-gen" {
 			apptest.Verify(t, *gen.Secret, g)
@@ -613,7 +613,7 @@ func TestTriggersWebhook_RetryAfterHonoured(t *testing.T) {
 	e := startTrigEnv(t, trigEnvOpts{})
 	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.Put(t, "items/r", `{"n":1}`)
-	got := rc.WaitFor(t, "the retry", func(rs []apptest.Request) bool { return len(rs) >= 2 })
+	got := rc.WaitFor(t, "the retry", apptest.AtLeast(2))
 	if gap := got[1].At.Sub(got[0].At); gap < 950*time.Millisecond {
 		t.Fatalf("retry came %v after a 503 with Retry-After: 1", gap)
 	}
@@ -717,15 +717,7 @@ func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
 	}
 	e.Put(t, "items/b", `{"n":1}`)
 	e.waitDeliveries(t, "second dead", "triggerId=ext&status=dead", func(ds []deliveryOut) bool { return len(ds) == 2 })
-	deadline := time.Now().Add(5 * time.Second)
-	var tr triggerOut
-	for {
-		tr = e.getTrigger(t, "ext")
-		if tr.Status == "disabled" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tr := e.waitTrigger(t, "ext", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if tr.Status != "disabled" || !strings.Contains(tr.DisabledReason, "dead") {
 		t.Fatalf("after two dead deliveries: status %q reason %q", tr.Status, tr.DisabledReason)
 	}
@@ -765,7 +757,7 @@ func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 	e := startTrigEnv(t, trigEnvOpts{})
 	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.Put(t, "items/p", `{"n":1}`)
-	rc.WaitFor(t, "first attempt", func(rs []apptest.Request) bool { return len(rs) >= 1 })
+	rc.WaitFor(t, "first attempt", apptest.AtLeast(1))
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/disable", "")
 	time.Sleep(1500 * time.Millisecond)
 	if n := len(rc.Requests()); n != 1 {
@@ -775,7 +767,7 @@ func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 		t.Fatalf("pending rows while disabled: %+v", ds)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/enable", "")
-	got := rc.WaitFor(t, "the parked retry after enable", func(rs []apptest.Request) bool { return len(rs) >= 2 })
+	got := rc.WaitFor(t, "the parked retry after enable", apptest.AtLeast(2))
 	if got[0].ID() != got[1].ID() {
 		t.Fatalf("the resumed retry has a new webhook-id")
 	}
@@ -788,15 +780,7 @@ func TestTriggersWebhook_GoneDisablesTrigger(t *testing.T) {
 	e.register(t, extDef("ext", rc.URL, ""))
 	e.Put(t, "items/g", `{"n":1}`)
 	rc.WaitFor(t, "the 410", apptest.HasDoc("g"))
-	deadline := time.Now().Add(5 * time.Second)
-	var tr triggerOut
-	for {
-		tr = e.getTrigger(t, "ext")
-		if tr.Status == "disabled" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tr := e.waitTrigger(t, "ext", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if tr.Status != "disabled" || !strings.Contains(tr.DisabledReason, "410") {
 		t.Fatalf("after a 410: status %q reason %q", tr.Status, tr.DisabledReason)
 	}

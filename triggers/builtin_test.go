@@ -45,7 +45,7 @@ func TestBuiltin_LoadedAndKeptByReload(t *testing.T) {
 		t.Fatalf("b1 after a reload: %v", err)
 	}
 	commit(t, st, "users/u1/chats/c1/messages/m1")
-	rc.WaitFor(t, "the built-in trigger's delivery", func(r []apptest.Request) bool { return len(r) == 1 })
+	rc.WaitFor(t, "the built-in trigger's delivery", apptest.Exactly(1))
 }
 
 // A file wins over Config.Builtin; a bad built-in set fails New.
@@ -79,7 +79,7 @@ func TestBuiltin_OwnTransport(t *testing.T) {
 		BuiltinURL: rc.URL + "/webhooks/", Transport: refuse{}, BuiltinTransport: http.DefaultTransport,
 	})
 	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"role": "user"})
-	got := rc.WaitFor(t, "the own delivery", func(r []apptest.Request) bool { return len(r) >= 1 })
+	got := rc.WaitFor(t, "the own delivery", apptest.AtLeast(1))
 	ds := waitDeliveries(t, e.svc, triggers.DeliveryQuery{TriggerID: "other"}, func(ds []*triggers.Delivery) bool {
 		return len(ds) == 1 && ds[0].Status == "dead"
 	})

@@ -107,7 +107,7 @@ func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kr.WaitFor(t, "the failing head", func(r []apptest.Request) bool { return len(r) >= 1 })
+	kr.WaitFor(t, "the failing head", apptest.AtLeast(1))
 
 	// Other users' chats and another trigger, committed after the flood.
 	others := func(round string) {
@@ -165,7 +165,7 @@ func TestTenantWithManyBlockedKeysDoesNotStarveOthers(t *testing.T) {
 	if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kr.WaitFor(t, "the failing heads", func(r []apptest.Request) bool { return len(r) >= 1 })
+	kr.WaitFor(t, "the failing heads", apptest.AtLeast(1))
 	for c := 0; c < 3; c++ {
 		for i := 0; i < 5; i++ {
 			e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok%d/messages/m%04d", c, i), map[string]any{"i": i})
@@ -208,7 +208,7 @@ func TestFloodedTriggerDoesNotStarveOthers(t *testing.T) {
 	if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slow.WaitFor(t, "the hanging requests", func(r []apptest.Request) bool { return len(r) >= 1 })
+	slow.WaitFor(t, "the hanging requests", apptest.AtLeast(1))
 	for i := 0; i < 5; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("notes/n%04d", i), map[string]any{"i": i})
 	}
@@ -257,7 +257,7 @@ func TestHangingTriggerLeavesWorkersForOthers(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("slow/s%04d", i), map[string]any{"i": i})
 	}
-	slow.WaitFor(t, "the hanging requests", func(r []apptest.Request) bool { return len(r) >= 1 })
+	slow.WaitFor(t, "the hanging requests", apptest.AtLeast(1))
 	for i := 0; i < 5; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("notes/n%04d", i), map[string]any{"i": i})
 	}
@@ -274,7 +274,7 @@ func TestHangingTenantLeavesWorkersForOthers(t *testing.T) {
 	for c := 0; c < 8; c++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u1/chats/hang%d/messages/m0000", c), map[string]any{"i": c})
 	}
-	rc.WaitFor(t, "the hanging requests", func(r []apptest.Request) bool { return len(r) >= 1 })
+	rc.WaitFor(t, "the hanging requests", apptest.AtLeast(1))
 	for i := 0; i < 5; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok/messages/m%04d", i), map[string]any{"i": i})
 	}
@@ -302,7 +302,7 @@ func TestDisabledTriggerReleasesRowsQueuedBehindAKey(t *testing.T) {
 	if _, err := e.store.Commit(context.Background(), "default", writes, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rc.WaitFor(t, "the 410", func(r []apptest.Request) bool { return len(r) >= 1 })
+	rc.WaitFor(t, "the 410", apptest.AtLeast(1))
 	held := func() float64 {
 		mfs, err := reg.Gather()
 		if err != nil {
@@ -332,7 +332,7 @@ func TestDisabledTriggerReleasesRowsQueuedBehindAKey(t *testing.T) {
 	if err := e.svc.Enable(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	got := rc.WaitFor(t, "the parked deliveries after enable", func(r []apptest.Request) bool { return len(r) >= 6 })
+	got := rc.WaitFor(t, "the parked deliveries after enable", apptest.AtLeast(6))
 	for i, r := range got[1:6] {
 		ev, _ := r.Body["event"].(map[string]any)
 		if want := fmt.Sprintf("m%d", i); ev["id"] != want {
@@ -353,10 +353,10 @@ func TestFailingReceiverDoesNotStarveOthers(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("bad/b%d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
 	}
-	bad.WaitFor(t, "the failing first attempts", func(r []apptest.Request) bool { return len(r) >= 2 })
+	bad.WaitFor(t, "the failing first attempts", apptest.AtLeast(2))
 	for i := 0; i < 4; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("good/g%d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
 	}
-	good.WaitFor(t, "every good delivery", func(r []apptest.Request) bool { return len(r) == 4 })
-	bad.WaitFor(t, "one failed attempt per bad row", func(r []apptest.Request) bool { return len(r) == 6 })
+	good.WaitFor(t, "every good delivery", apptest.Exactly(4))
+	bad.WaitFor(t, "one failed attempt per bad row", apptest.Exactly(6))
 }

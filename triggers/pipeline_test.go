@@ -34,7 +34,7 @@ func TestDeliverySignedAndShaped(t *testing.T) {
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"role": "user", "content": "hi"})
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"role": "assistant", "content": "hello"})
 	write(t, e.Store, collections.WriteCreate, "other/x", map[string]any{"role": "user"})
-	got := rc.WaitFor(t, "one delivery", func(r []apptest.Request) bool { return len(r) >= 1 })
+	got := rc.WaitFor(t, "one delivery", apptest.AtLeast(1))
 	time.Sleep(200 * time.Millisecond)
 	if got = rc.Requests(); len(got) != 1 {
 		t.Fatalf("got %d deliveries, want 1 (the assistant message and the other collection must not match)", len(got))
@@ -72,7 +72,7 @@ func TestStatusTransitionFiresOnce(t *testing.T) {
 	write(t, e.Store, collections.WriteUpdate, p, map[string]any{"status": "success"})
 	write(t, e.Store, collections.WriteUpdate, p, map[string]any{"progress": json.Number("2")})
 	write(t, e.Store, collections.WriteUpdate, p, map[string]any{"note": "x"})
-	rc.WaitFor(t, "the transition", func(r []apptest.Request) bool { return len(r) >= 1 })
+	rc.WaitFor(t, "the transition", apptest.AtLeast(1))
 	time.Sleep(300 * time.Millisecond)
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("transition fired %d times, want once", n)
@@ -89,7 +89,7 @@ func TestRetryThenSuccessKeepsWebhookID(t *testing.T) {
 	})
 	e := startNode(t, "["+triggerJSON("r", rc.URL, `, "retryPolicy": {"maxAttempts": 5, "initialBackoff": "50ms", "maxBackoff": "100ms"}`)+"]")
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"a": "b"})
-	got := rc.WaitFor(t, "three attempts", func(r []apptest.Request) bool { return len(r) >= 3 })
+	got := rc.WaitFor(t, "three attempts", apptest.AtLeast(3))
 	for i, r := range got {
 		apptest.Verify(t, testSecret, r)
 		if r.ID() != got[0].ID() {
@@ -108,26 +108,14 @@ func TestRetryThenSuccessKeepsWebhookID(t *testing.T) {
 }
 
 func TestDeadThenReplay(t *testing.T) {
-	rc := apptest.NewReceiver(t, nil)
-	fail := true
-	var mu sync.Mutex
-	rc.SetRespond(func(_ context.Context, _ http.ResponseWriter, _ apptest.Request) int {
-		mu.Lock()
-		defer mu.Unlock()
-		if fail {
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusNoContent
-	})
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusServiceUnavailable))
 	e := startNode(t, "["+triggerJSON("d", rc.URL, `, "retryPolicy": {"maxAttempts": 2, "initialBackoff": "20ms", "maxBackoff": "20ms"}`)+"]")
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"a": "b"})
 	ds := waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{Status: triggers.StatusDead}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
 	if len(ds[0].Attempts) != 2 {
 		t.Fatalf("dead after %d attempts, want 2", len(ds[0].Attempts))
 	}
-	mu.Lock()
-	fail = false
-	mu.Unlock()
+	rc.SetRespond(apptest.Status(http.StatusNoContent))
 	if err := e.Triggers.Replay(context.Background(), ds[0].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -142,20 +130,10 @@ func TestDeadThenReplay(t *testing.T) {
 }
 
 func TestGoneDisablesTrigger(t *testing.T) {
-	rc := apptest.NewReceiver(t, nil)
-	gone := true
-	var mu sync.Mutex
-	rc.SetRespond(func(_ context.Context, _ http.ResponseWriter, _ apptest.Request) int {
-		mu.Lock()
-		defer mu.Unlock()
-		if gone {
-			return http.StatusGone
-		}
-		return http.StatusOK
-	})
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusGone))
 	e := startNode(t, "["+triggerJSON("g", rc.URL, "")+"]")
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"a": "b"})
-	rc.WaitFor(t, "the 410", func(r []apptest.Request) bool { return len(r) == 1 })
+	rc.WaitFor(t, "the 410", apptest.Exactly(1))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		in, _, err := e.Triggers.Get(context.Background(), "g")
@@ -179,13 +157,11 @@ func TestGoneDisablesTrigger(t *testing.T) {
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests while disabled", n)
 	}
-	mu.Lock()
-	gone = false
-	mu.Unlock()
+	rc.SetRespond(nil)
 	if err := e.Triggers.Enable(context.Background(), "g"); err != nil {
 		t.Fatal(err)
 	}
-	got := rc.WaitFor(t, "the parked delivery after enable", func(r []apptest.Request) bool { return len(r) == 2 })
+	got := rc.WaitFor(t, "the parked delivery after enable", apptest.Exactly(2))
 	if got[1].ID() != got[0].ID() {
 		t.Fatalf("after enable got %s, want the parked %s", got[1].ID(), got[0].ID())
 	}
@@ -233,7 +209,7 @@ func TestOrderingKeySequentialPerKey(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	got := rc.WaitFor(t, "all deliveries", func(r []apptest.Request) bool { return len(r) >= chats*(perChat+1) })
+	got := rc.WaitFor(t, "all deliveries", apptest.AtLeast(chats*(perChat+1)))
 	// Per chat, successful deliveries arrive in commit (message) order.
 	seen := map[string][]string{}
 	for _, r := range got {
@@ -303,7 +279,7 @@ func TestRestartDeliversBacklogOnly(t *testing.T) {
 	st := apptest.OpenStore(t, dir)
 	e := apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[" + triggerJSON("a", rc.URL, `, "timeout": "30s"`) + "]"})
 	write(t, st, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"x": "1"})
-	rc.WaitFor(t, "the hanging first delivery", func(r []apptest.Request) bool { return len(r) == 1 })
+	rc.WaitFor(t, "the hanging first delivery", apptest.Exactly(1))
 	stopped := make(chan struct{})
 	go func() {
 		if err := e.Stop(); err != nil {
@@ -318,7 +294,7 @@ func TestRestartDeliversBacklogOnly(t *testing.T) {
 	// A second trigger appears in the file while the service is down.
 	apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[" + triggerJSON("a", rc.URL, "") + "," + triggerJSON("b", rc.URL, "") + "]"})
 	write(t, st, collections.WriteCreate, "users/u1/chats/c1/messages/m3", map[string]any{"x": "3"})
-	got := rc.WaitFor(t, "m1 again, m2 and m3 (twice)", func(r []apptest.Request) bool { return len(r) >= 5 })
+	got := rc.WaitFor(t, "m1 again, m2 and m3 (twice)", apptest.AtLeast(5))
 	time.Sleep(200 * time.Millisecond)
 	got = rc.Requests()
 	count := map[string]int{}
@@ -379,7 +355,7 @@ func TestTwoNodesShareTheWorkAndTheCounters(t *testing.T) {
 	for i := 0; i < n; i++ {
 		write(t, e.Store, collections.WriteCreate, fmt.Sprintf("users/u1/chats/c1/messages/m%02d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
 	}
-	got := rc.WaitFor(t, "every delivery", func(r []apptest.Request) bool { return len(r) >= n })
+	got := rc.WaitFor(t, "every delivery", apptest.AtLeast(n))
 	ids := map[string]bool{}
 	for _, r := range got {
 		ids[r.ID()] = true

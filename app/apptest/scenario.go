@@ -78,22 +78,29 @@ func (sc Scenario) Test(t testing.TB, s *Stack) {
 	if got, want := fmt.Sprint(changes), fmt.Sprint(sc.ExpectedChanges); got != want {
 		t.Errorf("%s %s: changes=%v, want %v", sc.Method, sc.URL, got, want)
 	}
-	body := compact(res.Body)
-	for _, want := range sc.ExpectedContent {
-		if !strings.Contains(body, want) {
-			t.Errorf("body does not contain %s\nbody: %s", want, body)
-		}
-	}
-	for _, unwanted := range sc.NotExpectedContent {
-		if strings.Contains(body, unwanted) {
-			t.Errorf("body contains %s\nbody: %s", unwanted, body)
-		}
-	}
+	CheckContent(t, res, sc.ExpectedContent, sc.NotExpectedContent)
 	if res.Status >= 400 {
 		CheckErrorShape(t, res)
 	}
 	if sc.AfterTest != nil {
 		sc.AfterTest(t, s, res)
+	}
+}
+
+// CheckContent asserts that the compacted JSON body (the raw body when it
+// is not JSON) holds every string of want and none of unwanted.
+func CheckContent(t testing.TB, res *Response, want, unwanted []string) {
+	t.Helper()
+	body := compact(res.Body)
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("body does not contain %s\nbody: %s", w, body)
+		}
+	}
+	for _, u := range unwanted {
+		if strings.Contains(body, u) {
+			t.Errorf("body contains %s\nbody: %s", u, body)
+		}
 	}
 }
 

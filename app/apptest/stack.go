@@ -197,10 +197,16 @@ func (s *Stack) Stop() error {
 // node (restarts, writes while it is down) or is shared by two nodes.
 func OpenStore(t testing.TB, dir string) collections.Store {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{
+	return OpenSQLite(t, sqlite.Config{
 		Path:    filepath.Join(dir, "loom.db"),
 		Indexes: append(slices.Clone(webhooks.Indexes), triggers.Indexes...),
 	})
+}
+
+// OpenSQLite opens a SQLite store with cfg and closes it at cleanup.
+func OpenSQLite(t testing.TB, cfg sqlite.Config) collections.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
 	}
