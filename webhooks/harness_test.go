@@ -82,7 +82,7 @@ func (s *stack) do(method, path, token, body string) (int, map[string]any) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := s.node.Client.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}
