@@ -49,7 +49,7 @@ type Options struct {
 	// Logger receives every component's logs (nil: a text logger on stderr
 	// at cfg.LogLevel).
 	Logger *slog.Logger
-	// Version is reported in logs and deliveries.
+	// Version is what the server logs and the trigger deliveries report.
 	Version string
 }
 
@@ -86,7 +86,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	}
 	defer func() {
 		if err != nil {
-			a.Close()
+			if cerr := a.Close(); cerr != nil {
+				a.Logger.Error("close after a failed start", "err", cerr)
+			}
 		}
 	}()
 	if err := os.MkdirAll(cfg.Data, 0o700); err != nil {
@@ -178,7 +180,8 @@ func (a *App) listen(ln net.Listener) error {
 }
 
 // Run runs the trigger pipeline and the HTTP server until ctx is done or
-// the server fails, and shuts both down in the one order. Call it once.
+// the server fails, and shuts both down in the one order. Call it once,
+// and Close after it returns.
 //
 // At shutdown the trigger pipeline drains first — deliveries in flight
 // finish, the built-in handlers among them, which need the HTTP server —

@@ -5,7 +5,7 @@
 // reference evaluator (Match, Compare), opaque query cursors, the change-log
 // record, and the Store interface that every engine implements. Engines live in
 // subpackages (collections/sqlite; a MongoDB engine is planned) and are picked
-// by cmd/loom; nothing else imports them.
+// by package app (the composition root); nothing else imports them.
 //
 // # Basics
 //

@@ -3,8 +3,8 @@
 //
 // Config only describes: it is plain data, and Load is the one reader of
 // loom.toml and of the LOOM_* settings of loom serve and loom agents (the
-// ${VAR} of triggers.json expand from the environment cmd/loom hands to
-// triggers). It imports no feature package; cmd/loom turns it into each
+// ${VAR} of triggers.json expand from the environment package app hands to
+// triggers). It imports no feature package; package app turns it into each
 // package's own types (tool definitions, the indexes joined with those the
 // features need).
 package config

@@ -37,7 +37,7 @@ func TestLoad_Defaults(t *testing.T) {
 		t.Fatalf("retention=%v, want 168h", cfg.Changes.Retention)
 	}
 	if len(cfg.Indexes) != 0 || len(cfg.Warnings) != 0 {
-		t.Fatalf("indexes=%v warnings=%v, want none (the features' own indexes are joined by cmd/loom)", cfg.Indexes, cfg.Warnings)
+		t.Fatalf("indexes=%v warnings=%v, want none (the features' own indexes are joined by package app)", cfg.Indexes, cfg.Warnings)
 	}
 }
 

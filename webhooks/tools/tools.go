@@ -2,7 +2,7 @@
 // http tools, with JSON-schema-checked arguments.
 //
 // A tool is described by a [Def] (from [Builtins], the `[[tool]]` tables of
-// loom.toml, which cmd/loom converts, or a tools.json file read by
+// loom.toml, which package app converts, or a tools.json file read by
 // [LoadFile]). [New] validates every
 // definition and compiles its input schema with
 // github.com/santhosh-tekuri/jsonschema/v6; [Registry.Run] validates the
