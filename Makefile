@@ -41,7 +41,7 @@ unit:
 
 # Benchmarks: engine (go test -bench) and REST (loom bench); see BENCHMARKS.md.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./collections/sqlite/ ./server/
+	$(GO) test -run '^$$' -bench . -benchmem ./collections/sqlite/ ./access/ ./server/
 	./$(BIN) bench --clients 64 --duration 5s
 
 # Short fuzzing pass over every parser.
@@ -52,7 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApplyPatch -fuzztime 20s ./collections/
 	$(GO) test -run '^$$' -fuzz FuzzDocumentBody -fuzztime 20s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzWSMessage -fuzztime 20s ./server/
-	$(GO) test -run '^$$' -fuzz FuzzSealedCursor -fuzztime 20s ./server/
+	$(GO) test -run '^$$' -fuzz FuzzSealedCursor -fuzztime 20s ./access/
 	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 20s ./internal/pathpattern/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzParseFile -fuzztime 20s ./triggers/

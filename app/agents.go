@@ -9,13 +9,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/llm"
-	"github.com/loomdb/loom/webhooks/loomclient"
 	"github.com/loomdb/loom/webhooks/tools"
 )
 
@@ -41,9 +41,9 @@ type AgentOptions struct {
 }
 
 // openAgents builds the built-in agent handlers when [agents] enables them
-// (nil otherwise). They reach this server at self with a fresh service
-// key.
-func openAgents(ctx context.Context, cfg config.Config, authSvc *auth.Service, self string, opts AgentOptions) (*webhooks.Handlers, error) {
+// (nil otherwise). They read and write documents in process, through the
+// same access protocol as the REST API, as a fresh service key.
+func openAgents(ctx context.Context, cfg config.Config, authSvc *auth.Service, acc *access.Service, opts AgentOptions) (*webhooks.Handlers, error) {
 	if !agentsEnabled(cfg) {
 		return nil, nil
 	}
@@ -51,17 +51,21 @@ func openAgents(ctx context.Context, cfg config.Config, authSvc *auth.Service, s
 	if err != nil {
 		return nil, err
 	}
-	docs, err := agentDocs(self, key)
-	if err != nil {
-		return nil, err
-	}
-	return NewAgents(cfg, docs, opts)
+	return NewAgents(cfg, agentDocs(acc, authSvc, key), opts)
 }
 
-// agentDocs is how the built-in handlers read and write documents: Loom's
-// REST API at self, with their service key.
-func agentDocs(self, key string) (webhooks.Docs, error) {
-	return loomclient.New(loomclient.Config{BaseURL: self, APIKey: key})
+// agentDocs is how the built-in handlers read and write documents: in
+// process, as the caller their service key authenticates. The key is
+// checked on every call, as it would be over HTTP, so revoking it stops
+// the handlers. (loom agents, a separate process, uses loomclient.)
+func agentDocs(acc *access.Service, authSvc *auth.Service, key string) webhooks.Docs {
+	return access.NewDocs(acc, access.DefaultDatabase, func(ctx context.Context) (*access.Caller, error) {
+		id, err := authSvc.Authenticate(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("agents service key: %w", err)
+		}
+		return access.CallerOfIdentity(id), nil
+	})
 }
 
 // NewAgents builds the agent runtime's handlers over docs, for loom serve

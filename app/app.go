@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
@@ -58,6 +59,7 @@ type App struct {
 	Config   config.Config
 	Store    collections.Store
 	Auth     *auth.Service
+	Access   *access.Service // shared by the server and the agent runtime
 	Triggers *triggers.Service
 	Server   *server.Server
 	Agents   *webhooks.Handlers // nil when [agents] is off
@@ -123,13 +125,16 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	}, a.Logger, a.Registry); err != nil {
 		return nil, err
 	}
-	if a.Agents, err = openAgents(ctx, cfg, a.Auth, a.URL, AgentOptions{
-		Secret: whSecret, Model: opts.Model, Logger: a.Logger, Registerer: a.Registry,
-	}); err != nil {
-		return nil, err
-	}
 	cursorKey, err := loadCursorKey(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if a.Access, err = access.New(access.Config{Store: a.Store, Rules: ruleSet, CursorKey: cursorKey}); err != nil {
+		return nil, err
+	}
+	if a.Agents, err = openAgents(ctx, cfg, a.Auth, a.Access, AgentOptions{
+		Secret: whSecret, Model: opts.Model, Logger: a.Logger, Registerer: a.Registry,
+	}); err != nil {
 		return nil, err
 	}
 	scfg := serverConfig(cfg)
@@ -145,6 +150,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		scfg.Webhooks = a.Agents
 	}
 	scfg.CursorKey = cursorKey
+	scfg.Access = a.Access
 	if a.Server, err = server.New(a.Store, scfg); err != nil {
 		return nil, err
 	}

@@ -3,50 +3,18 @@ package server
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/internal/auth"
-	"github.com/loomdb/loom/rules"
 )
-
-// Caller is who made a request: anonymous, the admin key, a user (Loom's
-// own access token or an OIDC token) or a service key. Admins — the admin
-// key and callers with the "admin" role — bypass security rules.
-type Caller struct {
-	Admin bool
-	// Kind names the credential: "anonymous", "admin-key", "user", "oidc"
-	// or "service-key".
-	Kind     string
-	UID      string
-	Username string
-	Roles    []string
-	Claims   map[string]any
-}
-
-// expiry is when the caller's credential stops being valid: the exp claim
-// of a user or OIDC token; zero for credentials that do not expire (the
-// admin key, service keys, anonymous).
-func (c *Caller) expiry() time.Time {
-	switch v := c.Claims["exp"].(type) {
-	case float64:
-		return time.Unix(int64(v), 0)
-	case json.Number:
-		if n, err := v.Int64(); err == nil {
-			return time.Unix(n, 0)
-		}
-	}
-	return time.Time{}
-}
 
 // untilExpiry is how long a long-lived stream opened with the credential
 // may run before it must end (a year when it never expires).
@@ -60,38 +28,9 @@ func untilExpiry(exp time.Time) time.Duration {
 // errTokenExpired ends realtime streams whose token expired.
 var errTokenExpired = errorf(http.StatusUnauthorized, codeUnauthenticated, "The token expired: reconnect with a fresh token and resume from your last resumeToken (on WebSocket, send auth with a fresh token before it expires).")
 
-const (
-	kindAnonymous = "anonymous"
-	kindAdminKey  = "admin-key"
-)
-
-var anonymous = &Caller{Kind: kindAnonymous}
-
-var adminCaller = &Caller{Admin: true, Kind: kindAdminKey, Username: "admin", Roles: []string{"admin"}}
-
-// callerOfIdentity turns an authenticated identity into a Caller.
-func callerOfIdentity(id *auth.Identity) *Caller {
-	return &Caller{
-		Admin:    slices.Contains(id.Roles, "admin"),
-		Kind:     id.Kind,
-		UID:      id.UID,
-		Username: id.Username,
-		Roles:    id.Roles,
-		Claims:   id.Claims,
-	}
-}
-
-// ruleAuth is request.auth for security rules (nil = anonymous).
-func (c *Caller) ruleAuth() *rules.Auth {
-	if c == nil || c.UID == "" {
-		return nil
-	}
-	return &rules.Auth{UID: c.UID, Username: c.Username, Roles: c.Roles, Claims: c.Claims}
-}
-
 // rateKey identifies the caller for rate limiting: the uid, or the client
 // address (see clientAddr) when anonymous.
-func (c *Caller) rateKey(addr string) string {
+func rateKey(c *access.Caller, addr string) string {
 	if c.UID != "" {
 		return "uid:" + c.UID
 	}
@@ -148,21 +87,6 @@ func (s *Server) trustProxies(proxies []string) error {
 	return nil
 }
 
-// Action is what a request does to a path; it is what security rules will
-// match on ("read" = get+list, "write" = create+update+delete).
-type Action int
-
-// Actions checked by authorize.
-const (
-	ActionGet  Action = iota
-	ActionList        // list a collection, or run a query on a collection/pattern
-	ActionCreate
-	ActionUpdate // replace or update
-	ActionDelete
-)
-
-func (a Action) write() bool { return a == ActionCreate || a == ActionUpdate || a == ActionDelete }
-
 const callerKey = "loom.caller"
 
 func hashKey(k string) [32]byte { return sha256.Sum256([]byte(k)) }
@@ -185,7 +109,7 @@ func credential(r *http.Request) (key string, ok bool) {
 // authenticate resolves the Caller from the request's credentials and
 // applies the rate limit. A credential that is presented but wrong or
 // expired is always 401 (never silently anonymous); what the caller may do
-// is decided per request by authorize and the security rules.
+// is decided per request by package access.
 func (s *Server) authenticate(c *gin.Context) {
 	caller, err := s.resolveCaller(c.Request)
 	if err != nil {
@@ -201,21 +125,21 @@ func (s *Server) authenticate(c *gin.Context) {
 
 // resolveCaller checks the presented credential: the admin key, then (when
 // auth is configured) access tokens, OIDC tokens and service keys.
-func (s *Server) resolveCaller(r *http.Request) (*Caller, error) {
+func (s *Server) resolveCaller(r *http.Request) (*access.Caller, error) {
 	key, ok := credential(r)
 	if !ok {
-		return anonymous, nil
+		return access.Anonymous, nil
 	}
 	// Compare fixed-size hashes so neither content nor length of the admin
 	// key leaks through timing.
 	h := hashKey(key)
 	if subtle.ConstantTimeCompare(h[:], s.adminKeyHash[:]) == 1 {
-		return adminCaller, nil
+		return access.AdminKey, nil
 	}
 	if s.auth != nil && key != "" {
 		id, err := s.auth.Authenticate(r.Context(), key)
 		if err == nil {
-			return callerOfIdentity(id), nil
+			return access.CallerOfIdentity(id), nil
 		}
 		if !errors.Is(err, auth.ErrInvalidToken) {
 			return nil, err
@@ -224,32 +148,16 @@ func (s *Server) resolveCaller(r *http.Request) (*Caller, error) {
 	return nil, errorf(http.StatusUnauthorized, codeUnauthenticated, "The credential is not valid or has expired.")
 }
 
-func callerOf(c *gin.Context) *Caller {
+func callerOf(c *gin.Context) *access.Caller {
 	if v, ok := c.Get(callerKey); ok {
-		return v.(*Caller)
+		return v.(*access.Caller)
 	}
-	return anonymous
-}
-
-// authorize is the coarse, path-level access decision every handler makes
-// before touching the store: system collections (first segment starts with
-// "_") are readable only by admins and writable by nobody through the
-// document API. Everything else is decided per document by the security
-// rules (access.go).
-func (s *Server) authorize(caller *Caller, action Action, db, path string) error {
-	if action.write() && collections.IsSystemPath(path) {
-		return errorf(http.StatusForbidden, codePermissionDenied, "System collections cannot be written through the document API.")
-	}
-	if collections.IsSystemPath(path) && !caller.Admin {
-		return denied(caller, "read system collections")
-	}
-	_ = db // one rule set serves every database
-	return nil
+	return access.Anonymous
 }
 
 // allowRate applies the per-client rate limit; it writes the 429 and
 // returns false when the caller is over it.
-func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
+func (s *Server) allowRate(c *gin.Context, caller *access.Caller) bool {
 	if s.limits == nil || caller.Admin {
 		return true
 	}
@@ -257,7 +165,7 @@ func (s *Server) allowRate(c *gin.Context, caller *Caller) bool {
 	if caller.UID == "" { // only an anonymous caller is keyed by address
 		addr = s.clientAddr(c)
 	}
-	if wait := s.limits.reserve(caller.rateKey(addr), time.Now()); wait > 0 {
+	if wait := s.limits.reserve(rateKey(caller, addr), time.Now()); wait > 0 {
 		s.writeError(c, rateLimited(wait))
 		c.Abort()
 		return false

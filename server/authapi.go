@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/rules"
 )
@@ -49,7 +50,7 @@ func (s *Server) authEnabled(c *gin.Context) {
 func (s *Server) requireAdmin(c *gin.Context) {
 	caller := callerOf(c)
 	if !caller.Admin {
-		s.writeError(c, denied(caller, "use the admin API"))
+		s.writeError(c, access.Deny(caller, "use the admin API"))
 		return
 	}
 	c.Next()
@@ -89,7 +90,7 @@ func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, 
 // limitIP applies the per-address rate limit (clientAddr) to
 // unauthenticated auth endpoints.
 func (s *Server) limitIP(c *gin.Context) bool {
-	return s.allowRate(c, anonymous)
+	return s.allowRate(c, access.Anonymous)
 }
 
 // signup serves POST /auth/v1/signup. Each signup costs a bcrypt hash, so
@@ -159,8 +160,8 @@ func (s *Server) tokenEndpoint(c *gin.Context, fields []string, issue func(conte
 // me serves GET /auth/v1/me: who the presented credential is.
 func (s *Server) me(c *gin.Context) {
 	caller := callerOf(c)
-	if caller.Kind == kindAnonymous {
-		s.writeError(c, denied(caller, "read your identity"))
+	if caller.Kind == access.KindAnonymous {
+		s.writeError(c, access.Deny(caller, "read your identity"))
 		return
 	}
 	roles := caller.Roles
@@ -175,7 +176,7 @@ func (s *Server) me(c *gin.Context) {
 // (no file) stay as they are.
 func (s *Server) reloadRules(c *gin.Context) {
 	if s.rulesBuiltin {
-		n := s.rules.Load().Len()
+		n := s.access.Rules().Len()
 		s.log.Info("security rules reload: no rules file; the built-in rules stay in force", "rules", n)
 		c.JSON(http.StatusOK, gin.H{"rules": n, "builtin": true})
 		return
@@ -189,7 +190,7 @@ func (s *Server) reloadRules(c *gin.Context) {
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "The rules file was not loaded; the previous rules stay in force: %s", err.Error()))
 		return
 	}
-	s.rules.Store(set)
+	s.access.SetRules(set)
 	s.log.Info("security rules reloaded", "file", s.rulesFile, "rules", set.Len())
 	c.JSON(http.StatusOK, gin.H{"rules": set.Len(), "file": s.rulesFile})
 }

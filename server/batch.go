@@ -5,6 +5,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 )
 
@@ -16,11 +17,11 @@ const MaxBatchWrites = 500
 // committed atomically in one Store.Commit. Any failure — a malformed write,
 // a forbidden path or a store error — fails the whole batch with
 // details.index naming the write. Each result shows only what the caller
-// may read of the written document (writeView).
+// may read of the written document (access.Service.Commit).
 func (s *Server) batch(c *gin.Context) {
 	// The paths are in the body: before reading it, only whether the
 	// caller could write anything at all.
-	if err := s.checkMay(callerOf(c), "", "write documents", writeOps...); err != nil {
+	if err := s.access.CheckMay(callerOf(c), "", "write documents", access.WriteOps...); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -29,14 +30,14 @@ func (s *Server) batch(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	writes, err := s.parseBatch(callerOf(c), c.Param("db"), m)
+	writes, err := s.parseBatch(callerOf(c), m)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	var results []collections.WriteResult
 	if len(writes) > 0 {
-		results, err = s.commitGuarded(c.Request.Context(), callerOf(c), c.Param("db"), writes)
+		results, err = s.access.Commit(c.Request.Context(), callerOf(c), c.Param("db"), writes)
 		if err != nil {
 			s.writeError(c, err)
 			return
@@ -54,12 +55,7 @@ func (s *Server) batch(c *gin.Context) {
 			buf.WriteString("null")
 			continue
 		}
-		d, err := s.writeView(c.Request.Context(), callerOf(c), c.Param("db"), writes[i].Type, results[i].Doc)
-		if err != nil {
-			s.writeError(c, err)
-			return
-		}
-		if err := d.AppendJSON(buf); err != nil {
+		if err := results[i].Doc.AppendJSON(buf); err != nil {
 			s.writeError(c, err)
 			return
 		}
@@ -71,7 +67,7 @@ func (s *Server) batch(c *gin.Context) {
 // parseBatch validates the batch body and every write, and authorizes each
 // one, before anything is committed. Errors about write i are wrapped in a
 // *collections.WriteError so the response carries details.index = i.
-func (s *Server) parseBatch(caller *Caller, db string, m map[string]any) ([]collections.Write, error) {
+func (s *Server) parseBatch(caller *access.Caller, m map[string]any) ([]collections.Write, error) {
 	var raw []any
 	for k, v := range m {
 		if k != "writes" {
@@ -91,7 +87,7 @@ func (s *Server) parseBatch(caller *Caller, db string, m map[string]any) ([]coll
 	}
 	writes := make([]collections.Write, len(raw))
 	for i, item := range raw {
-		w, err := s.parseBatchWrite(caller, db, item)
+		w, err := s.parseBatchWrite(caller, item)
 		if err != nil {
 			return nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
 		}
@@ -100,7 +96,7 @@ func (s *Server) parseBatch(caller *Caller, db string, m map[string]any) ([]coll
 	return writes, nil
 }
 
-func (s *Server) parseBatchWrite(caller *Caller, db string, item any) (collections.Write, error) {
+func (s *Server) parseBatchWrite(caller *access.Caller, item any) (collections.Write, error) {
 	var w collections.Write
 	m, ok := item.(map[string]any)
 	if !ok {
@@ -151,19 +147,19 @@ func (s *Server) parseBatchWrite(caller *Caller, db string, item any) (collectio
 	if err := collections.ValidateDocPath(w.Path); err != nil {
 		return w, err
 	}
-	action := ActionUpdate
+	action := access.ActionUpdate
 	switch w.Type {
 	case collections.WriteDelete:
 		if hasData {
 			return w, errorf(http.StatusBadRequest, codeBadRequest, "A delete takes no \"data\".")
 		}
-		action = ActionDelete
+		action = access.ActionDelete
 	default:
 		if !hasData {
 			return w, errorf(http.StatusBadRequest, codeBadRequest, "A %s write needs \"data\" (an object).", w.Type)
 		}
 		if w.Type == collections.WriteCreate {
-			action = ActionCreate
+			action = access.ActionCreate
 		}
 		_, id := collections.SplitDocPath(w.Path)
 		var err error
@@ -171,7 +167,7 @@ func (s *Server) parseBatchWrite(caller *Caller, db string, item any) (collectio
 			return w, err
 		}
 	}
-	if err := s.authorize(caller, action, db, w.Path); err != nil {
+	if err := access.Authorize(caller, action, w.Path); err != nil {
 		return w, err
 	}
 	return w, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 )
@@ -20,25 +21,7 @@ func (s *Server) getDocuments(c *gin.Context) {
 		s.listCollection(c, p)
 		return
 	}
-	if err := collections.ValidateDocPath(p); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	db := c.Param("db")
-	caller := callerOf(c)
-	if err := s.authorize(caller, ActionGet, db, p); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	d, err := s.store.Get(c.Request.Context(), db, p)
-	if err != nil && !errors.Is(err, collections.ErrNotFound) {
-		s.writeError(c, err)
-		return
-	}
-	if aerr := s.checkGet(c.Request.Context(), caller, db, p, d); aerr != nil {
-		s.writeError(c, aerr)
-		return
-	}
+	d, err := s.access.Get(c.Request.Context(), callerOf(c), c.Param("db"), p)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -127,7 +110,7 @@ func (s *Server) createDocument(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	if err := s.authorizeBody(c, ActionCreate, col+"/*", "create documents in "+col, rules.OpCreate); err != nil {
+	if err := s.authorizeBody(c, access.ActionCreate, col+"/*", "create documents in "+col, rules.OpCreate); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -189,7 +172,7 @@ func (s *Server) writeWrapped(c *gin.Context, typ collections.WriteType) {
 	if typ == collections.WriteReplace {
 		ops = append(ops, rules.OpCreate) // an upsert
 	}
-	if err := s.authorizeBody(c, ActionUpdate, p, "write "+p, ops...); err != nil {
+	if err := s.authorizeBody(c, access.ActionUpdate, p, "write "+p, ops...); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -236,7 +219,7 @@ func (s *Server) deleteDocument(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	if err := s.authorizeBody(c, ActionDelete, p, "delete "+p, rules.OpDelete); err != nil {
+	if err := s.authorizeBody(c, access.ActionDelete, p, "delete "+p, rules.OpDelete); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -275,13 +258,13 @@ func (s *Server) deleteDocument(c *gin.Context) {
 // the coarse path-level check (whole: it looks at the first segment only,
 // known before the body) and whether any rule could allow the caller ops
 // on path ("*" segments: not known before the body). The full decision on
-// the document follows once the body is read (commitGuarded).
-func (s *Server) authorizeBody(c *gin.Context, action Action, path, what string, ops ...rules.Op) error {
+// the document follows once the body is read (access.Service.Commit).
+func (s *Server) authorizeBody(c *gin.Context, action access.Action, path, what string, ops ...rules.Op) error {
 	caller := callerOf(c)
-	if err := s.authorize(caller, action, c.Param("db"), path); err != nil {
+	if err := access.Authorize(caller, action, path); err != nil {
 		return err
 	}
-	return s.checkMay(caller, path, what, ops...)
+	return s.access.CheckMay(caller, path, what, ops...)
 }
 
 // withIfMatchHeader appends the If-Match header's version precondition to
@@ -300,9 +283,9 @@ func withIfMatchHeader(c *gin.Context, fs []collections.Filter) ([]collections.F
 
 // commitOne commits a single write. A single-document route has no batch
 // index, so the *WriteError is unwrapped before the error is mapped. The
-// result's document is what the caller may see of it (writeView).
+// result's document is what the caller may see of it (access.Service.Commit).
 func (s *Server) commitOne(c *gin.Context, db string, w collections.Write) (*collections.WriteResult, error) {
-	res, err := s.commitGuarded(c.Request.Context(), callerOf(c), db, []collections.Write{w})
+	res, err := s.access.Commit(c.Request.Context(), callerOf(c), db, []collections.Write{w})
 	if err != nil {
 		var we *collections.WriteError
 		if errors.As(err, &we) {
@@ -313,9 +296,5 @@ func (s *Server) commitOne(c *gin.Context, db string, w collections.Write) (*col
 	if len(res) != 1 || res[0].Doc == nil && w.Type != collections.WriteDelete {
 		return nil, errors.New("server: store returned no result for a committed write")
 	}
-	out := res[0]
-	if out.Doc, err = s.writeView(c.Request.Context(), callerOf(c), db, w.Type, out.Doc); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return &res[0], nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/triggers"
@@ -100,13 +101,25 @@ func toAPIError(err error) *apiError {
 func classify(err error) *apiError {
 	var (
 		pe  *collections.PreconditionError
-		hpe *hiddenPrecondition
+		hpe *access.HiddenPrecondition
+		de  *access.Denied
 		mbe *http.MaxBytesError
 		rle *auth.RateLimitError
 	)
 	switch {
+	case errors.As(err, &de):
+		// Anonymous callers may gain access by authenticating.
+		if de.Anonymous {
+			return errorf(http.StatusUnauthorized, codeUnauthenticated, "Authentication required to %s.", de.What)
+		}
+		return errorf(http.StatusForbidden, codePermissionDenied, "Security rules do not allow you to %s.", de.What)
+	case errors.Is(err, access.ErrSystemWrite):
+		return errorf(http.StatusForbidden, codePermissionDenied, "System collections cannot be written through the document API.")
+	case errors.Is(err, access.ErrBadCursor):
+		return errorf(http.StatusBadRequest, codeInvalidQuery, "startAfter is not a cursor this server returned for this query.")
 	case errors.As(err, &hpe):
-		return errorf(http.StatusPreconditionFailed, codePreconditionFailed, "The precondition (ifMatch / If-Match) does not hold for %s.", hpe.path)
+		// No details.current: the caller may not read the document.
+		return errorf(http.StatusPreconditionFailed, codePreconditionFailed, "The precondition (ifMatch / If-Match) does not hold for %s.", hpe.Path)
 	case errors.As(err, &pe):
 		e := errorf(http.StatusPreconditionFailed, codePreconditionFailed, "The precondition (ifMatch / If-Match) does not hold for %s.", pe.Path)
 		if pe.Current != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/loomdb/loom/access"
 )
 
 // readyTimeout bounds the engine's readiness probe so a wedged engine makes
@@ -49,7 +51,7 @@ func (s *Server) metricsAccess(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	if caller.Kind == kindAnonymous {
+	if caller.Kind == access.KindAnonymous {
 		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "/metrics requires the admin key or a key with the %q role.", roleMetrics))
 		return
 	}

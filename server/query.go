@@ -13,7 +13,7 @@ import (
 func (s *Server) query(c *gin.Context) {
 	// The collection is in the body: before reading it, only whether the
 	// caller could list anything at all.
-	if err := s.checkMay(callerOf(c), "", "query documents", rules.OpList); err != nil {
+	if err := s.access.CheckMay(callerOf(c), "", "query documents", rules.OpList); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -37,28 +37,11 @@ func (s *Server) query(c *gin.Context) {
 }
 
 // serveQuery answers a query or a collection listing (q decoded, not yet
-// normalized; its startAfter is a sealed client cursor): the path-level
-// check, the rules check on the collection, then a page of readable
-// documents with a sealed nextCursor.
+// normalized; its startAfter is a sealed client cursor): access.Service.Query
+// makes the path-level check, the rules check on the collection, and reads
+// a page of readable documents with a sealed nextCursor.
 func (s *Server) serveQuery(c *gin.Context, q collections.Query) {
-	db := c.Param("db")
-	caller := callerOf(c)
-	if err := s.openQueryCursor(db, caller, &q); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if err := s.authorize(caller, ActionList, db, q.Collection); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if err := s.checkList(caller, q.Collection); err != nil {
-		s.writeError(c, err)
-		return
-	}
-	res, err := s.queryReadable(c.Request.Context(), caller, db, q)
-	if err == nil {
-		res.NextCursor, err = s.sealQueryCursor(db, caller, &q, res.NextCursor)
-	}
+	res, err := s.access.Query(c.Request.Context(), callerOf(c), c.Param("db"), q)
 	if err != nil {
 		s.writeError(c, err)
 		return

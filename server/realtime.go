@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server/realtime"
@@ -116,7 +117,7 @@ func (l *streamLimiter) release(ip string) {
 // openStream counts a long-lived stream of caller in; it answers 429 and
 // returns nil when the client address has too many open. The returned
 // func counts it out.
-func (s *Server) openStream(c *gin.Context, caller *Caller) func() {
+func (s *Server) openStream(c *gin.Context, caller *access.Caller) func() {
 	if caller.Admin {
 		return func() {}
 	}
@@ -147,8 +148,8 @@ func (s *Server) refuseWhenStopping(c *gin.Context) bool {
 // revoked while a stream is open (a service key, which has no expiry to
 // end it): every streaming transport re-checks at its heartbeats rather
 // than per event. The admin key is configuration, not revocable.
-func (s *Server) recheckCredential(r *http.Request, caller *Caller) error {
-	if caller.Kind == kindAdminKey {
+func (s *Server) recheckCredential(r *http.Request, caller *access.Caller) error {
+	if caller.Kind == access.KindAdminKey {
 		return nil
 	}
 	_, err := s.resolveCaller(r)
@@ -202,11 +203,11 @@ func (l *subLimiter) release(key string) {
 
 // subKey is whose subscription it is for the per-user bound: the uid, or
 // the client address when anonymous; "" for the admin key.
-func subKey(caller *Caller, addr string) string {
+func subKey(caller *access.Caller, addr string) string {
 	if caller.Admin && caller.UID == "" {
 		return ""
 	}
-	return caller.rateKey(addr)
+	return rateKey(caller, addr)
 }
 
 // heldSub is a subscription counted by the subLimiter; Close counts it out
@@ -342,15 +343,15 @@ type subParams struct {
 
 // openSubscription applies the access checks and the subscription bounds,
 // and subscribes; key is subKey's. Closing the result counts it out of
-// the bounds. Errors are *apiError.
-func (s *Server) openSubscription(ctx context.Context, caller *Caller, key string, p subParams) (*heldSub, error) {
+// the bounds. Errors are mapped by toAPIError.
+func (s *Server) openSubscription(ctx context.Context, caller *access.Caller, key string, p subParams) (*heldSub, error) {
 	if !collections.ValidDatabase(p.db) {
 		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.db, 80))
 	}
-	if err := s.authorize(caller, ActionList, p.db, p.query.Collection); err != nil {
+	if err := access.Authorize(caller, access.ActionList, p.query.Collection); err != nil {
 		return nil, err
 	}
-	if err := s.checkList(caller, p.query.Collection); err != nil {
+	if err := s.access.CheckList(caller, p.query.Collection); err != nil {
 		return nil, err
 	}
 	if err := s.rt.subs.acquire(key); err != nil {
@@ -361,7 +362,7 @@ func (s *Server) openSubscription(ctx context.Context, caller *Caller, key strin
 	if !caller.Admin && !p.ownRules {
 		db := p.db
 		req.Check = func(ctx context.Context, d *collections.Document) (bool, error) {
-			return s.readable(ctx, caller, db, rules.OpList, d)
+			return s.access.Readable(ctx, caller, db, rules.OpList, d)
 		}
 	}
 	sub, err := s.rt.hub.Subscribe(ctx, req)

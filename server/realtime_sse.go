@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/server/realtime"
 )
 
@@ -160,13 +161,13 @@ func sseItems(ctx context.Context, sub *heldSub) <-chan sseItem {
 // streamSSE writes items as events, with a heartbeat comment in between,
 // until the subscription ends, the client goes, the token expires or is
 // revoked (r carries it: recheckCredential), or the server shuts down.
-func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, r *http.Request, caller *Caller, items <-chan sseItem, includeData bool) {
+func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, r *http.Request, caller *access.Caller, items <-chan sseItem, includeData bool) {
 	rt := s.rt
 	hb := time.NewTicker(rt.cfg.SSEHeartbeat)
 	defer hb.Stop()
 	// The stream ends when its token expires; EventSource reconnects with
 	// Last-Event-ID and must bring a fresh token.
-	expiry := time.NewTimer(untilExpiry(caller.expiry()))
+	expiry := time.NewTimer(untilExpiry(caller.Expiry()))
 	defer expiry.Stop()
 	delivered := rt.delivered.WithLabelValues("sse")
 	var buf bytes.Buffer

@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gorilla/websocket"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 )
 
@@ -52,7 +53,7 @@ type wsConn struct {
 	cred atomic.Pointer[wsCred]
 
 	// Reader goroutine only.
-	caller *Caller
+	caller *access.Caller
 	db     string
 	subs   map[string]*wsSub
 	bad    int
@@ -61,7 +62,7 @@ type wsConn struct {
 // wsCred is a credential as a request carrying it, and who it named.
 type wsCred struct {
 	r      *http.Request
-	caller *Caller
+	caller *access.Caller
 }
 
 type wsSub struct {
@@ -141,7 +142,7 @@ func (s *Server) upgradeWS(c *gin.Context) (*websocket.Conn, *bufConn) {
 
 // newWSConn is the connection of an upgraded request. It outlives the
 // request's cancellation (the hijacked connection ends it instead).
-func (s *Server) newWSConn(c *gin.Context, ws *websocket.Conn, bc *bufConn, caller *Caller, db string) *wsConn {
+func (s *Server) newWSConn(c *gin.Context, ws *websocket.Conn, bc *bufConn, caller *access.Caller, db string) *wsConn {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(c.Request.Context()))
 	conn := &wsConn{
 		s: s, rt: s.rt, ws: ws, req: c.Request, addr: s.clientAddr(c), ctx: ctx, cancel: cancel,
@@ -574,9 +575,9 @@ func (c *wsConn) keep() {
 }
 
 // setExpiry records the credential's expiry and wakes keep.
-func (c *wsConn) setExpiry(caller *Caller) {
+func (c *wsConn) setExpiry(caller *access.Caller) {
 	var ms int64
-	if exp := caller.expiry(); !exp.IsZero() {
+	if exp := caller.Expiry(); !exp.IsZero() {
 		ms = exp.UnixMilli()
 	}
 	c.expires.Store(ms)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 )
@@ -26,7 +27,7 @@ import (
 // The checkpoint is {"id", "lwt"} where lwt is the document's change-log
 // seq: strictly increasing in commit order, so a pull never skips a write
 // that commits after it. Pulls, pushes and stream events go through the
-// security rules (readable, checkList, commitGuarded).
+// security rules (package access: Readable, CheckList, Commit).
 
 // RxDB defaults applied to zero RxDBConfig fields.
 const (
@@ -123,7 +124,7 @@ type rxdbTarget struct {
 	db         string
 	collection string
 	action     string
-	caller     *Caller
+	caller     *access.Caller
 }
 
 // parseRxDBPath splits "/{collection...}/{schemaVersion}/{action}".
@@ -166,7 +167,7 @@ func (s *Server) rxdbResolve(c *gin.Context, write bool) (*rxdbTarget, bool) {
 		return nil, false
 	}
 	caller := callerOf(c)
-	if caller.Kind == kindAnonymous {
+	if caller.Kind == access.KindAnonymous {
 		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Replication requires an Authorization header."))
 		return nil, false
 	}
@@ -174,11 +175,11 @@ func (s *Server) rxdbResolve(c *gin.Context, write bool) (*rxdbTarget, bool) {
 		s.writeError(c, errorf(http.StatusUpgradeRequired, "OUTDATED_CLIENT", "Schema version %d is no longer accepted (minimum %d): update the client.", version, s.rxdb.MinSchemaVersion))
 		return nil, false
 	}
-	action2 := ActionList
+	action2 := access.ActionList
 	if write {
-		action2 = ActionCreate
+		action2 = access.ActionCreate
 	}
-	if err := s.authorize(caller, action2, c.Param("db"), collection); err != nil {
+	if err := access.Authorize(caller, action2, collection); err != nil {
 		s.writeError(c, err)
 		return nil, false
 	}
@@ -239,7 +240,7 @@ func (s *Server) rxdbPull(c *gin.Context, t *rxdbTarget) {
 		}
 		limit = min(n, MaxRxDBLimit)
 	}
-	if err := s.checkList(t.caller, t.collection); err != nil {
+	if err := s.access.CheckList(t.caller, t.collection); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -268,7 +269,7 @@ func (s *Server) rxdbPull(c *gin.Context, t *rxdbTarget) {
 // the RxDB client stops pulling on a short page, so a page shortened by the
 // rules would strand the documents after it. Pages are therefore refilled
 // until full or the end is reached.
-func (s *Server) rxdbChanges(ctx context.Context, caller *Caller, db, collection string, cp collections.Checkpoint, limit int) (docs []*collections.Document, next collections.Checkpoint, more bool, err error) {
+func (s *Server) rxdbChanges(ctx context.Context, caller *access.Caller, db, collection string, cp collections.Checkpoint, limit int) (docs []*collections.Document, next collections.Checkpoint, more bool, err error) {
 	cur, scan := rxdbCursor{next: cp}, cp // scan: the last document examined
 	for {
 		page, err := s.store.ChangedSince(ctx, db, collection, scan, limit)
@@ -277,7 +278,7 @@ func (s *Server) rxdbChanges(ctx context.Context, caller *Caller, db, collection
 		}
 		for _, d := range page {
 			scan = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
-			ok, err := s.readable(ctx, caller, db, rules.OpList, d)
+			ok, err := s.access.Readable(ctx, caller, db, rules.OpList, d)
 			if err != nil {
 				return nil, cp, false, err
 			}
@@ -452,7 +453,7 @@ func withIndex(err error, i int) error {
 // rxdbPush answers POST .../push: the response is the array of master
 // documents of the rows that conflicted ([] = all accepted).
 func (s *Server) rxdbPush(c *gin.Context, t *rxdbTarget) {
-	if err := s.checkMay(t.caller, t.collection+"/*", "write "+t.collection, writeOps...); err != nil {
+	if err := s.access.CheckMay(t.caller, t.collection+"/*", "write "+t.collection, access.WriteOps...); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -469,7 +470,7 @@ func (s *Server) rxdbPush(c *gin.Context, t *rxdbTarget) {
 	}
 	// A collection the caller could never read is refused before any
 	// master is looked at: its answers must not depend on what is stored.
-	if err := s.checkList(t.caller, t.collection); err != nil {
+	if err := s.access.CheckList(t.caller, t.collection); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -528,7 +529,7 @@ func (s *Server) rxdbPushRows(ctx context.Context, t *rxdbTarget, rows []rxdbRow
 		if len(writes) == 0 {
 			return conflicts, nil
 		}
-		_, err := s.commitGuarded(ctx, t.caller, t.db, writes)
+		_, err := s.access.Commit(ctx, t.caller, t.db, writes)
 		if err == nil {
 			return conflicts, nil
 		}
@@ -585,12 +586,12 @@ func (s *Server) rxdbPlanRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*
 		_, id := collections.SplitDocPath(path)
 		seen = &collections.Document{Path: path, Collection: t.collection, ID: id, Data: row.data, Deleted: row.deleted}
 	}
-	ok, err := s.readable(ctx, t.caller, t.db, rules.OpGet, seen)
+	ok, err := s.access.Readable(ctx, t.caller, t.db, rules.OpGet, seen)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !ok {
-		return nil, nil, denied(t.caller, "replicate "+path)
+		return nil, nil, access.Deny(t.caller, "replicate "+path)
 	}
 	switch {
 	case master != nil && (!row.hasAssum || !rxdbEqual(rxdbForm(master), row.assumed)):

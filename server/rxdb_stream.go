@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server/realtime"
@@ -37,7 +38,7 @@ const rxdbWriteWait = 30 * time.Second
 // ends the subscription (slow consumer, change log purged past it) and at
 // shutdown.
 func (s *Server) rxdbPullStream(c *gin.Context, t *rxdbTarget) {
-	if err := s.checkList(t.caller, t.collection); err != nil {
+	if err := s.access.CheckList(t.caller, t.collection); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -137,7 +138,7 @@ func (s *Server) rxdbStreamLoop(ctx context.Context, r *http.Request, t *rxdbTar
 	defer heartbeat.Stop()
 	// The token may expire while the stream is open: end it then, the
 	// client reconnects and sees the 401.
-	expiry := time.NewTimer(untilExpiry(t.caller.expiry()))
+	expiry := time.NewTimer(untilExpiry(t.caller.Expiry()))
 	defer expiry.Stop()
 	buf := getBuf()
 	defer putBuf(buf)
@@ -171,7 +172,7 @@ func (s *Server) rxdbStreamLoop(ctx context.Context, r *http.Request, t *rxdbTar
 // rxdbHeartbeat checks the credential again (recheckCredential) and sends
 // a comment; false when the stream must end. The reconnect then sees the
 // 401.
-func (s *Server) rxdbHeartbeat(r *http.Request, caller *Caller, out *rxdbStreamWriter) bool {
+func (s *Server) rxdbHeartbeat(r *http.Request, caller *access.Caller, out *rxdbStreamWriter) bool {
 	if s.recheckCredential(r, caller) != nil {
 		return false
 	}
@@ -222,7 +223,7 @@ type rxdbEvent struct {
 // is never sent and no event type tells anything about it, so unlike
 // WebSocket events it needs no check of its own. The checkpoint moves as
 // pull's does (rxdbCursor), so it never names a hidden document.
-func (s *Server) rxdbBatches(ctx context.Context, sub *heldSub, caller *Caller, db string, head int64, out chan<- rxdbEvent) {
+func (s *Server) rxdbBatches(ctx context.Context, sub *heldSub, caller *access.Caller, db string, head int64, out chan<- rxdbEvent) {
 	defer close(out)
 	emit := func(ev rxdbEvent) bool {
 		select {
@@ -240,7 +241,7 @@ func (s *Server) rxdbBatches(ctx context.Context, sub *heldSub, caller *Caller, 
 		var b rxdbStreamBatch
 		for err == nil {
 			d := ev.Change.After
-			ok, rerr := s.readable(ctx, caller, db, rules.OpList, d)
+			ok, rerr := s.access.Readable(ctx, caller, db, rules.OpList, d)
 			if rerr != nil {
 				err = rerr
 				break

@@ -4,7 +4,8 @@
 // It talks to storage only through collections.Store, so it runs unchanged on
 // every engine. Route groups live in their own files (documents.go, query.go,
 // batch.go, ops.go); every error reaches the client through toAPIError
-// (errors.go) and every access decision through authorize (auth.go).
+// (errors.go) and every access decision through package access (the
+// Service this server builds, see Access).
 package server
 
 import (
@@ -16,12 +17,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/rules"
@@ -134,11 +135,16 @@ type Config struct {
 	// authenticate deliveries by their signature); nil: 404.
 	Webhooks http.Handler
 	// CursorKey seals the query cursors handed to clients (at least
-	// MinCursorKeyBytes; see cursor.go). Every node serving the same data
-	// must use the same key, or a cursor from one node is refused by
-	// another. Nil: a random key per process (cursors do not survive a
-	// restart).
+	// access.MinCursorKeyBytes; see access/cursor.go). Every node serving
+	// the same data must use the same key, or a cursor from one node is
+	// refused by another. Nil: a random key per process (cursors do not
+	// survive a restart).
 	CursorKey []byte
+	// Access is the rules-pinned read/write protocol the server uses. Nil:
+	// one built from Rules and CursorKey. The composition root passes the
+	// one it shares with the agent runtime's in-process path, so a rules
+	// reload reaches both.
+	Access *access.Service
 }
 
 // Server is the HTTP surface over one Store.
@@ -158,7 +164,7 @@ type Server struct {
 	signups         *limiters // per client address; nil: no signup limit
 	proxyWarning    sync.Once // logs X-Forwarded-For seen without trusted proxies
 	auth            *auth.Service
-	rules           atomic.Pointer[rules.Set]
+	access          *access.Service
 	rulesFile       string
 	rulesBuiltin    bool // no file, the built-in rules: a reload keeps them
 	metrics         *httpMetrics
@@ -167,7 +173,6 @@ type Server struct {
 	rxdb            RxDBConfig
 	triggers        *triggers.Service
 	webhooks        http.Handler
-	cursors         *cursorSealer
 	engine          *gin.Engine
 }
 
@@ -210,15 +215,12 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		limits:          requestLimiters(cfg),
 		signups:         signupLimiters(cfg),
 	}
-	cursors, err := newCursorSealer(cfg.CursorKey)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
+	s.access = cfg.Access
+	if s.access == nil {
+		if s.access, err = access.New(access.Config{Store: store, Rules: cfg.Rules, CursorKey: cfg.CursorKey}); err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
 	}
-	s.cursors = cursors
-	if cfg.Rules == nil {
-		cfg.Rules = rules.Default()
-	}
-	s.rules.Store(cfg.Rules)
 	m, err := newHTTPMetrics(cfg.Registry, store)
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
@@ -297,6 +299,10 @@ func signupLimiters(cfg Config) *limiters {
 		return nil
 	}
 }
+
+// Access returns the access service every route reads and writes through
+// (the agent runtime's in-process path uses it too: access.NewDocs).
+func (s *Server) Access() *access.Service { return s.access }
 
 // Handler returns the server's http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.engine }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
 )
@@ -45,6 +46,14 @@ func TestToAPIError(t *testing.T) {
 		{"batch index", &collections.WriteError{Index: 4, Path: "a/b", Err: collections.ErrNotFound}, 404, codeNotFound, `"details":{"index":4}`, ""},
 		{"batch index with current", &collections.WriteError{Index: 2, Err: &collections.PreconditionError{Current: doc}}, 412, codePreconditionFailed, `"index":2`, ""},
 		{"own error in a batch", &collections.WriteError{Index: 7, Err: errorf(403, codePermissionDenied, "no")}, 403, codePermissionDenied, `"details":{"index":7}`, ""},
+		// Package access's errors: the wire bytes they had when the server
+		// built them itself.
+		{"denied anonymous", &access.Denied{Anonymous: true, What: "read rooms/r1"}, 401, codeUnauthenticated, `{"code":"UNAUTHENTICATED","message":"Authentication required to read rooms/r1."}`, ""},
+		{"denied", &access.Denied{What: "list rooms"}, 403, codePermissionDenied, `{"code":"PERMISSION_DENIED","message":"Security rules do not allow you to list rooms."}`, ""},
+		{"denied in a batch", &collections.WriteError{Index: 3, Path: "rooms/r1", Err: &access.Denied{What: "update rooms/r1"}}, 403, codePermissionDenied, `{"code":"PERMISSION_DENIED","message":"Security rules do not allow you to update rooms/r1.","details":{"index":3}}`, ""},
+		{"system write", access.ErrSystemWrite, 403, codePermissionDenied, `{"code":"PERMISSION_DENIED","message":"System collections cannot be written through the document API."}`, ""},
+		{"bad cursor", access.ErrBadCursor, 400, codeInvalidQuery, `{"code":"INVALID_QUERY","message":"startAfter is not a cursor this server returned for this query."}`, ""},
+		{"hidden precondition", &collections.WriteError{Index: 1, Err: &access.HiddenPrecondition{Path: "rooms/r1"}}, 412, codePreconditionFailed, `{"code":"PRECONDITION_FAILED","message":"The precondition (ifMatch / If-Match) does not hold for rooms/r1.","details":{"index":1}}`, ""},
 		{"unknown", errors.New("sqlite: disk I/O error at /var/secret/loom.db"), 500, codeInternal, `"message":"Internal server error."`, "secret"},
 		{"unknown in a batch has no index", &collections.WriteError{Index: 1, Err: errors.New("boom")}, 500, codeInternal, "", "boom"},
 	}

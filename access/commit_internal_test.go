@@ -1,10 +1,9 @@
-package server
+package access
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -28,7 +27,7 @@ func (s *interleavingStore) Commit(ctx context.Context, db string, ws []collecti
 	return s.Store.Commit(ctx, db, ws, o)
 }
 
-func newGuardServer(t *testing.T, src string) (*Server, *interleavingStore) {
+func newGuardService(t *testing.T, src string) (*Service, *interleavingStore) {
 	t.Helper()
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
 	if err != nil {
@@ -40,7 +39,7 @@ func newGuardServer(t *testing.T, src string) (*Server, *interleavingStore) {
 		t.Fatal(err)
 	}
 	is := &interleavingStore{Store: st, before: func() {}}
-	s, err := New(is, Config{AdminKey: "k", Rules: set})
+	s, err := New(Config{Store: is, Rules: set})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +57,7 @@ func mustCommit(t *testing.T, st collections.Store, w collections.Write) {
 // updated: the guarded write is pinned to the version the rules saw, fails,
 // and is re-evaluated against the locked document.
 func TestCommitGuarded_ConcurrentChangeIsReevaluated(t *testing.T) {
-	s, is := newGuardServer(t, `
+	s, is := newGuardService(t, `
 [[rule]]
 match = "posts/{p}"
 allow = ["update"]
@@ -72,9 +71,9 @@ if    = "request.auth != null && resource.data.locked != true"
 	_, err := s.commitGuarded(context.Background(), caller, "default", []collections.Write{
 		{Type: collections.WriteUpdate, Path: "posts/p1", Data: map[string]any{"text": "sneaky"}},
 	})
-	var ae *apiError
-	if !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
-		t.Fatalf("update racing a lock: err=%v, want 403 after re-evaluation", err)
+	var de *Denied
+	if !errors.As(err, &de) || de.Anonymous {
+		t.Fatalf("update racing a lock: err=%v, want a denial (403) after re-evaluation", err)
 	}
 	d, err := is.Store.Get(context.Background(), "default", "posts/p1")
 	if err != nil {
@@ -88,7 +87,7 @@ if    = "request.auth != null && resource.data.locked != true"
 // An upsert of a missing document is checked as a create; if someone else
 // creates the document first, it is re-checked as an update.
 func TestCommitGuarded_UpsertRaceBecomesUpdate(t *testing.T) {
-	s, is := newGuardServer(t, `
+	s, is := newGuardService(t, `
 [[rule]]
 match = "posts/{p}"
 allow = ["create"]
@@ -101,9 +100,9 @@ if    = "request.auth != null"
 	_, err := s.commitGuarded(context.Background(), caller, "default", []collections.Write{
 		{Type: collections.WriteReplace, Path: "posts/p1", Data: map[string]any{"by": "u1"}},
 	})
-	var ae *apiError
-	if !errors.As(err, &ae) || ae.Status != http.StatusForbidden {
-		t.Fatalf("upsert racing a create: err=%v, want 403 (now an update, which no rule allows)", err)
+	var de *Denied
+	if !errors.As(err, &de) || de.Anonymous {
+		t.Fatalf("upsert racing a create: err=%v, want a denial (403: now an update, which no rule allows)", err)
 	}
 	d, err := is.Store.Get(context.Background(), "default", "posts/p1")
 	if err != nil || d.Data["by"] != "other" {
@@ -114,7 +113,7 @@ if    = "request.auth != null"
 // The client's own failing precondition is reported at once, not retried
 // into something else.
 func TestCommitGuarded_ClientPreconditionReported(t *testing.T) {
-	s, is := newGuardServer(t, `
+	s, is := newGuardService(t, `
 [[rule]]
 match = "posts/{p}"
 allow = ["update"]
@@ -135,7 +134,7 @@ if    = "request.auth != null"
 // replace shows back exactly the caller's own data, with no rule
 // evaluation on the hot path of every write.
 func TestWriteView_OnlyMergesAreHidden(t *testing.T) {
-	s, _ := newGuardServer(t, `
+	s, _ := newGuardService(t, `
 [[rule]]
 match = "posts/{p}"
 allow = ["write"]

@@ -1,4 +1,4 @@
-package server
+package access
 
 import (
 	"strings"
@@ -56,8 +56,8 @@ func TestCursorBinding_Distinct(t *testing.T) {
 		{"other", user, base},
 		{"default", &Caller{Kind: "user", UID: "u2"}, base},
 		{"default", &Caller{Kind: "service-key", UID: "u1"}, base},
-		{"default", adminCaller, base},
-		{"default", anonymous, base},
+		{"default", AdminKey, base},
+		{"default", Anonymous, base},
 		{"default", user, with(func(q *collections.Query) { q.Collection = "b" })},
 		{"default", user, with(func(q *collections.Query) { q.ShowDeleted = true })},
 		{"default", user, with(func(q *collections.Query) { q.OrderBy[0].Direction = "desc" })},
@@ -92,7 +92,7 @@ func TestCursorBinding_Distinct(t *testing.T) {
 // BenchmarkQueryCursor is what a paged query pays for its cursor: the
 // binding, sealing the next cursor and opening the one it was given.
 func BenchmarkQueryCursor(b *testing.B) {
-	s := &Server{}
+	s := &Service{}
 	var err error
 	if s.cursors, err = newCursorSealer(nil); err != nil {
 		b.Fatal(err)

@@ -1,6 +1,7 @@
-package server
+package access
 
 import (
+	"bytes"
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/rand"
@@ -9,7 +10,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"sync"
 
 	"golang.org/x/crypto/chacha20poly1305"
 
@@ -19,14 +20,14 @@ import (
 // Query cursors. The engine's cursor (collections.MakeCursor) is its own
 // continuation: the order values and path of the last document it examined,
 // which under security rules is often a document the caller may not read.
-// So a client never sees it. The server seals it with an AEAD under a server
-// key; the additional data binds the sealed cursor to the database, the
+// So a client never sees it. The Service seals it with an AEAD under the
+// cursor key; the additional data binds the sealed cursor to the database, the
 // normalized query (collection, filters, orderBy, showDeleted — not limit)
 // and the caller (credential kind + uid). A client therefore gets an opaque
 // string that continues exactly that query for that caller and nothing else:
 // a forged, tampered, replayed-by-someone-else or reused-for-another-query
-// cursor fails authentication and is 400 INVALID_QUERY, with a message that
-// says nothing about why.
+// cursor fails authentication and is ErrBadCursor (400 INVALID_QUERY on the
+// wire), which says nothing about why.
 //
 // XChaCha20-Poly1305 rather than AES-GCM: the key is long-lived and shared by
 // every node, and its 192-bit random nonces stay safe for any number of
@@ -48,12 +49,31 @@ const (
 	cursorPadStep = 4096
 )
 
-// errBadCursor is every cursor failure a client can cause.
-var errBadCursor = errorf(http.StatusBadRequest, codeInvalidQuery, "startAfter is not a cursor this server returned for this query.")
-
 // cursorSealer seals and opens client cursors.
 type cursorSealer struct {
 	aead cipher.AEAD
+	// bufs holds the buffers a seal or open works in, so that a paged
+	// query pays one allocation for its cursor.
+	bufs sync.Pool
+}
+
+// maxPooledBuf keeps one cursor over huge order values from pinning memory
+// in the pool.
+const maxPooledBuf = 1 << 20
+
+func (cs *cursorSealer) getBuf() *bytes.Buffer {
+	if b, ok := cs.bufs.Get().(*bytes.Buffer); ok {
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+func (cs *cursorSealer) putBuf(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBuf {
+		return
+	}
+	b.Reset()
+	cs.bufs.Put(b)
 }
 
 // newCursorSealer derives the sealing key from secret (at least
@@ -98,8 +118,8 @@ func (cs *cursorSealer) seal(c string, ad []byte) string {
 	var head [binary.MaxVarintLen64]byte
 	h := binary.PutUvarint(head[:], uint64(len(c)))
 	n := padLen(h + len(c))
-	buf := getBuf()
-	defer putBuf(buf)
+	buf := cs.getBuf()
+	defer cs.putBuf(buf)
 	buf.Grow(pre + n + chacha20poly1305.Overhead + base64.RawURLEncoding.EncodedLen(pre+n+chacha20poly1305.Overhead))
 	b := buf.AvailableBuffer()[:pre+n]
 	b[0] = cursorVersion
@@ -113,24 +133,24 @@ func (cs *cursorSealer) seal(c string, ad []byte) string {
 }
 
 // open returns the engine cursor sealed in s under binding ad, or
-// errBadCursor.
+// ErrBadCursor.
 func (cs *cursorSealer) open(s string, ad []byte) (string, error) {
 	const pre = 1 + chacha20poly1305.NonceSizeX
-	buf := getBuf()
-	defer putBuf(buf)
+	buf := cs.getBuf()
+	defer cs.putBuf(buf)
 	buf.Grow(base64.RawURLEncoding.DecodedLen(len(s)))
 	raw, err := base64.RawURLEncoding.AppendDecode(buf.AvailableBuffer(), []byte(s))
 	if err != nil || len(raw) < cursorOverhead || raw[0] != cursorVersion {
-		return "", errBadCursor
+		return "", ErrBadCursor
 	}
 	sealed := raw[pre:]
 	plain, err := cs.aead.Open(sealed[:0], raw[1:pre], sealed, ad)
 	if err != nil {
-		return "", errBadCursor
+		return "", ErrBadCursor
 	}
 	n, k := binary.Uvarint(plain)
 	if k <= 0 || n > uint64(len(plain)-k) {
-		return "", errBadCursor // sealed by us, so never; but never trust a length
+		return "", ErrBadCursor // sealed by us, so never; but never trust a length
 	}
 	return string(plain[k : k+int(n)]), nil
 }
@@ -176,7 +196,7 @@ func cursorBinding(buf []byte, db string, caller *Caller, q *collections.Query) 
 // q.StartAfter, a sealed client cursor, by the engine cursor it holds. The
 // binding is computed from the normalized query, so "contains" and
 // "array-contains" or a missing and an "asc" direction are the same query.
-func (s *Server) openQueryCursor(db string, caller *Caller, q *collections.Query) error {
+func (s *Service) openQueryCursor(db string, caller *Caller, q *collections.Query) error {
 	sealed := q.StartAfter
 	q.StartAfter = ""
 	if err := q.Normalize(); err != nil {
@@ -185,8 +205,8 @@ func (s *Server) openQueryCursor(db string, caller *Caller, q *collections.Query
 	if sealed == "" {
 		return nil
 	}
-	buf := getBuf()
-	defer putBuf(buf)
+	buf := s.cursors.getBuf()
+	defer s.cursors.putBuf(buf)
 	ad, err := cursorBinding(buf.AvailableBuffer(), db, caller, q)
 	if err != nil {
 		return err
@@ -201,12 +221,12 @@ func (s *Server) openQueryCursor(db string, caller *Caller, q *collections.Query
 
 // sealQueryCursor returns the client form of the engine cursor next for
 // caller's normalized query q on db ("" stays "").
-func (s *Server) sealQueryCursor(db string, caller *Caller, q *collections.Query, next string) (string, error) {
+func (s *Service) sealQueryCursor(db string, caller *Caller, q *collections.Query, next string) (string, error) {
 	if next == "" {
 		return "", nil
 	}
-	buf := getBuf()
-	defer putBuf(buf)
+	buf := s.cursors.getBuf()
+	defer s.cursors.putBuf(buf)
 	ad, err := cursorBinding(buf.AvailableBuffer(), db, caller, q)
 	if err != nil {
 		return "", err

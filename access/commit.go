@@ -1,178 +1,50 @@
-package server
+package access
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 )
-
-// Access control beyond the coarse authorize check: security rules decide
-// per document. Every surface goes through these functions:
-//
-//	readable    — may the caller read this document (get, and every document
-//	              of a list, query, subscription event — old state included —
-//	              or replication pull and push conflict; and any stored
-//	              document a write's result or error would show: writeView,
-//	              hideUnreadable)
-//	checkList   — could the caller read anything in this collection at all
-//	guardWrites — may the caller apply these writes; pins what the rules saw
-//
-// Admin callers (the admin key or the "admin" role) bypass rules.
 
 // maxGuardRetries bounds how often a guarded commit is retried when a
 // concurrent write changed a document between the rules check and the
 // commit.
 const maxGuardRetries = 3
 
-// denied is the error for a rules denial: 401 for anonymous callers (they
-// may gain access by authenticating), 403 otherwise.
-func denied(caller *Caller, what string) error {
-	if caller == nil || caller.Kind == kindAnonymous {
-		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Authentication required to %s.", what)
+// Commit applies writes for caller in one atomic Store.Commit: the
+// system-collection check of every write (Authorize), the rules of every
+// write pinned to the versions they saw (retried when a concurrent write
+// moved one), a failed precondition on a document the caller may not read
+// turned into a *HiddenPrecondition, and each result reduced to what the
+// caller may see of it (writeView). An error about one write is a
+// *collections.WriteError naming its index.
+func (s *Service) Commit(ctx context.Context, caller *Caller, db string, writes []collections.Write) ([]collections.WriteResult, error) {
+	if len(writes) == 0 {
+		return nil, nil
 	}
-	return errorf(http.StatusForbidden, codePermissionDenied, "Security rules do not allow you to %s.", what)
-}
-
-// storeGetter lets rule conditions read documents of the same database
-// (get() and exists()).
-type storeGetter struct {
-	store collections.Store
-	db    string
-}
-
-func (g storeGetter) GetData(ctx context.Context, path string) (map[string]any, bool, error) {
-	if err := collections.ValidateDocPath(path); err != nil {
-		return nil, false, err
+	for i, w := range writes {
+		if err := Authorize(caller, actionOf(w.Type), w.Path); err != nil {
+			return nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
+		}
 	}
-	if collections.IsSystemPath(path) {
-		// Rules decide for callers; a path built from a capture or from
-		// request data must not turn Loom's own state into an oracle.
-		return nil, false, nil
-	}
-	d, err := g.store.Get(ctx, g.db, path)
-	if errors.Is(err, collections.ErrNotFound) {
-		return nil, false, nil
-	}
+	res, err := s.commitGuarded(ctx, caller, db, writes)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	return d.Data, true, nil
-}
-
-// allow evaluates the rules for one operation.
-func (s *Server) allow(ctx context.Context, caller *Caller, db string, req rules.Request) (bool, error) {
-	req.Auth = caller.ruleAuth()
-	req.Time = time.Now()
-	return s.rules.Load().Allow(ctx, req, storeGetter{s.store, db})
-}
-
-// readable reports whether caller may read d (op get or list).
-func (s *Server) readable(ctx context.Context, caller *Caller, db string, op rules.Op, d *collections.Document) (bool, error) {
-	if caller.Admin {
-		return true, nil
-	}
-	return s.allow(ctx, caller, db, rules.Request{Op: op, Path: d.Path, Existing: d.Data})
-}
-
-// checkGet decides a get of path, whose stored document is d (nil when
-// there is none): without read access the caller cannot tell a missing
-// document from a forbidden one.
-func (s *Server) checkGet(ctx context.Context, caller *Caller, db, path string, d *collections.Document) error {
-	if caller.Admin {
-		return nil
-	}
-	req := rules.Request{Op: rules.OpGet, Path: path}
-	if d != nil {
-		req.Existing = d.Data
-	}
-	ok, err := s.allow(ctx, caller, db, req)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return denied(caller, "read "+path)
-	}
-	return nil
-}
-
-// checkList refuses at once a list or query on a collection (or pattern) in
-// which no rule could ever let the caller read a document.
-func (s *Server) checkList(caller *Caller, collection string) error {
-	if caller.Admin || s.rules.Load().MayList(caller.ruleAuth(), collection) {
-		return nil
-	}
-	return denied(caller, "list "+collection)
-}
-
-// checkMay refuses at once a request for ops on path (with "*" segments
-// standing for any segment; "" for anywhere) that no rule could ever allow
-// the caller. Handlers call it before reading the request body, so a
-// caller who may not write gets its 401/403 without the server spending a
-// byte of memory or a second of waiting on the body.
-func (s *Server) checkMay(caller *Caller, path, what string, ops ...rules.Op) error {
-	if caller.Admin || s.rules.Load().May(caller.ruleAuth(), path, ops...) {
-		return nil
-	}
-	return denied(caller, what)
-}
-
-// writeOps are the operations of a request that may create, change or
-// delete documents of any kind (a batch, an RxDB push).
-var writeOps = []rules.Op{rules.OpCreate, rules.OpUpdate, rules.OpDelete}
-
-// filterReadable keeps the documents of a page the caller may read.
-func (s *Server) filterReadable(ctx context.Context, caller *Caller, db string, docs []*collections.Document) ([]*collections.Document, error) {
-	if caller.Admin {
-		return docs, nil
-	}
-	out := docs[:0]
-	for _, d := range docs {
-		ok, err := s.readable(ctx, caller, db, rules.OpList, d)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, d)
-		}
-	}
-	return out, nil
-}
-
-// queryReadable runs q and returns a page of documents the caller may read.
-// Pages are refilled from the following engine pages (a bounded number of
-// rounds) so that rules filtering rarely shortens a page; the cursor always
-// continues after the last document examined, so nothing is skipped.
-func (s *Server) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
-	const maxRounds = 8
-	res, err := s.store.Query(ctx, db, q)
-	if err != nil || caller.Admin {
-		return res, err
-	}
-	var out []*collections.Document
-	for round := 0; ; round++ {
-		page, err := s.filterReadable(ctx, caller, db, res.Docs)
-		if err != nil {
-			return collections.QueryResult{}, err
-		}
-		out = append(out, page...)
-		if len(out) >= q.Limit || res.NextCursor == "" || round == maxRounds-1 {
+	for i := range res {
+		if i >= len(writes) {
 			break
 		}
-		next := q
-		next.StartAfter = res.NextCursor
-		next.Limit = q.Limit - len(out)
-		if res, err = s.store.Query(ctx, db, next); err != nil {
-			return collections.QueryResult{}, err
+		if res[i].Doc, err = s.writeView(ctx, caller, db, writes[i].Type, res[i].Doc); err != nil {
+			return nil, err
 		}
 	}
-	return collections.QueryResult{Docs: out, NextCursor: res.NextCursor}, nil
+	return res, nil
 }
 
 // guardWrites evaluates the rules for every write of one commit, in order,
@@ -182,7 +54,7 @@ func (s *Server) queryReadable(ctx context.Context, caller *Caller, db string, q
 // missing document turned into a create. A concurrent change then fails
 // the commit with a precondition error instead of slipping past the rules,
 // and commitGuarded re-evaluates.
-func (s *Server) guardWrites(ctx context.Context, caller *Caller, db string, writes []collections.Write) (out []collections.Write, pins []pin, err error) {
+func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, writes []collections.Write) (out []collections.Write, pins []pin, err error) {
 	if caller.Admin {
 		return writes, make([]pin, len(writes)), nil
 	}
@@ -318,7 +190,7 @@ func pinWrite(w collections.Write, cur *docState) (collections.Write, pin) {
 // through, or 412) would tell the field's value, and a prefix condition
 // would spell it out. Conditions on envelope fields (version, timestamps,
 // id) only test what a write's result shows anyway (writeView).
-func (s *Server) checkIfMatchReads(ctx context.Context, caller *Caller, db string, w collections.Write, existing map[string]any) error {
+func (s *Service) checkIfMatchReads(ctx context.Context, caller *Caller, db string, w collections.Write, existing map[string]any) error {
 	readsData := false
 	for _, f := range w.IfMatch {
 		if !collections.IsEnvelopeField(f.Field) {
@@ -348,7 +220,7 @@ type pin struct {
 
 // commitGuarded checks writes against the rules and commits them, retrying
 // when a document the rules looked at changed before the commit.
-func (s *Server) commitGuarded(ctx context.Context, caller *Caller, db string, writes []collections.Write) ([]collections.WriteResult, error) {
+func (s *Service) commitGuarded(ctx context.Context, caller *Caller, db string, writes []collections.Write) ([]collections.WriteResult, error) {
 	for attempt := 0; ; attempt++ {
 		guarded, pins, err := s.guardWrites(ctx, caller, db, writes)
 		if err != nil {
@@ -364,25 +236,13 @@ func (s *Server) commitGuarded(ctx context.Context, caller *Caller, db string, w
 	}
 }
 
-// hiddenPrecondition is a failed precondition whose current document the
-// caller may not read: the 412 carries no details.current. (A write rule
-// that lets anyone update must not let them read the document back through
-// a deliberately wrong If-Match.)
-type hiddenPrecondition struct{ path string }
-
-func (e *hiddenPrecondition) Error() string { return "precondition failed on " + e.path }
-
-// Unwrap keeps errors.Is(err, collections.ErrPreconditionFailed) true, so
-// callers that retry on a lost race still do.
-func (e *hiddenPrecondition) Unwrap() error { return collections.ErrPreconditionFailed }
-
 // hideUnreadable replaces, in a commit error, a precondition failure by a
-// hiddenPrecondition when the caller may not get the document now: the
+// HiddenPrecondition when the caller may not get the document now: the
 // stored document it carries, or the null that says there is none (so an
 // existing and a missing document the caller may not read fail alike).
 // Every other commit error names only the caller's own input (path, index,
 // sentinel), never stored values.
-func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, err error) error {
+func (s *Service) hideUnreadable(ctx context.Context, caller *Caller, db string, err error) error {
 	var pe *collections.PreconditionError
 	if !errors.As(err, &pe) || caller.Admin {
 		return err
@@ -398,7 +258,7 @@ func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, 
 	if ok {
 		return err
 	}
-	hidden := &hiddenPrecondition{path: pe.Path}
+	hidden := &HiddenPrecondition{Path: pe.Path}
 	var we *collections.WriteError
 	if errors.As(err, &we) {
 		return &collections.WriteError{Index: we.Index, Path: we.Path, Err: hidden}
@@ -413,11 +273,11 @@ func (s *Server) hideUnreadable(ctx context.Context, caller *Caller, db string, 
 // and may not read. A create or replace stores exactly the fields the
 // caller sent, so its result shows nothing new and costs no rule
 // evaluation.
-func (s *Server) writeView(ctx context.Context, caller *Caller, db string, typ collections.WriteType, d *collections.Document) (*collections.Document, error) {
+func (s *Service) writeView(ctx context.Context, caller *Caller, db string, typ collections.WriteType, d *collections.Document) (*collections.Document, error) {
 	if d == nil || caller.Admin || typ != collections.WriteUpdate {
 		return d, nil
 	}
-	ok, err := s.readable(ctx, caller, db, rules.OpGet, d)
+	ok, err := s.Readable(ctx, caller, db, rules.OpGet, d)
 	if err != nil || ok {
 		return d, err
 	}

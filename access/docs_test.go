@@ -1,0 +1,155 @@
+package access_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/loomdb/loom/access"
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/rules"
+	"github.com/loomdb/loom/webhooks"
+)
+
+// Docs is the agent runtime's document API in process.
+var _ webhooks.Docs = (*access.Docs)(nil)
+
+// serviceKey is the caller a service key with the "service" role resolves
+// to: the shipped rules let it read and write users/{uid}/... only.
+var serviceKey = access.CallerOfIdentity(&auth.Identity{UID: "svc:hooks", Username: "hooks", Roles: []string{"service"}, Kind: auth.KindServiceKey})
+
+func newDocs(t *testing.T) (*access.Docs, collections.Store) {
+	t.Helper()
+	svc, st := newService(t, rules.Default())
+	return access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return serviceKey, nil }), st
+}
+
+func TestDocs_CreateGetUpdate(t *testing.T) {
+	ctx := context.Background()
+	docs, _ := newDocs(t)
+	const path = "users/u1/chats/c1"
+
+	d, err := docs.Create(ctx, path, map[string]any{"title": "hi", "turns": 1, "version": 9, "id": "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ID != "c1" || d.Version != 1 || d.Data["title"] != "hi" || d.Data["version"] != nil || d.Data["id"] != nil {
+		t.Fatalf("created %+v, want c1 v1 with the user fields only", d)
+	}
+	if _, err := docs.Create(ctx, path, map[string]any{}); !errors.Is(err, collections.ErrAlreadyExists) {
+		t.Errorf("second create: err=%v, want ErrAlreadyExists", err)
+	}
+	if got, err := docs.Get(ctx, path); err != nil || fmt.Sprint(got.Data["turns"]) != "1" {
+		t.Errorf("get: %+v %v", got, err)
+	}
+	if _, err := docs.Get(ctx, "users/u1/chats/none"); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("get of a missing document: err=%v, want ErrNotFound", err)
+	}
+
+	d, err = docs.Update(ctx, path, map[string]any{"turns": 2, "meta": map[string]any{"k": "v"}}, 1)
+	if err != nil || d.Version != 2 || d.Data["title"] != "hi" || fmt.Sprint(d.Data["turns"]) != "2" {
+		t.Fatalf("update at version 1: %+v %v, want the merged version 2", d, err)
+	}
+	if _, err := docs.Update(ctx, path, map[string]any{"turns": 3}, 1); !errors.Is(err, collections.ErrPreconditionFailed) {
+		t.Errorf("update at a stale version: err=%v, want ErrPreconditionFailed", err)
+	}
+	if d, err := docs.Update(ctx, path, map[string]any{"meta": nil}, 0); err != nil || d.Version != 3 || d.Data["meta"] != nil {
+		t.Errorf("unconditional update: %+v %v, want version 3 without meta", d, err)
+	}
+	if _, err := docs.Update(ctx, "users/u1/chats/none", map[string]any{"x": 1}, 1); !errors.Is(err, collections.ErrPreconditionFailed) {
+		t.Errorf("conditional update of a missing document: err=%v, want ErrPreconditionFailed", err)
+	}
+}
+
+func TestDocs_Query(t *testing.T) {
+	ctx := context.Background()
+	docs, st := newDocs(t)
+	for i := range 5 {
+		mustCommit(t, st, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/u1/tasks/t%d", i), Data: map[string]any{"n": i, "open": i%2 == 0}})
+	}
+	got, err := docs.Query(ctx, collections.Query{
+		Collection: "users/u1/tasks",
+		Filters:    []collections.Filter{{Field: "open", Op: collections.OpEq, Value: true}},
+		OrderBy:    []collections.Order{{Field: "n", Direction: "desc"}},
+	})
+	if err != nil || len(got) != 3 || got[0].ID != "t4" || got[2].ID != "t0" {
+		t.Fatalf("open tasks, newest first: %v %v, want t4 t2 t0", got, err)
+	}
+	// Go values in filters mean what their JSON means, as over REST.
+	got, err = docs.Query(ctx, collections.Query{Collection: "users/u1/tasks", Filters: []collections.Filter{{Field: "n", Op: collections.OpGe, Value: 3}}, Limit: 1})
+	if err != nil || len(got) != 1 || got[0].ID != "t3" {
+		t.Errorf("n >= 3, limit 1: %v %v, want t3", got, err)
+	}
+	if _, err := docs.Query(ctx, collections.Query{Collection: "users/u1/tasks", Limit: -1}); !errors.Is(err, collections.ErrInvalidQuery) {
+		t.Errorf("negative limit: err=%v, want ErrInvalidQuery", err)
+	}
+	if _, err := docs.Query(ctx, collections.Query{Collection: "users/u1/tasks", OrderBy: []collections.Order{{Field: "n", Direction: "up"}}}); !errors.Is(err, collections.ErrInvalidQuery) {
+		t.Errorf("bad direction: err=%v, want ErrInvalidQuery", err)
+	}
+}
+
+// The shipped rules give the service role users/{uid}/... and nothing
+// else: anywhere else the Docs are denied, as a service key is over REST.
+func TestDocs_Denied(t *testing.T) {
+	ctx := context.Background()
+	docs, st := newDocs(t)
+	mustCommit(t, st, collections.Write{Type: collections.WriteCreate, Path: "jobs/j0", Data: map[string]any{}})
+	var de *access.Denied
+	if _, err := docs.Create(ctx, "jobs/j1", map[string]any{"x": 1}); !errors.As(err, &de) || de.Anonymous {
+		t.Errorf("create outside users/: err=%v, want a denial (403)", err)
+	}
+	if _, err := docs.Get(ctx, "jobs/j0"); !errors.As(err, &de) {
+		t.Errorf("get outside users/: err=%v, want a denial", err)
+	}
+	if _, err := docs.Query(ctx, collections.Query{Collection: "jobs"}); !errors.As(err, &de) {
+		t.Errorf("query outside users/: err=%v, want a denial", err)
+	}
+	if _, err := docs.Create(ctx, "_users/u9", map[string]any{}); !errors.Is(err, access.ErrSystemWrite) {
+		t.Errorf("create in a system collection: err=%v, want ErrSystemWrite", err)
+	}
+
+	// The caller is resolved per call: a revoked key stops working at once.
+	revoked := errors.New("revoked")
+	svc, err := access.New(access.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := access.NewDocs(svc, "default", func(context.Context) (*access.Caller, error) { return nil, revoked })
+	if _, err := gone.Get(ctx, "users/u1/chats/c1"); !errors.Is(err, revoked) {
+		t.Errorf("revoked caller: err=%v, want its error", err)
+	}
+}
+
+// A page the rules shortened is continued through the sealed cursor until
+// it is full; after too many empty pages the query stops with
+// ErrIncomplete rather than scan forever.
+func TestDocs_QueryContinuesPastHiddenDocuments(t *testing.T) {
+	ctx := context.Background()
+	svc, st := newService(t, rules.Default())
+	zoe := &access.Caller{Kind: "user", UID: "zoe"}
+	docs := access.NewDocs(svc, "default", func(context.Context) (*access.Caller, error) { return zoe, nil })
+	hide := func(from, n int) {
+		ws := make([]collections.Write, n)
+		for i := range ws {
+			ws[i] = collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/bob/notes/n%04d", from+i), Data: map[string]any{}}
+		}
+		if _, err := st.Commit(ctx, "default", ws, collections.CommitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hide(0, 20) // users/bob/... sorts before users/zoe/...: 20 rounds of hidden documents at limit 1
+	mustCommit(t, st, collections.Write{Type: collections.WriteCreate, Path: "users/zoe/notes/z1", Data: map[string]any{}})
+	got, err := docs.Query(ctx, collections.Query{Collection: "users/*/notes", Limit: 1})
+	if err != nil || len(got) != 1 || got[0].Path != "users/zoe/notes/z1" {
+		t.Fatalf("past 20 hidden documents: %v %v, want users/zoe/notes/z1", got, err)
+	}
+
+	// Each Service.Query examines at most 8 engine pages: 33 empty pages
+	// of one document are more than Docs.Query reads.
+	hide(20, 8*33)
+	if _, err := docs.Query(ctx, collections.Query{Collection: "users/*/notes", Limit: 1}); !errors.Is(err, access.ErrIncomplete) {
+		t.Errorf("past %d hidden documents: err=%v, want ErrIncomplete", 20+8*33, err)
+	}
+}

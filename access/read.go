@@ -1,0 +1,138 @@
+package access
+
+import (
+	"context"
+	"errors"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/rules"
+)
+
+// Get returns the document at path for caller: the system-collection
+// check, the store read, then the rules' get decision. Without read access
+// a missing document and a forbidden one fail alike (*Denied); with it, a
+// missing one is collections.ErrNotFound.
+func (s *Service) Get(ctx context.Context, caller *Caller, db, path string) (*collections.Document, error) {
+	if err := collections.ValidateDocPath(path); err != nil {
+		return nil, err
+	}
+	if err := Authorize(caller, ActionGet, path); err != nil {
+		return nil, err
+	}
+	d, err := s.store.Get(ctx, db, path)
+	if err != nil && !errors.Is(err, collections.ErrNotFound) {
+		return nil, err
+	}
+	if aerr := s.checkGet(ctx, caller, db, path, d); aerr != nil {
+		return nil, aerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// checkGet decides a get of path, whose stored document is d (nil when
+// there is none).
+func (s *Service) checkGet(ctx context.Context, caller *Caller, db, path string, d *collections.Document) error {
+	if caller.Admin {
+		return nil
+	}
+	req := rules.Request{Op: rules.OpGet, Path: path}
+	if d != nil {
+		req.Existing = d.Data
+	}
+	ok, err := s.allow(ctx, caller, db, req)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return denied(caller, "read "+path)
+	}
+	return nil
+}
+
+// Readable reports whether caller may read d (op get or list). Every
+// document a surface hands a caller passes it: a list, query or
+// subscription event (old state included), a replication pull or push
+// conflict, and any stored document a write's result or error would show.
+func (s *Service) Readable(ctx context.Context, caller *Caller, db string, op rules.Op, d *collections.Document) (bool, error) {
+	if caller.Admin {
+		return true, nil
+	}
+	return s.allow(ctx, caller, db, rules.Request{Op: op, Path: d.Path, Existing: d.Data})
+}
+
+// Query runs the client query q (decoded, not yet normalized; its
+// StartAfter is a sealed cursor this service returned, or "") for caller:
+// normalize and open the cursor, the system-collection check, CheckList on
+// the collection or pattern, then a page of readable documents with a
+// sealed NextCursor. A cursor not issued for this query and caller is
+// ErrBadCursor.
+func (s *Service) Query(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
+	if err := s.openQueryCursor(db, caller, &q); err != nil {
+		return collections.QueryResult{}, err
+	}
+	if err := Authorize(caller, ActionList, q.Collection); err != nil {
+		return collections.QueryResult{}, err
+	}
+	if err := s.CheckList(caller, q.Collection); err != nil {
+		return collections.QueryResult{}, err
+	}
+	res, err := s.queryReadable(ctx, caller, db, q)
+	if err != nil {
+		return collections.QueryResult{}, err
+	}
+	if res.NextCursor, err = s.sealQueryCursor(db, caller, &q, res.NextCursor); err != nil {
+		return collections.QueryResult{}, err
+	}
+	return res, nil
+}
+
+// filterReadable keeps the documents of a page the caller may read.
+func (s *Service) filterReadable(ctx context.Context, caller *Caller, db string, docs []*collections.Document) ([]*collections.Document, error) {
+	if caller.Admin {
+		return docs, nil
+	}
+	out := docs[:0]
+	for _, d := range docs {
+		ok, err := s.Readable(ctx, caller, db, rules.OpList, d)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// queryReadable runs q and returns a page of documents the caller may read.
+// Pages are refilled from the following engine pages (a bounded number of
+// rounds) so that rules filtering rarely shortens a page; the cursor always
+// continues after the last document examined, so nothing is skipped.
+func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
+	const maxRounds = 8
+	res, err := s.store.Query(ctx, db, q)
+	if err != nil || caller.Admin {
+		return res, err
+	}
+	var out []*collections.Document
+	for round := 0; ; round++ {
+		page, err := s.filterReadable(ctx, caller, db, res.Docs)
+		if err != nil {
+			return collections.QueryResult{}, err
+		}
+		out = append(out, page...)
+		if len(out) >= q.Limit || res.NextCursor == "" || round == maxRounds-1 {
+			break
+		}
+		next := q
+		next.StartAfter = res.NextCursor
+		next.Limit = q.Limit - len(out)
+		if res, err = s.store.Query(ctx, db, next); err != nil {
+			return collections.QueryResult{}, err
+		}
+	}
+	return collections.QueryResult{Docs: out, NextCursor: res.NextCursor}, nil
+}
