@@ -28,8 +28,8 @@ const (
 // stack is a whole Loom node on loopback (apptest.Start, through the
 // composition root) with the agent runtime on: a real SQLite store, auth,
 // the trigger pipeline with the shipped triggers, the agent handlers
-// (talking to the server over HTTP with a service key) and the server;
-// and a signed-up user.
+// (reading and writing through the node's access service, as loom serve
+// wires them) and the server; and a signed-up user.
 type stack struct {
 	t     testing.TB
 	node  *apptest.Stack
