@@ -5,22 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/server"
 )
 
-const testAdminKey = "test-admin-key-0123456789"
+const testAdminKey = apptest.AdminKey
 
 // api is the prefix of the default database's routes.
 const api = "/api/v1/databases/default"
@@ -61,16 +60,7 @@ func (e *testEnv) WaitServe(t testing.TB, d time.Duration) error {
 // cleanup.
 func MustOpenStore(t testing.TB) collections.Store {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil && !errors.Is(err, collections.ErrClosed) {
-			t.Errorf("store Close: %v", err)
-		}
-	})
-	return st
+	return apptest.OpenSQLite(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
 }
 
 // MustStartServer serves a new Server over store on 127.0.0.1:0 via Serve,
@@ -118,58 +108,13 @@ func newEnv(t testing.TB, cfg server.Config) *testEnv {
 }
 
 // response is one HTTP response, body read.
-type response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// JSON decodes the body (numbers as json.Number).
-func (r *response) JSON(t testing.TB) map[string]any {
-	t.Helper()
-	m, err := collections.DecodeObject(r.Body)
-	if err != nil {
-		t.Fatalf("response body is not a JSON object: %v\n%s", err, r.Body)
-	}
-	return m
-}
+type response = apptest.Response
 
 // Do sends one request with the admin key (unless headers set
 // Authorization or X-API-Key, or anonymous is true).
 func (e *testEnv) Do(t testing.TB, method, url string, body string, headers map[string]string) *response {
 	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, e.URL+url, rd)
-	if err != nil {
-		t.Fatalf("new request: %v", err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Authorization", "Bearer "+testAdminKey)
-	for k, v := range headers {
-		if k == "Authorization" || k == "X-API-Key" {
-			req.Header.Del("Authorization")
-		}
-		if v == "" {
-			req.Header.Del(k)
-			continue
-		}
-		req.Header.Set(k, v)
-	}
-	res, err := e.Client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
-	}
-	return &response{Status: res.StatusCode, Header: res.Header, Body: b}
+	return apptest.Send(t, e.Client, e.URL+url, method, body, headers)
 }
 
 // MustDo is Do that fails unless the status is want.
@@ -284,17 +229,7 @@ func (sc *scenario) Run(t *testing.T) {
 	if got := after - before; got != sc.ExpectedChanges {
 		t.Errorf("changes=%d, want %d", got, sc.ExpectedChanges)
 	}
-	body := compact(res.Body)
-	for _, want := range sc.ExpectedContent {
-		if !strings.Contains(body, want) {
-			t.Errorf("body does not contain %s\nbody: %s", want, body)
-		}
-	}
-	for _, unwanted := range sc.NotExpectedContent {
-		if strings.Contains(body, unwanted) {
-			t.Errorf("body contains %s\nbody: %s", unwanted, body)
-		}
-	}
+	apptest.CheckContent(t, res, sc.ExpectedContent, sc.NotExpectedContent)
 	for k, want := range sc.ExpectedHeaders {
 		if got := res.Header.Get(k); got != want {
 			t.Errorf("header %s=%q, want %q", k, got, want)
@@ -308,30 +243,10 @@ func (sc *scenario) Run(t *testing.T) {
 	}
 }
 
-// checkErrorShape asserts the error body of README "Errors": application/json
-// {"code":"UPPER_SNAKE","message":"...","details":{...}?}.
+// checkErrorShape asserts the error body of README "Errors".
 func checkErrorShape(t testing.TB, res *response) {
 	t.Helper()
-	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("error Content-Type=%q, want application/json", ct)
-	}
-	var e struct {
-		Code    string          `json:"code"`
-		Message string          `json:"message"`
-		Details json.RawMessage `json:"details"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(res.Body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
-		t.Errorf("error body %s: %v", res.Body, err)
-		return
-	}
-	if e.Code == "" || strings.ToUpper(e.Code) != e.Code || e.Message == "" {
-		t.Errorf("error body %s: want an UPPER_SNAKE code and a message", res.Body)
-	}
-	if len(e.Details) > 0 && e.Details[0] != '{' {
-		t.Errorf("error details %s: want an object", e.Details)
-	}
+	apptest.CheckErrorShape(t, res)
 }
 
 func compact(b []byte) string {

@@ -1,13 +1,15 @@
 package server_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/loomdb/loom/triggers"
+	"github.com/loomdb/loom/app/apptest"
+	"github.com/loomdb/loom/internal/config"
 )
 
 // waitTrigger polls the admin API until cond holds for trigger id.
@@ -41,13 +43,15 @@ func notesDef(id, u string) string {
 // however many there are and whatever their ordering keys; the same streak
 // spread over enough users still does.
 func TestTriggersWebhook_OneTenantCannotAutoDisable(t *testing.T) {
-	rc := newWHReceiver(t, func(http.ResponseWriter, *http.Request, int) int { return http.StatusInternalServerError })
-	e := startTrigEnv(t, trigEnvOpts{tcfg: triggers.Config{DisableAfterDead: 3, DisableOrigins: 3}})
-	e.register(t, notesDef("notes", rc.srv.URL))
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusInternalServerError))
+	e := startTrigEnv(t, trigEnvOpts{config: func(c *config.Config) {
+		c.Delivery.DisableAfterDead, c.Delivery.DisableAfterDeadOrigins = 3, 3
+	}})
+	e.register(t, notesDef("notes", rc.URL))
 
 	// One user: twice the streak, six distinct ordering keys.
 	for _, n := range []string{"n1", "n2", "n3", "n4", "n5", "n6"} {
-		e.put(t, "users/mallory/notes/"+n, `{"text":"poison"}`)
+		e.Put(t, "users/mallory/notes/"+n, `{"text":"poison"}`)
 	}
 	tr := e.waitTrigger(t, "notes", "six dead deliveries", deadCount(6))
 	if tr.Status != "enabled" {
@@ -58,25 +62,21 @@ func TestTriggersWebhook_OneTenantCannotAutoDisable(t *testing.T) {
 	}
 
 	// Two more users' deliveries go dead in the same streak: three origins.
-	e.put(t, "users/bob/notes/n1", `{"text":"hi"}`)
-	e.put(t, "users/carol/notes/n1", `{"text":"hi"}`)
+	e.Put(t, "users/bob/notes/n1", `{"text":"hi"}`)
+	e.Put(t, "users/carol/notes/n1", `{"text":"hi"}`)
 	tr = e.waitTrigger(t, "notes", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if !strings.Contains(tr.DisabledReason, "dead") || !strings.Contains(tr.DisabledReason, "3 origins") {
 		t.Fatalf("disabled reason %q", tr.DisabledReason)
 	}
 
 	// A delivery ends the streak: one user alone cannot disable it again.
-	rc.mu.Lock()
-	rc.respond = nil
-	rc.mu.Unlock()
+	rc.SetRespond(nil)
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/notes/enable", "")
-	e.put(t, "users/bob/notes/n2", `{"text":"hi"}`)
+	e.Put(t, "users/bob/notes/n2", `{"text":"hi"}`)
 	e.waitTrigger(t, "notes", "a delivery", func(tr triggerOut) bool { return tr.Counts != nil && tr.Counts.Delivered == 1 })
-	rc.mu.Lock()
-	rc.respond = func(http.ResponseWriter, *http.Request, int) int { return http.StatusInternalServerError }
-	rc.mu.Unlock()
+	rc.SetRespond(apptest.Status(http.StatusInternalServerError))
 	for _, n := range []string{"m1", "m2", "m3", "m4"} {
-		e.put(t, "users/mallory/notes/"+n, `{"text":"poison"}`)
+		e.Put(t, "users/mallory/notes/"+n, `{"text":"poison"}`)
 	}
 	if tr := e.waitTrigger(t, "notes", "ten dead deliveries", deadCount(12)); tr.Status != "enabled" {
 		t.Fatalf("one user disabled the trigger after a re-enable: %+v", tr)
@@ -89,18 +89,21 @@ func TestTriggersWebhook_OneTenantCannotAutoDisable(t *testing.T) {
 func TestTriggersWebhook_BuiltinHandlerTriggerNeverAutoDisabled(t *testing.T) {
 	// The built-in handlers answer 410 twice, then 500; the other URL 500.
 	var builtinCalls atomic.Int32
-	rc := newWHReceiver(t, func(_ http.ResponseWriter, r *http.Request, _ int) int {
-		if strings.HasPrefix(r.URL.Path, "/webhooks/") && builtinCalls.Add(1) <= 2 {
+	rc := apptest.NewReceiver(t, func(_ context.Context, _ http.ResponseWriter, r apptest.Request) int {
+		if strings.HasPrefix(r.Path, "/webhooks/") && builtinCalls.Add(1) <= 2 {
 			return http.StatusGone
 		}
 		return http.StatusInternalServerError
 	})
-	file := `[` + notesDef("builtin", rc.srv.URL+"/webhooks/orchestrator") + `,` + notesDef("external", rc.srv.URL+"/hooks/x") + `]`
-	e := startTrigEnv(t, trigEnvOpts{file: file, tcfg: triggers.Config{
-		DisableAfterDead: 2, DisableOrigins: 1, BuiltinURL: rc.srv.URL + "/webhooks/",
+	file := `[` + notesDef("builtin", rc.URL+"/webhooks/orchestrator") + `,` + notesDef("external", rc.URL+"/hooks/x") + `]`
+	// The node takes the triggers under ${LOOM_URL}/webhooks/ for its
+	// built-in handlers' (with [agents] on): LOOM_URL names the receiver.
+	t.Setenv("LOOM_URL", rc.URL)
+	e := startTrigEnv(t, trigEnvOpts{file: file, agents: true, config: func(c *config.Config) {
+		c.Delivery.DisableAfterDead, c.Delivery.DisableAfterDeadOrigins = 2, 1
 	}})
 	for _, u := range []string{"u1", "u2", "u3", "u4"} {
-		e.put(t, "users/"+u+"/notes/n1", `{"text":"x"}`)
+		e.Put(t, "users/"+u+"/notes/n1", `{"text":"x"}`)
 	}
 	tr := e.waitTrigger(t, "builtin", "four dead deliveries", deadCount(4))
 	if tr.Status != "enabled" || builtinCalls.Load() != 4 {

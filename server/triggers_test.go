@@ -4,211 +4,42 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
-
-	"github.com/loomdb/loom/collections/sqlite"
-	"github.com/loomdb/loom/internal/ssrf"
+	"github.com/loomdb/loom/app/apptest"
+	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/server"
-	"github.com/loomdb/loom/triggers"
 )
 
 // whFixedSecret is a Standard Webhooks secret written into triggers.json.
 const whFixedSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// whRequest is one webhook a whReceiver saw.
-type whRequest struct {
-	Header http.Header
-	Raw    []byte
-	Body   map[string]any
-	At     time.Time
-}
-
-// ID is the webhook-id header.
-func (r whRequest) ID() string { return r.Header.Get("webhook-id") }
-
-// DocID is the id of the event's document.
-func (r whRequest) DocID() string {
-	ev, _ := r.Body["event"].(map[string]any)
-	id, _ := ev["id"].(string)
-	return id
-}
-
-// whReceiver is a real HTTP server recording webhooks; respond picks the
-// answer (200 by default).
-type whReceiver struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	got     []whRequest
-	respond func(w http.ResponseWriter, r *http.Request, n int) int
-}
-
-func newWHReceiver(t testing.TB, respond func(w http.ResponseWriter, r *http.Request, n int) int) *whReceiver {
-	t.Helper()
-	rc := &whReceiver{respond: respond}
-	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		var body map[string]any
-		_ = json.Unmarshal(raw, &body)
-		rc.mu.Lock()
-		rc.got = append(rc.got, whRequest{Header: r.Header.Clone(), Raw: raw, Body: body, At: time.Now()})
-		n := len(rc.got)
-		respond := rc.respond
-		rc.mu.Unlock()
-		status := http.StatusOK
-		if respond != nil {
-			status = respond(w, r, n)
-		}
-		if status == 0 {
-			return
-		}
-		w.WriteHeader(status)
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(rc.srv.Close)
-	return rc
-}
-
-// unavailableOnce answers the first request 503 with Retry-After: 1 and
-// the later ones 200.
-func unavailableOnce(w http.ResponseWriter, _ *http.Request, n int) int {
-	if n == 1 {
-		w.Header().Set("Retry-After", "1")
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusOK
-}
-
-func (rc *whReceiver) requests() []whRequest {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return append([]whRequest(nil), rc.got...)
-}
-
-// waitFor polls until cond holds over the received requests.
-func (rc *whReceiver) waitFor(t testing.TB, what string, cond func([]whRequest) bool) []whRequest {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := rc.requests()
-		if cond(got) {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; got %d requests", what, len(got))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// hasDoc reports whether a request for document id arrived.
-func hasDoc(id string) func([]whRequest) bool {
-	return func(rs []whRequest) bool {
-		for _, r := range rs {
-			if r.DocID() == id {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// verifyWebhook checks r with the official Standard Webhooks library.
-func verifyWebhook(t testing.TB, secret string, r whRequest) {
-	t.Helper()
-	wh, err := standardwebhooks.NewWebhook(secret)
-	if err != nil {
-		t.Fatalf("NewWebhook(%q): %v", secret, err)
-	}
-	if err := wh.Verify(r.Raw, r.Header); err != nil {
-		t.Fatalf("standardwebhooks.Verify with %q: %v (signature %q)", secret, err, r.Header.Get("webhook-signature"))
-	}
-}
-
-// trigEnv is a real server with a real trigger pipeline over one SQLite
-// store.
+// trigEnv is a whole node (the composition root, through apptest) with a
+// real trigger pipeline, driven over its admin API.
 type trigEnv struct {
-	*testEnv
-	Svc  *triggers.Service
-	File string
+	*apptest.Stack
 }
 
 type trigEnvOpts struct {
-	file    string          // triggers.json content ("[]" if empty)
-	tcfg    triggers.Config // Store, File, Transport, PollInterval, NodeID filled in
-	guard   []string        // ssrf allow_hosts; nil: 127.0.0.1
-	noAllow bool            // guard allows nothing
-	auth    bool
+	file   string               // triggers.json content ("[]" if empty)
+	agents bool                 // [agents] on: the built-in handlers' triggers are those under ${LOOM_URL}/webhooks/
+	config func(*config.Config) // e.g. [delivery] settings
 }
 
-// startTrigEnv opens a store with the trigger indexes, runs the pipeline
-// and serves it; cleanup stops the server, then the pipeline, then closes
-// the store.
+// startTrigEnv starts the node; cleanup stops it in the root's order.
+// Deliveries may reach 127.0.0.1 (the receivers), as [delivery]
+// allow_hosts says.
 func startTrigEnv(t *testing.T, o trigEnvOpts) *trigEnv {
 	t.Helper()
-	dir := t.TempDir()
-	store, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(dir, "loom.db"), Indexes: triggers.Indexes})
-	if err != nil {
-		t.Fatalf("sqlite.Open: %v", err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	file := filepath.Join(dir, "triggers.json")
 	if o.file == "" {
 		o.file = "[]"
 	}
-	if err := os.WriteFile(file, []byte(o.file), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	allow := o.guard
-	if allow == nil && !o.noAllow {
-		allow = []string{"127.0.0.1"}
-	}
-	guard, err := ssrf.New(allow, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	cfg := o.tcfg
-	cfg.Store, cfg.File, cfg.Transport, cfg.NodeID, cfg.Registerer = store, file, guard.Transport(), "t", reg
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
-	svc, err := triggers.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("triggers.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = svc.Run(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	scfg := server.Config{Triggers: svc, Registry: reg, RateLimit: -1}
-	if o.auth {
-		scfg.Auth = MustAuth(t, store, nil)
-	}
-	return &trigEnv{testEnv: MustStartServer(t, store, scfg), Svc: svc, File: file}
-}
-
-// put writes a document through the public API.
-func (e *trigEnv) put(t testing.TB, path, data string) {
-	t.Helper()
-	r := e.Do(t, "PUT", api+"/documents/"+path, `{"doc":`+data+`}`, nil)
-	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
-		t.Fatalf("PUT %s: status=%d %s", path, r.Status, r.Body)
-	}
+	return &trigEnv{Stack: apptest.Start(t, apptest.Options{Triggers: o.file, Agents: o.agents, Config: o.config})}
 }
 
 // triggerOut is a trigger in an admin response.
@@ -333,9 +164,9 @@ func fileDef(id, u, extra string) string {
 }
 
 func TestTriggersAdmin_ListShowsFileTriggersAndSecretOnce(t *testing.T) {
-	rc := newWHReceiver(t, nil)
-	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f-gen", rc.srv.URL, "") + "," +
-		fileDef("f-fixed", rc.srv.URL, `,"secret":"`+whFixedSecret+`"`) + "]"})
+	rc := apptest.NewReceiver(t, nil)
+	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f-gen", rc.URL, "") + "," +
+		fileDef("f-fixed", rc.URL, `,"secret":"`+whFixedSecret+`"`) + "]"})
 	first := e.listTriggers(t)
 	gen, fixed := first["f-gen"], first["f-fixed"]
 	if gen.Source != "file" || gen.Status != "enabled" || gen.Counts == nil {
@@ -360,22 +191,22 @@ func TestTriggersAdmin_ListShowsFileTriggersAndSecretOnce(t *testing.T) {
 		}
 	}
 	// The shown generated secret signs the file trigger's deliveries.
-	e.put(t, "files/a", `{"n":1}`)
-	got := rc.waitFor(t, "two deliveries", func(rs []whRequest) bool { return len(rs) >= 2 })
+	e.Put(t, "files/a", `{"n":1}`)
+	got := rc.WaitFor(t, "two deliveries", apptest.AtLeast(2))
 	for _, g := range got {
 		if g.Body["triggerId"] == "f-gen" {
-			verifyWebhook(t, *gen.Secret, g)
+			apptest.Verify(t, *gen.Secret, g)
 		} else {
-			verifyWebhook(t, whFixedSecret, g)
+			apptest.Verify(t, whFixedSecret, g)
 		}
 	}
 }
 
 func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
-	rc := newWHReceiver(t, nil)
+	rc := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{})
 	r := e.MustDo(t, http.StatusCreated, "POST", "/admin/v1/triggers",
-		extDef("ext", rc.srv.URL, `,"condition":"event.document.data.role == 'user'","headers":{"X-Team":"core"}`))
+		extDef("ext", rc.URL, `,"condition":"event.document.data.role == 'user'","headers":{"X-Team":"core"}`))
 	if loc := r.Header.Get("Location"); loc != "/admin/v1/triggers/ext" {
 		t.Errorf("Location = %q", loc)
 	}
@@ -392,16 +223,16 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 		t.Fatalf("list after register: %+v", tr)
 	}
 
-	e.put(t, "items/skip", `{"role":"assistant"}`)
-	e.put(t, "items/m1", `{"role":"user"}`)
-	got := rc.waitFor(t, "delivery of m1", hasDoc("m1"))
+	e.Put(t, "items/skip", `{"role":"assistant"}`)
+	e.Put(t, "items/m1", `{"role":"user"}`)
+	got := rc.WaitFor(t, "delivery of m1", apptest.HasDoc("m1"))
 	time.Sleep(200 * time.Millisecond)
-	got = rc.requests()
+	got = rc.Requests()
 	if len(got) != 1 {
 		t.Fatalf("got %d requests, want 1 (the condition filters skip)", len(got))
 	}
 	g := got[0]
-	verifyWebhook(t, secret, g)
+	apptest.Verify(t, secret, g)
 	if g.Header.Get("X-Team") != "core" || g.Header.Get("Content-Type") != "application/json" ||
 		!strings.HasPrefix(g.Header.Get("User-Agent"), "Loom/") {
 		t.Errorf("headers %v", g.Header)
@@ -409,49 +240,55 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 	if g.Body["type"] != "document.create" || g.Body["triggerId"] != "ext" || g.Body["id"] != g.ID() {
 		t.Errorf("body %s", g.Raw)
 	}
-	if strings.Contains(string(g.Raw), testAdminKey) {
+	if strings.Contains(string(g.Raw), apptest.AdminKey) {
 		t.Error("the admin key travels in the body")
 	}
 
-	wantErr(t, "duplicate id", e.Do(t, "POST", "/admin/v1/triggers", extDef("ext", rc.srv.URL, ""), nil), http.StatusConflict, "ext")
-	wantErr(t, "bad CEL", e.Do(t, "POST", "/admin/v1/triggers", extDef("bad1", rc.srv.URL, `,"condition":"event.document.data.role ==="`), nil), http.StatusBadRequest, "condition")
-	wantErr(t, "bad events", e.Do(t, "POST", "/admin/v1/triggers",
-		fmt.Sprintf(`{"triggerId":"bad2","collection":"items","events":["insert"],"url":%q}`, rc.srv.URL), nil), http.StatusBadRequest, "insert")
-	wantErr(t, "no events", e.Do(t, "POST", "/admin/v1/triggers",
-		fmt.Sprintf(`{"triggerId":"bad3","collection":"items","events":[],"url":%q}`, rc.srv.URL), nil), http.StatusBadRequest, "events")
-	wantErr(t, "unknown key", e.Do(t, "POST", "/admin/v1/triggers", extDef("bad4", rc.srv.URL, `,"bogusKey":1`), nil), http.StatusBadRequest, "bogusKey")
-	wantErr(t, "bad url", e.Do(t, "POST", "/admin/v1/triggers", extDef("bad5", "ftp://x", ""), nil), http.StatusBadRequest, "url")
-	wantErr(t, "bad id", e.Do(t, "POST", "/admin/v1/triggers", extDef("bad id!", rc.srv.URL, ""), nil), http.StatusBadRequest, "triggerId")
-	for _, id := range []string{"bad1", "bad2", "bad3", "bad4", "bad5"} {
-		wantErr(t, "GET "+id, e.Do(t, "GET", "/admin/v1/triggers/"+id, "", nil), http.StatusNotFound)
+	// Refused registrations answer the error and commit nothing.
+	post := func(name, def string, status int, mentions string) apptest.Scenario {
+		return apptest.Scenario{Name: name, Method: "POST", URL: "/admin/v1/triggers", Body: def,
+			ExpectedStatus: status, ExpectedContent: []string{mentions}}
 	}
+	scenarios := []apptest.Scenario{
+		post("duplicate id", extDef("ext", rc.URL, ""), http.StatusConflict, "ext"),
+		post("bad CEL", extDef("bad1", rc.URL, `,"condition":"event.document.data.role ==="`), http.StatusBadRequest, "condition"),
+		post("bad events", fmt.Sprintf(`{"triggerId":"bad2","collection":"items","events":["insert"],"url":%q}`, rc.URL), http.StatusBadRequest, "insert"),
+		post("no events", fmt.Sprintf(`{"triggerId":"bad3","collection":"items","events":[],"url":%q}`, rc.URL), http.StatusBadRequest, "events"),
+		post("unknown key", extDef("bad4", rc.URL, `,"bogusKey":1`), http.StatusBadRequest, "bogusKey"),
+		post("bad url", extDef("bad5", "ftp://x", ""), http.StatusBadRequest, "url"),
+		post("bad id", extDef("bad id!", rc.URL, ""), http.StatusBadRequest, "triggerId"),
+	}
+	for _, id := range []string{"bad1", "bad2", "bad3", "bad4", "bad5"} {
+		scenarios = append(scenarios, apptest.Scenario{Name: "GET " + id, Method: "GET", URL: "/admin/v1/triggers/" + id, ExpectedStatus: http.StatusNotFound})
+	}
+	apptest.RunScenarios(t, e.Stack, scenarios)
 }
 
 func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
-	rc := newWHReceiver(t, nil)
-	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f1", rc.srv.URL, "") + "]"})
-	wantErr(t, "PUT file trigger", e.Do(t, "PUT", "/admin/v1/triggers/f1", fileDef("f1", rc.srv.URL, `,"condition":"false"`), nil), http.StatusConflict, "triggers.json")
+	rc := apptest.NewReceiver(t, nil)
+	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f1", rc.URL, "") + "]"})
+	wantErr(t, "PUT file trigger", e.Do(t, "PUT", "/admin/v1/triggers/f1", fileDef("f1", rc.URL, `,"condition":"false"`), nil), http.StatusConflict, "triggers.json")
 	wantErr(t, "DELETE file trigger", e.Do(t, "DELETE", "/admin/v1/triggers/f1", "", nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "PUT unknown", e.Do(t, "PUT", "/admin/v1/triggers/nope", extDef("nope", rc.srv.URL, ""), nil), http.StatusNotFound)
+	wantErr(t, "PUT unknown", e.Do(t, "PUT", "/admin/v1/triggers/nope", extDef("nope", rc.URL, ""), nil), http.StatusNotFound)
 	wantErr(t, "DELETE unknown", e.Do(t, "DELETE", "/admin/v1/triggers/nope", "", nil), http.StatusNotFound)
 
-	secret := e.register(t, extDef("ext", rc.srv.URL, `,"condition":"event.document.data.n == 1"`))
+	secret := e.register(t, extDef("ext", rc.URL, `,"condition":"event.document.data.n == 1"`))
 	var upd triggerOut
-	decodeInto(t, e.MustDo(t, http.StatusOK, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.srv.URL, `,"condition":"event.document.data.n == 2"`)), &upd)
+	decodeInto(t, e.MustDo(t, http.StatusOK, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.URL, `,"condition":"event.document.data.n == 2"`)), &upd)
 	if upd.Condition != "event.document.data.n == 2" || upd.Secret != nil {
 		t.Fatalf("PUT answer %+v", upd)
 	}
-	wantErr(t, "PUT id mismatch", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("other", rc.srv.URL, ""), nil), http.StatusBadRequest, "other")
-	wantErr(t, "PUT bad CEL", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.srv.URL, `,"condition":"((("`), nil), http.StatusBadRequest, "condition")
+	wantErr(t, "PUT id mismatch", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("other", rc.URL, ""), nil), http.StatusBadRequest, "other")
+	wantErr(t, "PUT bad CEL", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.URL, `,"condition":"((("`), nil), http.StatusBadRequest, "condition")
 	if tr := e.getTrigger(t, "ext"); tr.Condition != "event.document.data.n == 2" {
 		t.Fatalf("after a bad PUT the condition is %q", tr.Condition)
 	}
-	e.put(t, "items/one", `{"n":1}`)
-	e.put(t, "items/two", `{"n":2}`)
-	got := rc.waitFor(t, "delivery of two", hasDoc("two"))
-	verifyWebhook(t, secret, got[0]) // the secret is kept by an update without one
+	e.Put(t, "items/one", `{"n":1}`)
+	e.Put(t, "items/two", `{"n":2}`)
+	got := rc.WaitFor(t, "delivery of two", apptest.HasDoc("two"))
+	apptest.Verify(t, secret, got[0]) // the secret is kept by an update without one
 	ds := e.waitDeliveries(t, "one delivered row", "triggerId=ext", func(ds []deliveryOut) bool { return len(ds) == 1 && ds[0].Status == "delivered" })
-	if hasDoc("one")(rc.requests()) || len(ds) != 1 {
+	if apptest.HasDoc("one")(rc.Requests()) || len(ds) != 1 {
 		t.Fatalf("the old condition still applies: %d rows", len(ds))
 	}
 
@@ -461,13 +298,13 @@ func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 		t.Fatal("deleted trigger still listed")
 	}
 	// The id can be registered again.
-	e.register(t, extDef("ext", rc.srv.URL, ""))
+	e.register(t, extDef("ext", rc.URL, ""))
 }
 
 func TestTriggersAdmin_DisableEnable(t *testing.T) {
-	rc := newWHReceiver(t, nil)
+	rc := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, ""))
+	e.register(t, extDef("ext", rc.URL, ""))
 	var tr triggerOut
 	decodeInto(t, e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/disable", ""), &tr)
 	if tr.Status != "disabled" || tr.DisabledReason == "" {
@@ -476,9 +313,9 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 	if g := e.getTrigger(t, "ext"); g.Status != "disabled" {
 		t.Fatalf("GET after disable: %+v", g)
 	}
-	e.put(t, "items/while-off", `{"n":1}`)
+	e.Put(t, "items/while-off", `{"n":1}`)
 	time.Sleep(500 * time.Millisecond)
-	if n := len(rc.requests()); n != 0 {
+	if n := len(rc.Requests()); n != 0 {
 		t.Fatalf("disabled trigger delivered %d requests", n)
 	}
 	tr = triggerOut{}
@@ -486,10 +323,10 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 	if tr.Status != "enabled" || tr.DisabledReason != "" {
 		t.Fatalf("after enable: %+v", tr)
 	}
-	e.put(t, "items/after-on", `{"n":2}`)
-	rc.waitFor(t, "delivery after enable", hasDoc("after-on"))
+	e.Put(t, "items/after-on", `{"n":2}`)
+	rc.WaitFor(t, "delivery after enable", apptest.HasDoc("after-on"))
 	time.Sleep(200 * time.Millisecond)
-	if hasDoc("while-off")(rc.requests()) {
+	if apptest.HasDoc("while-off")(rc.Requests()) {
 		t.Error("a change committed while the trigger was disabled was delivered")
 	}
 	wantErr(t, "enable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/enable", "", nil), http.StatusNotFound)
@@ -497,12 +334,12 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 }
 
 func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
-	rc := newWHReceiver(t, nil)
-	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f-fixed", rc.srv.URL, `,"secret":"`+whFixedSecret+`"`) + "]"})
-	oldSecret := e.register(t, extDef("ext", rc.srv.URL, ""))
-	e.put(t, "items/before", `{"n":1}`)
-	got := rc.waitFor(t, "first delivery", hasDoc("before"))
-	verifyWebhook(t, oldSecret, got[0])
+	rc := apptest.NewReceiver(t, nil)
+	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f-fixed", rc.URL, `,"secret":"`+whFixedSecret+`"`) + "]"})
+	oldSecret := e.register(t, extDef("ext", rc.URL, ""))
+	e.Put(t, "items/before", `{"n":1}`)
+	got := rc.WaitFor(t, "first delivery", apptest.HasDoc("before"))
+	apptest.Verify(t, oldSecret, got[0])
 	if sig := got[0].Header.Get("webhook-signature"); len(strings.Fields(sig)) != 1 {
 		t.Fatalf("before rotation: signature %q, want one", sig)
 	}
@@ -519,9 +356,9 @@ func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
 	if g := e.getTrigger(t, "ext"); g.Secret != nil {
 		t.Fatal("GET after rotation shows the secret again")
 	}
-	e.put(t, "items/after", `{"n":2}`)
-	var after whRequest
-	for _, g := range rc.waitFor(t, "delivery after rotation", hasDoc("after")) {
+	e.Put(t, "items/after", `{"n":2}`)
+	var after apptest.Request
+	for _, g := range rc.WaitFor(t, "delivery after rotation", apptest.HasDoc("after")) {
 		if g.DocID() == "after" {
 			after = g
 		}
@@ -531,15 +368,15 @@ func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
 	if len(parts) != 2 || !strings.HasPrefix(parts[0], "v1,") || !strings.HasPrefix(parts[1], "v1,") {
 		t.Fatalf("signature during rotation %q, want two space-separated v1 signatures", sig)
 	}
-	verifyWebhook(t, oldSecret, after)
-	verifyWebhook(t, newSecret, after)
+	apptest.Verify(t, oldSecret, after)
+	apptest.Verify(t, newSecret, after)
 
 	wantErr(t, "rotate file secret", e.Do(t, "POST", "/admin/v1/triggers/f-fixed/rotate-secret", "", nil), http.StatusConflict, "triggers.json")
 	wantErr(t, "rotate unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/rotate-secret", "", nil), http.StatusNotFound)
 
 	// A file trigger with a generated secret can rotate it, and a reload
 	// keeps the rotated secret.
-	if err := os.WriteFile(e.File, []byte("["+fileDef("f-gen", rc.srv.URL, "")+"]"), 0o600); err != nil {
+	if err := os.WriteFile(e.TriggersFile, []byte("["+fileDef("f-gen", rc.URL, "")+"]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/reload", "")
@@ -549,26 +386,26 @@ func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
 		t.Fatal("rotate f-gen: no secret")
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/reload", "")
-	e.put(t, "files/z", `{"n":1}`)
-	for _, g := range rc.waitFor(t, "f-gen delivery", hasDoc("z")) {
+	e.Put(t, "files/z", `{"n":1}`)
+	for _, g := range rc.WaitFor(t, "f-gen delivery", apptest.HasDoc("z")) {
 		if g.DocID() == "z" {
-			verifyWebhook(t, *rot.Secret, g)
+			apptest.Verify(t, *rot.Secret, g)
 		}
 	}
 }
 
 func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
-	rc := newWHReceiver(t, nil)
-	other := newWHReceiver(t, nil)
+	rc := apptest.NewReceiver(t, nil)
+	other := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, ""))
-	e.register(t, fmt.Sprintf(`{"triggerId":"other","collection":"others","events":["create"],"url":%q}`, other.srv.URL))
+	e.register(t, extDef("ext", rc.URL, ""))
+	e.register(t, fmt.Sprintf(`{"triggerId":"other","collection":"others","events":["create"],"url":%q}`, other.URL))
 	for i := 1; i <= 3; i++ {
-		e.put(t, fmt.Sprintf("items/d%d", i), `{"n":1}`)
+		e.Put(t, fmt.Sprintf("items/d%d", i), `{"n":1}`)
 	}
-	e.put(t, "others/o1", `{"n":1}`)
+	e.Put(t, "others/o1", `{"n":1}`)
 	e.waitDeliveries(t, "3 delivered", "triggerId=ext&status=delivered", func(ds []deliveryOut) bool { return len(ds) == 3 })
-	other.waitFor(t, "other delivery", hasDoc("o1"))
+	other.WaitFor(t, "other delivery", apptest.HasDoc("o1"))
 	// The receiver answers before the attempt is recorded: wait for that too.
 	e.waitDeliveries(t, "other delivered", "triggerId=other&status=delivered", func(ds []deliveryOut) bool { return len(ds) == 1 })
 
@@ -582,8 +419,8 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 	}
 	all := append(page1, page2...)
 	seen := map[string]bool{}
-	byEvent := map[string]whRequest{}
-	for _, g := range rc.requests() {
+	byEvent := map[string]apptest.Request{}
+	for _, g := range rc.Requests() {
 		byEvent[g.ID()] = g
 	}
 	for _, d := range all {
@@ -616,12 +453,12 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 	wantErr(t, "bad cursor", e.Do(t, "GET", "/admin/v1/deliveries?cursor=garbage", "", nil), http.StatusBadRequest, "cursor")
 
 	target := page2[0]
-	before := len(rc.requests())
+	before := len(rc.Requests())
 	r := e.MustDo(t, http.StatusAccepted, "POST", "/admin/v1/deliveries/"+target.ID+"/replay", "")
 	if m := r.JSON(t); m["id"] != target.ID {
 		t.Errorf("replay answer %s", r.Body)
 	}
-	got := rc.waitFor(t, "replayed request", func(rs []whRequest) bool { return len(rs) > before })
+	got := rc.WaitFor(t, "replayed request", func(rs []apptest.Request) bool { return len(rs) > before })
 	replayed := got[len(got)-1]
 	if replayed.ID() != target.EventID {
 		t.Fatalf("replay webhook-id %q, want %q", replayed.ID(), target.EventID)
@@ -639,12 +476,12 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 }
 
 func TestTriggersAdmin_Reload(t *testing.T) {
-	rc := newWHReceiver(t, nil)
-	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f1", rc.srv.URL, "") + "]"})
+	rc := apptest.NewReceiver(t, nil)
+	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f1", rc.URL, "") + "]"})
 	if _, ok := e.listTriggers(t)["f1"]; !ok {
 		t.Fatal("f1 not listed")
 	}
-	if err := os.WriteFile(e.File, []byte("["+fileDef("f2", rc.srv.URL, "")+"]"), 0o600); err != nil {
+	if err := os.WriteFile(e.TriggersFile, []byte("["+fileDef("f2", rc.URL, "")+"]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/reload", "")
@@ -660,14 +497,14 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if _, ok := list["f1"]; ok {
 		t.Fatal("f1 still listed after reload")
 	}
-	e.put(t, "files/x", `{"n":1}`)
-	got := rc.waitFor(t, "delivery from f2", hasDoc("x"))
+	e.Put(t, "files/x", `{"n":1}`)
+	got := rc.WaitFor(t, "delivery from f2", apptest.HasDoc("x"))
 	if got[0].Body["triggerId"] != "f2" {
 		t.Fatalf("delivered by %v", got[0].Body["triggerId"])
 	}
 
-	bad := "[" + fileDef("f3", rc.srv.URL, `,"condition":"event.nope(("`) + "]"
-	if err := os.WriteFile(e.File, []byte(bad), 0o600); err != nil {
+	bad := "[" + fileDef("f3", rc.URL, `,"condition":"event.nope(("`) + "]"
+	if err := os.WriteFile(e.TriggersFile, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	wantErr(t, "bad reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "f3")
@@ -682,7 +519,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if f2.FileError == "" {
 		t.Error("fileError not reported after a failed reload")
 	}
-	if err := os.WriteFile(e.File, []byte("{"), 0o600); err != nil {
+	if err := os.WriteFile(e.TriggersFile, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	wantErr(t, "unparsable reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest)
@@ -691,8 +528,8 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	}
 
 	// A file id that a registered trigger already uses is refused.
-	e.register(t, extDef("ext", rc.srv.URL, ""))
-	if err := os.WriteFile(e.File, []byte("["+fileDef("f2", rc.srv.URL, "")+","+fileDef("ext", rc.srv.URL, "")+"]"), 0o600); err != nil {
+	e.register(t, extDef("ext", rc.URL, ""))
+	if err := os.WriteFile(e.TriggersFile, []byte("["+fileDef("f2", rc.URL, "")+","+fileDef("ext", rc.URL, "")+"]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	wantErr(t, "reload with a registered id", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "ext")
@@ -700,7 +537,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 		t.Fatalf("ext source %q after a refused reload", tr.Source)
 	}
 	// A good file clears fileError.
-	if err := os.WriteFile(e.File, []byte("["+fileDef("f2", rc.srv.URL, "")+"]"), 0o600); err != nil {
+	if err := os.WriteFile(e.TriggersFile, []byte("["+fileDef("f2", rc.URL, "")+"]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/reload", "")
@@ -710,7 +547,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 }
 
 func TestTriggersAdmin_AuthRequired(t *testing.T) {
-	e := startTrigEnv(t, trigEnvOpts{auth: true})
+	e := startTrigEnv(t, trigEnvOpts{})
 	routes := []struct{ method, path, body string }{
 		{"GET", "/admin/v1/triggers", ""},
 		{"POST", "/admin/v1/triggers", extDef("x", "http://127.0.0.1:1/", "")},
@@ -724,12 +561,23 @@ func TestTriggersAdmin_AuthRequired(t *testing.T) {
 		{"GET", "/admin/v1/deliveries", ""},
 		{"POST", "/admin/v1/deliveries/x/replay", ""},
 	}
-	u := e.signup(t, "alice")
+	u := e.SignUp(t, "alice")
+	var scenarios []apptest.Scenario
 	for _, rt := range routes {
-		wantStatus(t, "anonymous "+rt.method+" "+rt.path, e.Do(t, rt.method, rt.path, rt.body, anon), http.StatusUnauthorized)
-		wantStatus(t, "bad key "+rt.method+" "+rt.path, e.Do(t, rt.method, rt.path, rt.body, map[string]string{"Authorization": "Bearer wrong-key"}), http.StatusUnauthorized)
-		wantStatus(t, "user "+rt.method+" "+rt.path, e.Do(t, rt.method, rt.path, rt.body, u.h()), http.StatusForbidden)
+		for _, who := range []struct {
+			name    string
+			headers map[string]string
+			status  int
+		}{
+			{"anonymous", apptest.Anonymous, http.StatusUnauthorized},
+			{"bad key", apptest.Bearer("wrong-key"), http.StatusUnauthorized},
+			{"user", u.Header(), http.StatusForbidden},
+		} {
+			scenarios = append(scenarios, apptest.Scenario{Name: who.name + " " + rt.method + " " + rt.path,
+				Method: rt.method, URL: rt.path, Body: rt.body, Headers: who.headers, ExpectedStatus: who.status})
+		}
 	}
+	apptest.RunScenarios(t, e.Stack, scenarios)
 	if len(e.listTriggers(t)) != 0 {
 		t.Fatal("a rejected request registered a trigger")
 	}
@@ -742,11 +590,11 @@ func TestTriggersAdmin_DisabledServer404(t *testing.T) {
 }
 
 func TestTriggersWebhook_Metrics(t *testing.T) {
-	rc := newWHReceiver(t, nil)
+	rc := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, ""))
-	e.put(t, "items/m", `{"n":1}`)
-	rc.waitFor(t, "delivery", hasDoc("m"))
+	e.register(t, extDef("ext", rc.URL, ""))
+	e.Put(t, "items/m", `{"n":1}`)
+	rc.WaitFor(t, "delivery", apptest.HasDoc("m"))
 	e.waitDeliveries(t, "delivered", "status=delivered", func(ds []deliveryOut) bool { return len(ds) == 1 })
 	body := string(e.MustDo(t, http.StatusOK, "GET", "/metrics", "").Body)
 	for _, want := range []string{
@@ -761,11 +609,11 @@ func TestTriggersWebhook_Metrics(t *testing.T) {
 }
 
 func TestTriggersWebhook_RetryAfterHonoured(t *testing.T) {
-	rc := newWHReceiver(t, unavailableOnce)
+	rc := apptest.NewReceiver(t, apptest.UnavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
-	e.put(t, "items/r", `{"n":1}`)
-	got := rc.waitFor(t, "the retry", func(rs []whRequest) bool { return len(rs) >= 2 })
+	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
+	e.Put(t, "items/r", `{"n":1}`)
+	got := rc.WaitFor(t, "the retry", apptest.AtLeast(2))
 	if gap := got[1].At.Sub(got[0].At); gap < 950*time.Millisecond {
 		t.Fatalf("retry came %v after a 503 with Retry-After: 1", gap)
 	}
@@ -783,9 +631,9 @@ func TestTriggersWebhook_RetryAfterHonoured(t *testing.T) {
 
 func TestTriggersWebhook_TimeoutRecorded(t *testing.T) {
 	release := make(chan struct{})
-	rc := newWHReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) int {
+	rc := apptest.NewReceiver(t, func(ctx context.Context, _ http.ResponseWriter, _ apptest.Request) int {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 		case <-release:
 		case <-time.After(5 * time.Second):
 		}
@@ -793,9 +641,9 @@ func TestTriggersWebhook_TimeoutRecorded(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // runs before the receiver closes
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, `,"timeout":"1s","retryPolicy":{"maxAttempts":1}`))
+	e.register(t, extDef("ext", rc.URL, `,"timeout":"1s","retryPolicy":{"maxAttempts":1}`))
 	start := time.Now()
-	e.put(t, "items/slow", `{"n":1}`)
+	e.Put(t, "items/slow", `{"n":1}`)
 	ds := e.waitDeliveries(t, "dead delivery", "triggerId=ext", func(ds []deliveryOut) bool { return len(ds) == 1 && ds[0].Status == "dead" })
 	if el := time.Since(start); el < time.Second {
 		t.Errorf("gave up after %v, before the 1s timeout", el)
@@ -813,40 +661,40 @@ func TestTriggersWebhook_SSRFBlocked(t *testing.T) {
 	t.Run("metadata", func(t *testing.T) {
 		e := startTrigEnv(t, trigEnvOpts{})
 		e.register(t, extDef("meta", "http://169.254.169.254/latest/meta-data/", `,"timeout":"2s","retryPolicy":{"maxAttempts":1}`))
-		e.put(t, "items/a", `{"n":1}`)
+		e.Put(t, "items/a", `{"n":1}`)
 		ds := e.waitDeliveries(t, "dead", "triggerId=meta", func(ds []deliveryOut) bool { return len(ds) == 1 && ds[0].Status == "dead" })
 		if a := ds[0].Attempts; len(a) != 1 || !strings.Contains(a[0].Error, "169.254.169.254") || !strings.Contains(a[0].Error, "link-local") {
 			t.Fatalf("attempts %+v, want the blocked range named", a)
 		}
 	})
 	t.Run("loopback-not-allowed", func(t *testing.T) {
-		rc := newWHReceiver(t, nil)
-		e := startTrigEnv(t, trigEnvOpts{noAllow: true})
-		e.register(t, extDef("lo", rc.srv.URL, `,"retryPolicy":{"maxAttempts":1}`))
-		e.put(t, "items/a", `{"n":1}`)
+		rc := apptest.NewReceiver(t, nil)
+		e := startTrigEnv(t, trigEnvOpts{config: func(c *config.Config) { c.Delivery.AllowHosts = nil }})
+		e.register(t, extDef("lo", rc.URL, `,"retryPolicy":{"maxAttempts":1}`))
+		e.Put(t, "items/a", `{"n":1}`)
 		ds := e.waitDeliveries(t, "dead", "triggerId=lo", func(ds []deliveryOut) bool { return len(ds) == 1 && ds[0].Status == "dead" })
 		if a := ds[0].Attempts; len(a) != 1 || !strings.Contains(a[0].Error, "127.0.0.0/8") || !strings.Contains(a[0].Error, "loopback") {
 			t.Fatalf("attempts %+v, want the loopback range named", a)
 		}
-		if n := len(rc.requests()); n != 0 {
+		if n := len(rc.Requests()); n != 0 {
 			t.Fatalf("blocked receiver saw %d requests", n)
 		}
 	})
 	t.Run("redirect-not-followed", func(t *testing.T) {
-		target := newWHReceiver(t, nil)
-		rc := newWHReceiver(t, func(w http.ResponseWriter, r *http.Request, n int) int {
-			w.Header().Set("Location", target.srv.URL+"/elsewhere")
+		target := apptest.NewReceiver(t, nil)
+		rc := apptest.NewReceiver(t, func(_ context.Context, w http.ResponseWriter, _ apptest.Request) int {
+			w.Header().Set("Location", target.URL+"/elsewhere")
 			return http.StatusFound
 		})
 		e := startTrigEnv(t, trigEnvOpts{})
-		e.register(t, extDef("redir", rc.srv.URL, `,"retryPolicy":{"maxAttempts":1}`))
-		e.put(t, "items/a", `{"n":1}`)
+		e.register(t, extDef("redir", rc.URL, `,"retryPolicy":{"maxAttempts":1}`))
+		e.Put(t, "items/a", `{"n":1}`)
 		ds := e.waitDeliveries(t, "dead", "triggerId=redir", func(ds []deliveryOut) bool { return len(ds) == 1 && ds[0].Status == "dead" })
 		if a := ds[0].Attempts; len(a) != 1 || a[0].Status != http.StatusFound {
 			t.Fatalf("attempts %+v, want one with status 302", a)
 		}
 		time.Sleep(100 * time.Millisecond)
-		if n := len(target.requests()); n != 0 {
+		if n := len(target.Requests()); n != 0 {
 			t.Fatalf("the redirect was followed: target saw %d requests", n)
 		}
 		if tr := e.getTrigger(t, "redir"); tr.Counts == nil || tr.Counts.Dead != 1 || tr.Counts.Delivered != 0 {
@@ -856,26 +704,20 @@ func TestTriggersWebhook_SSRFBlocked(t *testing.T) {
 }
 
 func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
-	rc := newWHReceiver(t, func(http.ResponseWriter, *http.Request, int) int { return http.StatusInternalServerError })
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusInternalServerError))
 	// items/a and items/b are two origins: enough with DisableOrigins 2.
-	e := startTrigEnv(t, trigEnvOpts{tcfg: triggers.Config{DisableAfterDead: 2, DisableOrigins: 2}})
-	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":1}`))
-	e.put(t, "items/a", `{"n":1}`)
+	e := startTrigEnv(t, trigEnvOpts{config: func(c *config.Config) {
+		c.Delivery.DisableAfterDead, c.Delivery.DisableAfterDeadOrigins = 2, 2
+	}})
+	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":1}`))
+	e.Put(t, "items/a", `{"n":1}`)
 	e.waitDeliveries(t, "first dead", "triggerId=ext&status=dead", func(ds []deliveryOut) bool { return len(ds) == 1 })
 	if tr := e.getTrigger(t, "ext"); tr.Status != "enabled" {
 		t.Fatalf("disabled after one dead delivery: %+v", tr)
 	}
-	e.put(t, "items/b", `{"n":1}`)
+	e.Put(t, "items/b", `{"n":1}`)
 	e.waitDeliveries(t, "second dead", "triggerId=ext&status=dead", func(ds []deliveryOut) bool { return len(ds) == 2 })
-	deadline := time.Now().Add(5 * time.Second)
-	var tr triggerOut
-	for {
-		tr = e.getTrigger(t, "ext")
-		if tr.Status == "disabled" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tr := e.waitTrigger(t, "ext", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if tr.Status != "disabled" || !strings.Contains(tr.DisabledReason, "dead") {
 		t.Fatalf("after two dead deliveries: status %q reason %q", tr.Status, tr.DisabledReason)
 	}
@@ -883,12 +725,10 @@ func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
 		t.Errorf("lastError = %q", tr.LastError)
 	}
 	// Enabling resumes.
-	rc.mu.Lock()
-	rc.respond = nil
-	rc.mu.Unlock()
+	rc.SetRespond(nil)
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/enable", "")
-	e.put(t, "items/c", `{"n":1}`)
-	rc.waitFor(t, "delivery after enable", func(rs []whRequest) bool {
+	e.Put(t, "items/c", `{"n":1}`)
+	rc.WaitFor(t, "delivery after enable", func(rs []apptest.Request) bool {
 		for _, r := range rs {
 			if r.DocID() == "c" {
 				return true
@@ -899,35 +739,35 @@ func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
 }
 
 func TestTriggersAdmin_RegisteredTriggerIgnoresPastChanges(t *testing.T) {
-	rc := newWHReceiver(t, nil)
+	rc := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.put(t, "items/old", `{"n":1}`)
+	e.Put(t, "items/old", `{"n":1}`)
 	time.Sleep(100 * time.Millisecond)
-	e.register(t, extDef("ext", rc.srv.URL, ""))
-	e.put(t, "items/new", `{"n":1}`)
-	rc.waitFor(t, "new", hasDoc("new"))
+	e.register(t, extDef("ext", rc.URL, ""))
+	e.Put(t, "items/new", `{"n":1}`)
+	rc.WaitFor(t, "new", apptest.HasDoc("new"))
 	time.Sleep(300 * time.Millisecond)
-	if hasDoc("old")(rc.requests()) {
+	if apptest.HasDoc("old")(rc.Requests()) {
 		t.Fatal("a trigger registered later fired for a past change")
 	}
 }
 
 func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
-	rc := newWHReceiver(t, unavailableOnce)
+	rc := apptest.NewReceiver(t, apptest.UnavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
-	e.put(t, "items/p", `{"n":1}`)
-	rc.waitFor(t, "first attempt", func(rs []whRequest) bool { return len(rs) >= 1 })
+	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
+	e.Put(t, "items/p", `{"n":1}`)
+	rc.WaitFor(t, "first attempt", apptest.AtLeast(1))
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/disable", "")
 	time.Sleep(1500 * time.Millisecond)
-	if n := len(rc.requests()); n != 1 {
+	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("a disabled trigger retried: %d requests", n)
 	}
 	if ds, _ := e.deliveries(t, "triggerId=ext&status=pending"); len(ds) != 1 {
 		t.Fatalf("pending rows while disabled: %+v", ds)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/enable", "")
-	got := rc.waitFor(t, "the parked retry after enable", func(rs []whRequest) bool { return len(rs) >= 2 })
+	got := rc.WaitFor(t, "the parked retry after enable", apptest.AtLeast(2))
 	if got[0].ID() != got[1].ID() {
 		t.Fatalf("the resumed retry has a new webhook-id")
 	}
@@ -935,25 +775,17 @@ func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 }
 
 func TestTriggersWebhook_GoneDisablesTrigger(t *testing.T) {
-	rc := newWHReceiver(t, func(http.ResponseWriter, *http.Request, int) int { return http.StatusGone })
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusGone))
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.srv.URL, ""))
-	e.put(t, "items/g", `{"n":1}`)
-	rc.waitFor(t, "the 410", hasDoc("g"))
-	deadline := time.Now().Add(5 * time.Second)
-	var tr triggerOut
-	for {
-		tr = e.getTrigger(t, "ext")
-		if tr.Status == "disabled" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.register(t, extDef("ext", rc.URL, ""))
+	e.Put(t, "items/g", `{"n":1}`)
+	rc.WaitFor(t, "the 410", apptest.HasDoc("g"))
+	tr := e.waitTrigger(t, "ext", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if tr.Status != "disabled" || !strings.Contains(tr.DisabledReason, "410") {
 		t.Fatalf("after a 410: status %q reason %q", tr.Status, tr.DisabledReason)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if n := len(rc.requests()); n != 1 {
+	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests after a 410, want 1", n)
 	}
 }
@@ -962,18 +794,18 @@ func TestTriggersWebhook_GoneDisablesTrigger(t *testing.T) {
 // reuses its id (Delete: "Its pending deliveries go dead"; README: a
 // trigger added later fires only for changes after it was added).
 func TestTriggersAdmin_DeleteThenReregisterDropsOldDeliveries(t *testing.T) {
-	a := newWHReceiver(t, func(http.ResponseWriter, *http.Request, int) int { return http.StatusInternalServerError })
-	b := newWHReceiver(t, nil)
+	a := apptest.NewReceiver(t, apptest.Status(http.StatusInternalServerError))
+	b := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", a.srv.URL, `,"retryPolicy":{"maxAttempts":5,"initialBackoff":"1s","maxBackoff":"1s"}`))
-	e.put(t, "items/old", `{"n":1}`)
-	a.waitFor(t, "first attempt at the old url", hasDoc("old"))
+	e.register(t, extDef("ext", a.URL, `,"retryPolicy":{"maxAttempts":5,"initialBackoff":"1s","maxBackoff":"1s"}`))
+	e.Put(t, "items/old", `{"n":1}`)
+	a.WaitFor(t, "first attempt at the old url", apptest.HasDoc("old"))
 	e.MustDo(t, http.StatusNoContent, "DELETE", "/admin/v1/triggers/ext", "")
-	e.register(t, extDef("ext", b.srv.URL, ""))
-	e.put(t, "items/new", `{"n":1}`)
-	b.waitFor(t, "new", hasDoc("new"))
+	e.register(t, extDef("ext", b.URL, ""))
+	e.Put(t, "items/new", `{"n":1}`)
+	b.WaitFor(t, "new", apptest.HasDoc("new"))
 	time.Sleep(2 * time.Second) // past the old row's retry
-	if hasDoc("old")(b.requests()) {
+	if apptest.HasDoc("old")(b.Requests()) {
 		t.Fatal("the deleted trigger's pending delivery of items/old was sent to the re-registered trigger's url")
 	}
 }

@@ -8,32 +8,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/triggers"
 )
 
-// runService runs a Service on a fresh store until the test ends.
+// runService runs a Service without a triggers file on a fresh store
+// until the test ends.
 func runService(t *testing.T, cfg triggers.Config) (*triggers.Service, collections.Store) {
 	t.Helper()
-	st := openStore(t, t.TempDir())
-	cfg.Store, cfg.NodeID, cfg.PollInterval = st, "test-node", 50*time.Millisecond
-	svc, err := triggers.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = svc.Run(ctx) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		_ = st.Close()
-	})
-	return svc, st
+	e := startEnv(t, "", cfg)
+	return e.svc, e.store
 }
 
 func commit(t *testing.T, st collections.Store, path string) {
@@ -46,8 +33,8 @@ func commit(t *testing.T, st collections.Store, path string) {
 
 // Without a file, Config.Builtin's triggers run, and a reload keeps them.
 func TestBuiltin_LoadedAndKeptByReload(t *testing.T) {
-	rc := newReceiver(t)
-	svc, st := runService(t, triggers.Config{Builtin: []byte("[" + triggerJSON("b1", rc.srv.URL+"/webhooks/x", "") + "]")})
+	rc := apptest.NewReceiver(t, nil)
+	svc, st := runService(t, triggers.Config{Builtin: []byte("[" + triggerJSON("b1", rc.URL+"/webhooks/x", "") + "]")})
 	if !svc.Builtin() || svc.Len() != 1 {
 		t.Fatalf("Builtin()=%v Len()=%d, want true 1", svc.Builtin(), svc.Len())
 	}
@@ -58,7 +45,7 @@ func TestBuiltin_LoadedAndKeptByReload(t *testing.T) {
 		t.Fatalf("b1 after a reload: %v", err)
 	}
 	commit(t, st, "users/u1/chats/c1/messages/m1")
-	rc.waitFor(t, "the built-in trigger's delivery", 5*time.Second, func(r []received) bool { return len(r) == 1 })
+	rc.WaitFor(t, "the built-in trigger's delivery", apptest.Exactly(1))
 }
 
 // A file wins over Config.Builtin; a bad built-in set fails New.
@@ -86,20 +73,20 @@ func (refuse) RoundTrip(*http.Request) (*http.Response, error) { return nil, err
 // Deliveries under BuiltinURL go through BuiltinTransport, all others
 // through Transport.
 func TestBuiltin_OwnTransport(t *testing.T) {
-	rc := newReceiver(t)
-	file := "[" + triggerJSON("own", rc.srv.URL+"/webhooks/x", "") + "," + triggerJSON("other", rc.srv.URL+"/hooks/x", `, "retryPolicy": {"maxAttempts": 1}`) + "]"
+	rc := apptest.NewReceiver(t, nil)
+	file := "[" + triggerJSON("own", rc.URL+"/webhooks/x", "") + "," + triggerJSON("other", rc.URL+"/hooks/x", `, "retryPolicy": {"maxAttempts": 1}`) + "]"
 	e := startEnv(t, file, triggers.Config{
-		BuiltinURL: rc.srv.URL + "/webhooks/", Transport: refuse{}, BuiltinTransport: http.DefaultTransport,
+		BuiltinURL: rc.URL + "/webhooks/", Transport: refuse{}, BuiltinTransport: http.DefaultTransport,
 	})
 	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"role": "user"})
-	got := rc.waitFor(t, "the own delivery", 5*time.Second, func(r []received) bool { return len(r) >= 1 })
+	got := rc.WaitFor(t, "the own delivery", apptest.AtLeast(1))
 	ds := waitDeliveries(t, e.svc, triggers.DeliveryQuery{TriggerID: "other"}, func(ds []*triggers.Delivery) bool {
 		return len(ds) == 1 && ds[0].Status == "dead"
 	})
 	if a := ds[0].Attempts; len(a) != 1 || !strings.Contains(a[0].Error, "refused") {
 		t.Errorf("other's attempts %+v, want one refused", a)
 	}
-	if got = rc.requests(); len(got) != 1 || got[0].Body["triggerId"] != "own" {
+	if got = rc.Requests(); len(got) != 1 || got[0].Body["triggerId"] != "own" {
 		t.Errorf("received %d requests (first from %v), want only own's", len(got), got[0].Body["triggerId"])
 	}
 }

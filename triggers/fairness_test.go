@@ -2,6 +2,7 @@ package triggers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/triggers"
 )
@@ -21,7 +23,7 @@ import (
 // which the poller claims), 200 to everything else, and records the
 // message ids each chat got a 200 for, in arrival order.
 type keyedReceiver struct {
-	*receiver
+	*apptest.Receiver
 	mu     sync.Mutex
 	broken bool
 	ok     map[string][]string // chat (or "note") -> ids answered 200
@@ -29,9 +31,9 @@ type keyedReceiver struct {
 }
 
 func newKeyedReceiver(t *testing.T) *keyedReceiver {
-	kr := &keyedReceiver{receiver: newReceiver(t), broken: true, ok: map[string][]string{}, tried: map[string]bool{}}
-	kr.respond = func(r received, _ int) (int, http.Header) {
-		chat := chatOf(r)
+	kr := &keyedReceiver{Receiver: apptest.NewReceiver(t, nil), broken: true, ok: map[string][]string{}, tried: map[string]bool{}}
+	kr.SetRespond(func(_ context.Context, _ http.ResponseWriter, r apptest.Request) int {
+		chat := r.Param("chatId")
 		if chat == "" {
 			chat = "note"
 		}
@@ -40,15 +42,15 @@ func newKeyedReceiver(t *testing.T) *keyedReceiver {
 		kr.mu.Lock()
 		defer kr.mu.Unlock()
 		if strings.HasPrefix(chat, "bad") && kr.broken {
-			return http.StatusInternalServerError, nil
+			return http.StatusInternalServerError
 		}
 		if chat == "note" && !kr.tried[id] {
 			kr.tried[id] = true
-			return http.StatusServiceUnavailable, nil
+			return http.StatusServiceUnavailable
 		}
 		kr.ok[chat] = append(kr.ok[chat], id)
-		return http.StatusOK, nil
-	}
+		return http.StatusOK
+	})
 	return kr
 }
 
@@ -67,7 +69,7 @@ func (kr *keyedReceiver) setBroken(b bool) {
 // waitDelivered waits until chat got a 200 for n ids.
 func (kr *keyedReceiver) waitDelivered(t *testing.T, chat string, n int, timeout time.Duration) []string {
 	t.Helper()
-	kr.waitFor(t, fmt.Sprintf("%d deliveries of %s", n, chat), timeout, func([]received) bool {
+	kr.WaitWithin(t, timeout, fmt.Sprintf("%d deliveries of %s", n, chat), func([]apptest.Request) bool {
 		return len(kr.delivered(chat)) >= n
 	})
 	return kr.delivered(chat)
@@ -90,8 +92,8 @@ func msgIDs(prefix string, n int) []string {
 func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
 	const maxHeld, flood = 40, 400
 	kr := newKeyedReceiver(t)
-	files := "[" + triggerJSON("chat", kr.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "retryPolicy": {"maxAttempts": 100, "initialBackoff": "100ms", "maxBackoff": "300ms"}`) +
-		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"initialBackoff": "100ms", "maxBackoff": "100ms"}}`, kr.srv.URL, testSecret) + "]"
+	files := "[" + triggerJSON("chat", kr.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "retryPolicy": {"maxAttempts": 100, "initialBackoff": "100ms", "maxBackoff": "300ms"}`) +
+		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"initialBackoff": "100ms", "maxBackoff": "100ms"}}`, kr.URL, testSecret) + "]"
 	cfg := triggers.Config{MaxHeld: maxHeld}
 	e := startEnv(t, files, cfg)
 
@@ -105,7 +107,7 @@ func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kr.waitFor(t, "the failing head", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	kr.WaitFor(t, "the failing head", apptest.AtLeast(1))
 
 	// Other users' chats and another trigger, committed after the flood.
 	others := func(round string) {
@@ -123,7 +125,7 @@ func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
 				t.Fatalf("chat %s got %v", chat, got)
 			}
 		}
-		kr.waitFor(t, "every note of "+round, 20*time.Second, func([]received) bool {
+		kr.WaitFor(t, "every note of "+round, func([]apptest.Request) bool {
 			n := 0
 			for _, id := range kr.delivered("note") {
 				if id[0] == round[0] {
@@ -153,7 +155,7 @@ func TestBlockedOrderingKeyDoesNotStarveOthers(t *testing.T) {
 func TestTenantWithManyBlockedKeysDoesNotStarveOthers(t *testing.T) {
 	const maxHeld, chats, perChat = 40, 30, 4
 	kr := newKeyedReceiver(t)
-	e := startEnv(t, "["+triggerJSON("chat", kr.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "retryPolicy": {"maxAttempts": 100, "initialBackoff": "100ms", "maxBackoff": "300ms"}`)+"]", triggers.Config{MaxHeld: maxHeld})
+	e := startEnv(t, "["+triggerJSON("chat", kr.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "retryPolicy": {"maxAttempts": 100, "initialBackoff": "100ms", "maxBackoff": "300ms"}`)+"]", triggers.Config{MaxHeld: maxHeld})
 	var ws []collections.Write
 	for i := 0; i < perChat; i++ {
 		for c := 0; c < chats; c++ {
@@ -163,7 +165,7 @@ func TestTenantWithManyBlockedKeysDoesNotStarveOthers(t *testing.T) {
 	if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kr.waitFor(t, "the failing heads", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	kr.WaitFor(t, "the failing heads", apptest.AtLeast(1))
 	for c := 0; c < 3; c++ {
 		for i := 0; i < 5; i++ {
 			e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok%d/messages/m%04d", c, i), map[string]any{"i": i})
@@ -188,15 +190,15 @@ func TestTenantWithManyBlockedKeysDoesNotStarveOthers(t *testing.T) {
 // take all the memory: another trigger's deliveries still start.
 func TestFloodedTriggerDoesNotStarveOthers(t *testing.T) {
 	const maxHeld, flood = 40, 100
-	slow := newReceiver(t)
+	slow := apptest.NewReceiver(t, nil)
 	release := make(chan struct{})
-	slow.respond = func(received, int) (int, http.Header) {
+	slow.SetRespond(func(_ context.Context, _ http.ResponseWriter, _ apptest.Request) int {
 		<-release
-		return http.StatusOK, nil
-	}
+		return http.StatusOK
+	})
 	kr := newKeyedReceiver(t)
-	files := "[" + fmt.Sprintf(`{"triggerId": "slow", "collection": "slow", "events": ["create"], "url": %q, "secret": %q, "timeout": "5m"}`, slow.srv.URL, testSecret) +
-		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"initialBackoff": "100ms", "maxBackoff": "100ms"}}`, kr.srv.URL, testSecret) + "]"
+	files := "[" + fmt.Sprintf(`{"triggerId": "slow", "collection": "slow", "events": ["create"], "url": %q, "secret": %q, "timeout": "5m"}`, slow.URL, testSecret) +
+		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"initialBackoff": "100ms", "maxBackoff": "100ms"}}`, kr.URL, testSecret) + "]"
 	e := startEnv(t, files, triggers.Config{MaxHeld: maxHeld})
 	t.Cleanup(func() { close(release) }) // before the service drains and the server closes
 	var ws []collections.Write
@@ -206,7 +208,7 @@ func TestFloodedTriggerDoesNotStarveOthers(t *testing.T) {
 	if _, err := e.store.Commit(context.Background(), "default", ws, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	slow.waitFor(t, "the hanging requests", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	slow.WaitFor(t, "the hanging requests", apptest.AtLeast(1))
 	for i := 0; i < 5; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("notes/n%04d", i), map[string]any{"i": i})
 	}
@@ -215,34 +217,27 @@ func TestFloodedTriggerDoesNotStarveOthers(t *testing.T) {
 
 // hangingReceiver never answers the requests hang picks (until the test
 // ends) and answers 200 to the others.
-func hangingReceiver(t *testing.T, hang func(chat string) bool) (*receiver, chan struct{}) {
-	rc := newReceiver(t)
+func hangingReceiver(t *testing.T, hang func(chat string) bool) (*apptest.Receiver, chan struct{}) {
+	rc := apptest.NewReceiver(t, nil)
 	release := make(chan struct{})
-	rc.respond = func(r received, _ int) (int, http.Header) {
-		if hang(chatOf(r)) {
+	rc.SetRespond(func(_ context.Context, _ http.ResponseWriter, r apptest.Request) int {
+		if hang(r.Param("chatId")) {
 			<-release
 		}
-		return http.StatusOK, nil
-	}
+		return http.StatusOK
+	})
 	return rc, release
-}
-
-func chatOf(r received) string {
-	ev, _ := r.Body["event"].(map[string]any)
-	params, _ := ev["params"].(map[string]any)
-	chat, _ := params["chatId"].(string)
-	return chat
 }
 
 // waitAnswered waits until the receiver has seen a request for every
 // change of chat ("" for a trigger without chats) in want.
-func waitAnswered(t *testing.T, rc *receiver, chat string, want int) {
+func waitAnswered(t *testing.T, rc *apptest.Receiver, chat string, want int) {
 	t.Helper()
-	rc.waitFor(t, fmt.Sprintf("%d requests of %q", want, chat), 20*time.Second, func(r []received) bool {
+	rc.WaitFor(t, fmt.Sprintf("%d requests of %q", want, chat), func(r []apptest.Request) bool {
 		ids := map[string]bool{}
 		for _, x := range r {
-			if chatOf(x) == chat {
-				ids[x.ID] = true
+			if x.Param("chatId") == chat {
+				ids[x.ID()] = true
 			}
 		}
 		return len(ids) >= want
@@ -254,15 +249,15 @@ func waitAnswered(t *testing.T, rc *receiver, chat string, want int) {
 // still go out.
 func TestHangingTriggerLeavesWorkersForOthers(t *testing.T) {
 	slow, release := hangingReceiver(t, func(string) bool { return true })
-	fast := newReceiver(t)
-	files := "[" + fmt.Sprintf(`{"triggerId": "slow", "collection": "slow", "events": ["create"], "url": %q, "secret": %q, "timeout": "5m"}`, slow.srv.URL, testSecret) +
-		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q}`, fast.srv.URL, testSecret) + "]"
+	fast := apptest.NewReceiver(t, nil)
+	files := "[" + fmt.Sprintf(`{"triggerId": "slow", "collection": "slow", "events": ["create"], "url": %q, "secret": %q, "timeout": "5m"}`, slow.URL, testSecret) +
+		"," + fmt.Sprintf(`{"triggerId": "notes", "collection": "notes", "events": ["create"], "url": %q, "secret": %q}`, fast.URL, testSecret) + "]"
 	e := startEnv(t, files, triggers.Config{Workers: 4})
 	t.Cleanup(func() { close(release) }) // before the service drains
 	for i := 0; i < 20; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("slow/s%04d", i), map[string]any{"i": i})
 	}
-	slow.waitFor(t, "the hanging requests", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	slow.WaitFor(t, "the hanging requests", apptest.AtLeast(1))
 	for i := 0; i < 5; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("notes/n%04d", i), map[string]any{"i": i})
 	}
@@ -274,12 +269,12 @@ func TestHangingTriggerLeavesWorkersForOthers(t *testing.T) {
 // user's deliveries of the same trigger still go out.
 func TestHangingTenantLeavesWorkersForOthers(t *testing.T) {
 	rc, release := hangingReceiver(t, func(chat string) bool { return strings.HasPrefix(chat, "hang") })
-	e := startEnv(t, "["+triggerJSON("chat", rc.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "timeout": "5m"`)+"]", triggers.Config{Workers: 4})
+	e := startEnv(t, "["+triggerJSON("chat", rc.URL, `, "events": ["create"], "orderingKey": "event.params.chatId", "timeout": "5m"`)+"]", triggers.Config{Workers: 4})
 	t.Cleanup(func() { close(release) }) // before the service drains
 	for c := 0; c < 8; c++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u1/chats/hang%d/messages/m0000", c), map[string]any{"i": c})
 	}
-	rc.waitFor(t, "the hanging requests", 10*time.Second, func(r []received) bool { return len(r) >= 1 })
+	rc.WaitFor(t, "the hanging requests", apptest.AtLeast(1))
 	for i := 0; i < 5; i++ {
 		e.write(t, collections.WriteCreate, fmt.Sprintf("users/u2/chats/ok/messages/m%04d", i), map[string]any{"i": i})
 	}
@@ -291,15 +286,15 @@ func TestHangingTenantLeavesWorkersForOthers(t *testing.T) {
 // asking the outbox for its parked head every poll interval) until an
 // admin enables the trigger again; after the enable they go out in order.
 func TestDisabledTriggerReleasesRowsQueuedBehindAKey(t *testing.T) {
-	rc := newReceiver(t)
-	rc.respond = func(_ received, n int) (int, http.Header) {
-		if n == 1 {
-			return http.StatusGone, nil
+	rc := apptest.NewReceiver(t, nil)
+	rc.SetRespond(func(_ context.Context, _ http.ResponseWriter, r apptest.Request) int {
+		if r.N == 1 {
+			return http.StatusGone
 		}
-		return http.StatusOK, nil
-	}
+		return http.StatusOK
+	})
 	reg := prometheus.NewRegistry()
-	e := startEnv(t, "["+triggerJSON("k", rc.srv.URL, `, "events": ["create"], "orderingKey": "event.params.chatId"`)+"]", triggers.Config{Registerer: reg})
+	e := startEnv(t, "["+triggerJSON("k", rc.URL, `, "events": ["create"], "orderingKey": "event.params.chatId"`)+"]", triggers.Config{Registerer: reg})
 	var writes []collections.Write
 	for i := 0; i < 5; i++ {
 		writes = append(writes, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/u1/chats/c1/messages/m%d", i), Data: map[string]any{"i": i}})
@@ -307,7 +302,7 @@ func TestDisabledTriggerReleasesRowsQueuedBehindAKey(t *testing.T) {
 	if _, err := e.store.Commit(context.Background(), "default", writes, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rc.waitFor(t, "the 410", 5*time.Second, func(r []received) bool { return len(r) >= 1 })
+	rc.WaitFor(t, "the 410", apptest.AtLeast(1))
 	held := func() float64 {
 		mfs, err := reg.Gather()
 		if err != nil {
@@ -331,17 +326,37 @@ func TestDisabledTriggerReleasesRowsQueuedBehindAKey(t *testing.T) {
 	if in, _, err := e.svc.Get(context.Background(), "k"); err != nil || in.Status != "disabled" {
 		t.Fatalf("trigger %+v (err %v), want disabled", in, err)
 	}
-	if n := len(rc.requests()); n != 1 {
+	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests while disabled, want 1", n)
 	}
 	if err := e.svc.Enable(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	got := rc.waitFor(t, "the parked deliveries after enable", 10*time.Second, func(r []received) bool { return len(r) >= 6 })
+	got := rc.WaitFor(t, "the parked deliveries after enable", apptest.AtLeast(6))
 	for i, r := range got[1:6] {
 		ev, _ := r.Body["event"].(map[string]any)
 		if want := fmt.Sprintf("m%d", i); ev["id"] != want {
 			t.Fatalf("delivery %d after enable is %v, want %s (commit order)", i, ev["id"], want)
 		}
 	}
+}
+
+// A receiver that is down does not starve other triggers: rows waiting for
+// a retry are not held in memory, so new rows keep getting delivered even
+// with a tiny MaxHeld.
+func TestFailingReceiverDoesNotStarveOthers(t *testing.T) {
+	bad := apptest.NewReceiver(t, apptest.Status(http.StatusInternalServerError))
+	good := apptest.NewReceiver(t, nil)
+	files := "[" + fmt.Sprintf(`{"triggerId": "bad", "collection": "bad", "events": ["create"], "url": %q, "secret": %q, "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1h", "maxBackoff": "1h"}}`, bad.URL, testSecret) +
+		"," + fmt.Sprintf(`{"triggerId": "good", "collection": "good", "events": ["create"], "url": %q, "secret": %q}`, good.URL, testSecret) + "]"
+	e := startEnv(t, files, triggers.Config{MaxHeld: 2})
+	for i := 0; i < 6; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("bad/b%d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
+	}
+	bad.WaitFor(t, "the failing first attempts", apptest.AtLeast(2))
+	for i := 0; i < 4; i++ {
+		e.write(t, collections.WriteCreate, fmt.Sprintf("good/g%d", i), map[string]any{"i": json.Number(fmt.Sprint(i))})
+	}
+	good.WaitFor(t, "every good delivery", apptest.Exactly(4))
+	bad.WaitFor(t, "one failed attempt per bad row", apptest.Exactly(6))
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/triggers"
@@ -14,8 +15,8 @@ import (
 // stall the evaluator: its deliveries and every later change's are
 // recorded and delivered.
 func TestDocumentAtTheSizeLimitDoesNotStallTriggers(t *testing.T) {
-	rc := newReceiver(t)
-	e := startEnv(t, "["+triggerJSON("t1", rc.srv.URL, "")+"]", triggers.Config{})
+	rc := apptest.NewReceiver(t, nil)
+	e := startEnv(t, "["+triggerJSON("t1", rc.URL, "")+"]", triggers.Config{})
 	big := strings.Repeat("a", sqlite.DefaultMaxDocumentBytes-64)
 	e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/big", map[string]any{"content": big})
 	e.write(t, collections.WriteUpdate, "users/u1/chats/c1/messages/big", map[string]any{"n": 1})
@@ -38,7 +39,7 @@ func TestDocumentAtTheSizeLimitDoesNotStallTriggers(t *testing.T) {
 	}
 	// Each change reached the receiver (early requests aside, at least once).
 	seen := map[string]bool{}
-	for _, r := range rc.requests() {
+	for _, r := range rc.Requests() {
 		ev, _ := r.Body["event"].(map[string]any)
 		seen[ev["type"].(string)+" "+ev["path"].(string)] = true
 	}

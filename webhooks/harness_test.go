@@ -6,48 +6,39 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/crypto/bcrypt"
 
+	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/collections/sqlite"
-	"github.com/loomdb/loom/internal/auth"
-	"github.com/loomdb/loom/internal/ssrf"
-	"github.com/loomdb/loom/rules"
-	"github.com/loomdb/loom/server"
+	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/triggers"
-	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/llm"
-	"github.com/loomdb/loom/webhooks/loomclient"
-	"github.com/loomdb/loom/webhooks/tools"
 )
 
 const (
-	adminKey   = "test-admin-key-0123456789"
-	hookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	adminKey   = apptest.AdminKey
+	hookSecret = apptest.WebhookSecret
 )
 
-// stack is a whole Loom on loopback: a real SQLite store, auth, the
-// trigger pipeline with the shipped triggers.json, the agent handlers
-// (talking to the server over HTTP with a service key) and the server.
+// stack is a whole Loom node on loopback (apptest.Start, through the
+// composition root) with the agent runtime on: a real SQLite store, auth,
+// the trigger pipeline with the shipped triggers, the agent handlers
+// (reading and writing through the node's access service, as loom serve
+// wires them) and the server; and a signed-up user.
 type stack struct {
 	t     testing.TB
+	node  *apptest.Stack
 	store collections.Store
 	trig  *triggers.Service
 	URL   string
 	user  string               // the signed-up user's uid
 	token string               // and access token
-	reg   *prometheus.Registry // the agent runtime's metrics
-	stop  func()
+	reg   *prometheus.Registry // the node's metrics, the agent runtime's among them
 }
 
 type stackOpts struct {
@@ -63,98 +54,22 @@ type stackOpts struct {
 
 func startStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{
-		Path:    filepath.Join(dir, "loom.db"),
-		Indexes: append(slices.Clone(webhooks.Indexes), triggers.Indexes...),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	authSvc, err := auth.New(context.Background(), st, auth.Config{Secret: []byte("0123456789abcdef0123456789abcdef-test"), BcryptCost: bcrypt.MinCost})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	guard, err := ssrf.New([]string{"127.0.0.1"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"LOOM_URL": url, "LOOM_WEBHOOK_SECRET": hookSecret}
-	trig, err := triggers.New(context.Background(), triggers.Config{
-		Store:        st,
-		File:         filepath.Join("..", "triggers.json"), // the shipped file
-		Expand:       func(name string) (string, error) { return env[name], nil },
-		Transport:    guard.Transport(),
-		NodeID:       "test",
-		PollInterval: 50 * time.Millisecond,
-		BuiltinURL:   url + "/webhooks/", // as cmd/loom serve sets it
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := authSvc.CreateServiceKey(context.Background(), "agents", []string{"service"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := loomclient.New(loomclient.Config{BaseURL: url, APIKey: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := tools.New(nil, tools.Deps{Query: docs.Query, Transport: guard.Transport()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	model := o.model
-	if model == nil {
-		model = llm.Offline()
-	}
-	metrics := prometheus.NewRegistry()
-	h, err := webhooks.New(webhooks.Config{Docs: docs, Model: model, Tools: reg, Secret: hookSecret, Registerer: metrics,
-		MaxIterations: o.maxIterations, TokenBudget: o.tokenBudget,
-		UserTokensPerDay: o.userTokensPerDay, UserConcurrentRuns: o.userConcurrentRuns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ruleSet *rules.Set // nil: rules.Default(), the shipped rules
-	if o.rules != "" {
-		file := filepath.Join(dir, "security.toml")
-		if err := os.WriteFile(file, []byte(o.rules), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if ruleSet, err = rules.Load(file); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: authSvc, Triggers: trig, Webhooks: h, RateLimit: -1, Registry: metrics, Rules: ruleSet,
-		// Idle keep-alive connections that never carried a request hold a
-		// graceful shutdown for 5 s (net/http StateNew): do not wait that long.
-		ShutdownTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, ln) }()
-	tctx, tcancel := context.WithCancel(context.Background())
-	tdone := make(chan struct{})
-	go func() { defer close(tdone); _ = trig.Run(tctx) }()
-	s := &stack{t: t, store: st, trig: trig, URL: url, reg: metrics}
-	s.stop = func() {
-		cancel()
-		<-served
-		tcancel()
-		<-tdone
-		authSvc.Close()
-		_ = st.Close()
-	}
-	t.Cleanup(s.stop)
+	node := apptest.Start(t, apptest.Options{Agents: true, Model: o.model, Rules: o.rules, Config: func(c *config.Config) {
+		// The tools' HTTP may reach the test servers on loopback.
+		c.Agents.AllowHosts = []string{"127.0.0.1"}
+		c.Agents.MaxIterations, c.Agents.TokenBudget = o.maxIterations, o.tokenBudget
+		c.Agents.UserTokensPerDay, c.Agents.UserConcurrentRuns = o.userTokensPerDay, o.userConcurrentRuns
+	}})
+	s := &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
 	s.signup("alice")
 	return s
+}
+
+// signup signs up name and makes it the stack's user.
+func (s *stack) signup(name string) {
+	s.t.Helper()
+	u := s.node.SignUp(s.t, name)
+	s.user, s.token = u.UID, u.Token
 }
 
 // do calls the REST API with the given bearer token.
@@ -167,7 +82,7 @@ func (s *stack) do(method, path, token, body string) (int, map[string]any) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := s.node.Client.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -176,20 +91,6 @@ func (s *stack) do(method, path, token, body string) (int, map[string]any) {
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
 	return res.StatusCode, m
-}
-
-func (s *stack) signup(name string) {
-	s.t.Helper()
-	code, m := s.do("POST", "/auth/v1/signup", "", fmt.Sprintf(`{"username":%q,"password":"correct horse battery"}`, name))
-	if code != 200 {
-		s.t.Fatalf("signup: %d %v", code, m)
-	}
-	s.token, _ = m["access_token"].(string)
-	code, me := s.do("GET", "/auth/v1/me", s.token, "")
-	if code != 200 {
-		s.t.Fatalf("me: %d %v", code, me)
-	}
-	s.user, _ = me["uid"].(string)
 }
 
 func (s *stack) chat(id string) string { return "users/" + s.user + "/orch-chats/" + id }

@@ -241,7 +241,7 @@ func (s *stack) postSigned(handler, eventID, typ string, doc *collections.Docume
 	req.Header.Set("webhook-id", eventID)
 	req.Header.Set("webhook-timestamp", fmt.Sprint(now.Unix()))
 	req.Header.Set("webhook-signature", sig)
-	res, err := http.DefaultClient.Do(req)
+	res, err := s.node.Client.Do(req)
 	if err != nil {
 		s.t.Error(err)
 		return 0
@@ -743,7 +743,7 @@ func TestAgents_BadSignature(t *testing.T) {
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
-		res, err := http.DefaultClient.Do(req)
+		res, err := s.node.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

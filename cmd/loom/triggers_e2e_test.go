@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/loomdb/loom/app/apptest"
 )
 
 // Black-box tests of the trigger pipeline: a real `loom serve` process
@@ -41,39 +42,28 @@ type hook struct {
 	okSerial int // order of the 2xx answers (0: not 2xx)
 }
 
-// hookReceiver records webhooks and answers with the status respond picks.
+// hookReceiver is a receiver (apptest's) that answers with the status
+// respond picks, after its delay, and keeps each answered request as a
+// hook, in the order of the answers.
 type hookReceiver struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	got     []hook
-	oks     int
-	respond func() (status int, delay time.Duration)
+	*apptest.Receiver
+	mu  sync.Mutex
+	got []hook
+	oks int
 }
 
 func newHookReceiver(t *testing.T, respond func() (int, time.Duration)) *hookReceiver {
-	rc := &hookReceiver{respond: respond}
-	rc.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		var body struct {
-			TriggerID string `json:"triggerId"`
-			Event     struct {
-				ID       string `json:"id"`
-				Document struct {
-					Data map[string]any `json:"data"`
-				} `json:"document"`
-			} `json:"event"`
-		}
-		_ = json.Unmarshal(raw, &body)
+	rc := &hookReceiver{}
+	rc.Receiver = apptest.NewReceiver(t, func(_ context.Context, _ http.ResponseWriter, req apptest.Request) int {
 		status, delay := http.StatusOK, time.Duration(0)
-		if rc.respond != nil {
-			status, delay = rc.respond()
+		if respond != nil {
+			status, delay = respond()
 		}
-		if delay > 0 {
-			time.Sleep(delay)
-		}
-		h := hook{id: r.Header.Get("webhook-id"), trigger: body.TriggerID, doc: body.Event.ID,
-			raw: raw, header: r.Header.Clone(), status: status}
-		h.key, _ = body.Event.Document.Data["k"].(string)
+		time.Sleep(delay)
+		h := hook{id: req.ID(), trigger: req.TriggerID(), doc: req.DocID(), raw: req.Raw, header: req.Header, status: status}
+		doc, _ := req.Event()["document"].(map[string]any)
+		data, _ := doc["data"].(map[string]any)
+		h.key, _ = data["k"].(string)
 		// Recorded before the answer is written: Loom sends the next
 		// delivery of an ordering key only after it read this answer.
 		rc.mu.Lock()
@@ -83,10 +73,8 @@ func newHookReceiver(t *testing.T, respond func() (int, time.Duration)) *hookRec
 		}
 		rc.got = append(rc.got, h)
 		rc.mu.Unlock()
-		w.WriteHeader(status)
-		_, _ = w.Write([]byte(`{"ok":true}`))
-	}))
-	t.Cleanup(rc.srv.Close)
+		return status
+	})
 	return rc
 }
 
@@ -202,9 +190,9 @@ func TestServe_TriggersSurviveSIGKILL(t *testing.T) {
 	retry := map[string]any{"maxAttempts": 30, "initialBackoff": "50ms", "maxBackoff": "200ms"}
 	trigs := []map[string]any{
 		{"triggerId": "items-all", "collection": "items", "events": []string{"create"},
-			"url": rc.srv.URL + "/all", "secret": e2eSecret, "timeout": "2s", "retryPolicy": retry},
+			"url": rc.URL + "/all", "secret": e2eSecret, "timeout": "2s", "retryPolicy": retry},
 		{"triggerId": "items-ordered", "collection": "items", "events": []string{"create"},
-			"url": rc.srv.URL + "/ordered", "secret": e2eSecret, "timeout": "2s", "retryPolicy": retry,
+			"url": rc.URL + "/ordered", "secret": e2eSecret, "timeout": "2s", "retryPolicy": retry,
 			"orderingKey": "event.document.data.k"},
 	}
 	names := []string{"items-all", "items-ordered"}
@@ -620,7 +608,7 @@ func TestServe_WebhookToLoopbackRefusedWithoutAllowList(t *testing.T) {
 	rc := newHookReceiver(t, nil)
 	_, env := writeTriggerFiles(t, t.TempDir(), []map[string]any{{
 		"triggerId": "to-loopback", "collection": "items", "events": []string{"create"},
-		"url": rc.srv.URL + "/hook", "secret": e2eSecret, "timeout": "1s",
+		"url": rc.URL + "/hook", "secret": e2eSecret, "timeout": "1s",
 		"retryPolicy": map[string]any{"maxAttempts": 3, "initialBackoff": "50ms", "maxBackoff": "100ms"},
 	}}, "")
 	p := startLoom(t, t.TempDir(), env...)
