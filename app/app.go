@@ -47,6 +47,12 @@ type Options struct {
 	// BcryptCost is the password hashing cost (0: the auth default; tests
 	// use bcrypt.MinCost).
 	BcryptCost int
+	// DeliveryDrainTimeout bounds how long Run's shutdown lets deliveries
+	// in flight finish (0: the triggers default); ShutdownTimeout bounds
+	// the HTTP server's graceful shutdown after that (0: the server
+	// default). Tests that restart nodes shorten them.
+	DeliveryDrainTimeout time.Duration
+	ShutdownTimeout      time.Duration
 	// Logger receives every component's logs (nil: a text logger on stderr
 	// at cfg.LogLevel).
 	Logger *slog.Logger
@@ -121,6 +127,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	if a.Triggers, err = openTriggers(ctx, cfg, a.Store, triggerOptions{
 		envDefaults:  map[string]string{"LOOM_URL": a.URL, "LOOM_WEBHOOK_SECRET": whSecret},
 		pollInterval: opts.TriggerPollInterval,
+		drainTimeout: opts.DeliveryDrainTimeout,
 		version:      opts.Version,
 	}, a.Logger, a.Registry); err != nil {
 		return nil, err
@@ -139,6 +146,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	}
 	scfg := serverConfig(cfg)
 	scfg.Version = opts.Version
+	scfg.ShutdownTimeout = opts.ShutdownTimeout
 	scfg.AdminKeySHA256 = admin.hash
 	scfg.Auth = a.Auth
 	scfg.Rules = ruleSet

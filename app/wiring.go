@@ -36,7 +36,7 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			Path:             filepath.Join(cfg.Data, "loom.db"),
 			Retention:        cfg.Changes.Retention.Duration,
 			MaxDocumentBytes: cfg.Limits.MaxDocumentBytes,
-			Indexes:          storeIndexes(cfg),
+			Indexes:          StoreIndexes(cfg),
 			Logger:           logger.With("component", "sqlite"),
 			Registerer:       reg,
 		})
@@ -44,10 +44,10 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 	return nil, fmt.Errorf("unknown engine %q", cfg.Engine)
 }
 
-// storeIndexes are the engine indexes: the agent runtime's, then those the
+// StoreIndexes are the engine indexes: the agent runtime's, then those the
 // configuration declares, then the trigger outbox's; a duplicate is kept
 // once.
-func storeIndexes(cfg config.Config) []collections.Index {
+func StoreIndexes(cfg config.Config) []collections.Index {
 	var out []collections.Index
 	seen := map[string]bool{}
 	for _, set := range [][]collections.Index{webhooks.Indexes, cfg.Indexes, triggers.Indexes} {
@@ -102,6 +102,7 @@ type triggerOptions struct {
 	// (LOOM_URL, LOOM_WEBHOOK_SECRET).
 	envDefaults  map[string]string
 	pollInterval time.Duration // 0: the triggers default
+	drainTimeout time.Duration // 0: the triggers default
 	version      string
 }
 
@@ -149,6 +150,7 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 		BuiltinURL:       builtinURL,
 		Retention:        cfg.Delivery.Retention.Duration,
 		PollInterval:     opts.pollInterval,
+		DrainTimeout:     opts.drainTimeout,
 		Registerer:       reg,
 		Logger:           logger,
 		Version:          opts.version,

@@ -17,7 +17,7 @@ func TestStoreIndexes(t *testing.T) {
 	own := collections.Index{Collection: "rooms/*/messages", Fields: []string{"sender"}}
 	cfg := config.Default()
 	cfg.Indexes = []collections.Index{webhooks.Indexes[0], own}
-	got := storeIndexes(cfg)
+	got := StoreIndexes(cfg)
 	want := append(append(append([]collections.Index{}, webhooks.Indexes...), own), triggers.Indexes...)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("indexes=%v, want %v", got, want)

@@ -273,11 +273,12 @@ func TestRestartDeliversBacklogOnly(t *testing.T) {
 		return 200
 	})
 	// The store outlives the node, which restarts on the same data
-	// directory (the same node id). The drain at stop (the default) runs
-	// out: the hanging request is cut off.
+	// directory (the same node id). The drain at stop runs out: the
+	// hanging request is cut off.
 	dir := t.TempDir()
 	st := apptest.OpenStore(t, dir)
-	e := apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[" + triggerJSON("a", rc.URL, `, "timeout": "30s"`) + "]"})
+	e := apptest.Start(t, apptest.Options{Store: st, DataDir: dir, DrainTimeout: 100 * time.Millisecond,
+		Triggers: "[" + triggerJSON("a", rc.URL, `, "timeout": "30s"`) + "]"})
 	write(t, st, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"x": "1"})
 	rc.WaitFor(t, "the hanging first delivery", apptest.Exactly(1))
 	stopped := make(chan struct{})

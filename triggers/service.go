@@ -322,6 +322,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	s.del.disp.wait(s.cfg.DrainTimeout)
+	// Pooled connections that will carry nothing more: a server shutting
+	// down after the drain (the built-in handlers' own) would otherwise
+	// wait up to 5 s for a connection that was dialed but never used.
+	s.del.client.CloseIdleConnections()
+	s.del.builtinClient.CloseIdleConnections()
 	// Counters of the last moments.
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

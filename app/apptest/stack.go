@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,8 +20,6 @@ import (
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/internal/config"
-	"github.com/loomdb/loom/triggers"
-	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/llm"
 )
 
@@ -46,6 +43,10 @@ const WaitTimeout = 20 * time.Second
 // pollInterval is the trigger pipeline's retry and lease poll in tests
 // (the default, a second, would make every retry test slow).
 const pollInterval = 50 * time.Millisecond
+
+// shutdownTimeout bounds a stopping node's graceful HTTP shutdown: streams
+// a test left open should not hold every test up for the default 5 s.
+const shutdownTimeout = time.Second
 
 // Options shape a Stack. The zero value is a node with the built-in rules,
 // no triggers and the agent runtime off.
@@ -73,6 +74,10 @@ type Options struct {
 	DataDir string
 	// Logger receives the node's logs (nil: discarded).
 	Logger *slog.Logger
+	// DrainTimeout bounds how long stopping lets deliveries in flight
+	// finish (0: the triggers default, 10 s); restart tests that leave a
+	// receiver hanging shorten it.
+	DrainTimeout time.Duration
 }
 
 // Stack is one whole Loom node built by the composition root (app.New)
@@ -109,12 +114,14 @@ func Start(t testing.TB, o Options) *Stack {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	a, err := app.New(context.Background(), cfg, app.Options{
-		Store:               o.Store,
-		Model:               o.Model,
-		TriggerPollInterval: pollInterval,
-		BcryptCost:          bcrypt.MinCost,
-		Logger:              logger,
-		Version:             "test",
+		Store:                o.Store,
+		Model:                o.Model,
+		TriggerPollInterval:  pollInterval,
+		BcryptCost:           bcrypt.MinCost,
+		DeliveryDrainTimeout: o.DrainTimeout,
+		ShutdownTimeout:      shutdownTimeout,
+		Logger:               logger,
+		Version:              "test",
 	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
@@ -199,7 +206,7 @@ func OpenStore(t testing.TB, dir string) collections.Store {
 	t.Helper()
 	return OpenSQLite(t, sqlite.Config{
 		Path:    filepath.Join(dir, "loom.db"),
-		Indexes: append(slices.Clone(webhooks.Indexes), triggers.Indexes...),
+		Indexes: app.StoreIndexes(config.Default()),
 	})
 }
 
