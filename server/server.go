@@ -302,10 +302,6 @@ func signupLimiters(cfg Config) *limiters {
 	}
 }
 
-// Access returns the access service every route reads and writes through
-// (the agent runtime's in-process path uses it too: access.NewDocs).
-func (s *Server) Access() *access.Service { return s.access }
-
 // Handler returns the server's http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.engine }
 
