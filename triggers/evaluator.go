@@ -190,6 +190,9 @@ func (v *evaluator) advance(ctx context.Context, ev *evalState) error {
 
 // evaluateBatch processes the changes after ev.pos (up to readBatch).
 func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
+	if len(v.reg.activeTriggers()) == 0 {
+		return v.skipIdle(ctx, ev)
+	}
 	changes, err := v.store.ReadChanges(ctx, ev.pos, readBatch)
 	if err != nil || len(changes) == 0 {
 		return err
@@ -222,6 +225,29 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 	ev.pos = changes[len(changes)-1].Seq
 	v.m.lagSeconds.Set(time.Since(time.UnixMilli(changes[len(changes)-1].Time)).Seconds())
 	if ev.pos > ev.durable && (ev.pos-ev.durable >= lazyAdvanceChanges || time.Since(ev.advancedAt) >= lazyAdvanceEvery) {
+		return v.advance(ctx, ev)
+	}
+	return nil
+}
+
+// skipIdle moves ev to the head of the log without reading the changes
+// while no trigger is enabled: nothing could match them, and a node
+// without triggers should not pay a read of every commit. The head is read
+// before the triggers are looked at again, so a trigger enabled in between
+// is seen and the batch is evaluated instead; one enabled later starts
+// after the head (a new trigger's ActiveFrom is the head when it appears,
+// and a disabled one misses what was committed while it was off).
+func (v *evaluator) skipIdle(ctx context.Context, ev *evalState) error {
+	head, err := v.store.Head(ctx)
+	if err != nil || head <= ev.pos {
+		return err
+	}
+	if len(v.reg.activeTriggers()) > 0 {
+		return nil // enabled meanwhile: the next batch reads the changes
+	}
+	ev.pos = head
+	v.m.lagSeconds.Set(0)
+	if ev.pos-ev.durable >= lazyAdvanceChanges || time.Since(ev.advancedAt) >= lazyAdvanceEvery {
 		return v.advance(ctx, ev)
 	}
 	return nil

@@ -386,3 +386,56 @@ func TestTwoNodesShareTheWorkAndTheCounters(t *testing.T) {
 		t.Fatalf("stored counts %v, want matched and delivered %d", counts, n)
 	}
 }
+
+// A node without triggers moves its cursor past the changes without
+// evaluating them; a trigger registered afterwards fires for what is
+// committed after it, and a trigger disabled and enabled again misses
+// what was committed while it was off — as when every change is read.
+func TestNoTriggersSkipsToHeadThenRegistered(t *testing.T) {
+	rc := apptest.NewReceiver(t, nil)
+	e := startNode(t, "")
+	ctx := context.Background()
+	for i := range 5 {
+		write(t, e.Store, collections.WriteCreate, fmt.Sprintf("users/u1/chats/c1/messages/old%d", i), map[string]any{"n": i})
+	}
+	head, err := e.Store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.WaitFor(t, "the trigger cursor at the head", func() bool {
+		pos, err := e.Store.Cursor(ctx, "triggers")
+		return err == nil && pos == head
+	})
+	var def triggers.Trigger
+	if err := json.Unmarshal([]byte(triggerJSON("late", rc.URL, "")), &def); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Triggers.Register(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/new", map[string]any{"n": 9})
+	got := rc.WaitFor(t, "the new message's delivery", apptest.AtLeast(1))
+	if err := e.Triggers.Disable(ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/while-off", map[string]any{"n": 10})
+	apptest.WaitFor(t, "the cursor past the change made while the trigger was off", func() bool {
+		h, _ := e.Store.Head(ctx)
+		pos, err := e.Store.Cursor(ctx, "triggers")
+		return err == nil && pos == h
+	})
+	if err := e.Triggers.Enable(ctx, "late"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/after", map[string]any{"n": 11})
+	rc.WaitFor(t, "the delivery after re-enabling", apptest.AtLeast(2))
+	time.Sleep(200 * time.Millisecond)
+	got = rc.Requests()
+	var ids []string
+	for _, r := range got {
+		ids = append(ids, r.DocID())
+	}
+	if strings.Join(ids, ",") != "new,after" {
+		t.Fatalf("delivered %v, want new,after (nothing from before the trigger or while it was off)", ids)
+	}
+}
