@@ -52,7 +52,7 @@ func newHTTPMetrics(reg *prometheus.Registry, store collections.Store) (*httpMet
 		}
 	}
 	// The Go and process collectors may already be on a registry shared
-	// with cmd/loom; that is fine.
+	// with the composition root (app); that is fine.
 	for _, c := range []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

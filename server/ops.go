@@ -63,7 +63,7 @@ func (s *Server) metricsAccess(c *gin.Context) {
 }
 
 // metricsHandler serves GET /metrics in the Prometheus text format from the
-// configured registry (the server's collectors and whatever cmd/loom
+// configured registry (the server's collectors and whatever the app
 // registered there, e.g. engine collectors).
 func (s *Server) metricsHandler() gin.HandlerFunc {
 	h := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
