@@ -52,7 +52,8 @@ func serveFlags(args []string, stderr io.Writer) (config.Flags, error) {
 	fset.StringVar(&f.Data, "data", "", "data directory (env LOOM_DATA, default "+config.DefaultData+")")
 	fset.StringVar(&f.Config, "config", "", "TOML config file (env LOOM_CONFIG, default ./loom.toml when present)")
 	fset.StringVar(&f.Triggers, "triggers", "", "triggers file (env LOOM_TRIGGERS, default ./triggers.json when present, else the built-in agent triggers)")
-	fset.StringVar(&f.Engine, "engine", "", "storage engine: sqlite (env LOOM_ENGINE)")
+	fset.StringVar(&f.Engine, "engine", "", "storage engine: sqlite (embedded, default) or mongo (several nodes on one replica set; env LOOM_ENGINE)")
+	fset.StringVar(&f.MongoURI, "mongo-uri", "", "MongoDB connection string for --engine mongo (env LOOM_MONGO_URI, or [mongo] uri)")
 	return f, fset.Parse(args)
 }
 

@@ -31,6 +31,7 @@ const (
 	DefaultConfigFile       = "./loom.toml"
 	DefaultTriggersFile     = "./triggers.json"
 	DefaultEngine           = "sqlite"
+	DefaultMongoDatabase    = "loom"
 	DefaultRulesFile        = "rules/security.toml"
 	DefaultMaxDocumentBytes = 1 << 20
 	DefaultMaxRequestBytes  = 10 << 20
@@ -58,6 +59,7 @@ type Config struct {
 	Limits   Limits              `toml:"limits"`
 	Changes  Changes             `toml:"changes"`
 	Metrics  Metrics             `toml:"metrics"`
+	Mongo    Mongo               `toml:"mongo"`
 	Indexes  []collections.Index `toml:"index"`
 
 	// More process settings (env or flags only), and what loading found.
@@ -267,6 +269,21 @@ type Metrics struct {
 	RequireKey bool `toml:"require_key"`
 }
 
+// Mongo configures the MongoDB engine (--engine mongo), on which several
+// nodes serve the same data.
+type Mongo struct {
+	// URI is the connection string (mongodb:// or mongodb+srv://) of a
+	// replica set or sharded cluster; --mongo-uri or LOOM_MONGO_URI.
+	// Required with --engine mongo. It may hold credentials: errors and
+	// logs show it redacted.
+	URI string `toml:"uri"`
+	// Database holds Loom's collections (default "loom"; LOOM_MONGO_DATABASE).
+	Database string `toml:"database"`
+}
+
+// Engines are the storage engines --engine names.
+var Engines = []string{"sqlite", "mongo"}
+
 // Changes configures the change log.
 type Changes struct {
 	Retention Duration `toml:"retention"`
@@ -298,12 +315,13 @@ func Default() Config {
 		LLM:      LLM{Model: "gpt-4o-mini"},
 		Limits:   Limits{MaxDocumentBytes: DefaultMaxDocumentBytes, MaxRequestBytes: DefaultMaxRequestBytes},
 		Changes:  Changes{Retention: Duration{DefaultRetention}},
+		Mongo:    Mongo{Database: DefaultMongoDatabase},
 	}
 }
 
 // Flags are command-line values; an empty string means "not given".
 type Flags struct {
-	Addr, Data, Config, Triggers, Engine string
+	Addr, Data, Config, Triggers, Engine, MongoURI string
 	// loom agents only.
 	LoomURL, APIKey, WebhookSecret string
 }
@@ -341,6 +359,8 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.Data, flags.Data, "LOOM_DATA")
 	set(&cfg.Triggers, flags.Triggers, "LOOM_TRIGGERS")
 	set(&cfg.Engine, flags.Engine, "LOOM_ENGINE")
+	set(&cfg.Mongo.URI, flags.MongoURI, "LOOM_MONGO_URI")
+	set(&cfg.Mongo.Database, "", "LOOM_MONGO_DATABASE")
 	set(&cfg.Auth.AdminKey, "", "LOOM_ADMIN_KEY")
 	set(&cfg.Auth.JWTSecret, "", "LOOM_JWT_SECRET")
 	set(&cfg.Security.CursorKey, "", "LOOM_CURSOR_KEY")
@@ -351,6 +371,9 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.WebhookSecret, flags.WebhookSecret, "LOOM_WEBHOOK_SECRET")
 	set(&cfg.Remote.URL, flags.LoomURL, "LOOM_URL")
 	set(&cfg.Remote.APIKey, flags.APIKey, "LOOM_API_KEY")
+	if cfg.Mongo.URI != "" && cfg.Engine != "mongo" {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("a MongoDB URI is set but the engine is %s: it is ignored (use --engine mongo or LOOM_ENGINE=mongo)", cfg.Engine))
+	}
 	if cfg.Triggers == "" {
 		if _, err := os.Stat(DefaultTriggersFile); err == nil {
 			cfg.Triggers = DefaultTriggersFile
@@ -410,8 +433,12 @@ func (c *Config) readFile(path string) error {
 func (c *Config) Validate() error {
 	switch c.Engine {
 	case "sqlite":
+	case "mongo":
+		if err := c.validateMongo(); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("config: unknown engine %q (available: sqlite)", c.Engine)
+		return fmt.Errorf("config: unknown engine %q (available: %s)", c.Engine, strings.Join(Engines, ", "))
 	}
 	if c.LogLevel != "" {
 		// A typo would otherwise log at info without a word.
@@ -448,4 +475,50 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validateMongo checks what the MongoDB engine needs: a connection string,
+// and every setting the nodes sharing the database must agree on. With the
+// embedded engine a node generates the missing ones into its data
+// directory; on MongoDB another node would generate different ones (tokens,
+// cursors, the built-in handlers' signatures and the admin key would work
+// on one node only), so a missing one refuses to start rather than half
+// work.
+func (c *Config) validateMongo() error {
+	u := c.Mongo.URI
+	if u == "" {
+		return errors.New("config: engine mongo needs a MongoDB URI: --mongo-uri, LOOM_MONGO_URI or [mongo] uri (mongodb://host1,host2,host3/?replicaSet=rs0)")
+	}
+	if !strings.HasPrefix(u, "mongodb://") && !strings.HasPrefix(u, "mongodb+srv://") {
+		return errors.New("config: the MongoDB URI must start with mongodb:// or mongodb+srv://")
+	}
+	if c.Mongo.Database == "" {
+		return errors.New("config: [mongo] database must not be empty")
+	}
+	if missing := c.MissingSharedSettings(); len(missing) > 0 {
+		return fmt.Errorf("config: engine mongo: every node serving the database must share these settings, which are not set: %s. "+
+			"Unset, a node would generate its own into its data directory and the other nodes would refuse what it issues; "+
+			"set each to the same value on every node (32+ random bytes, e.g. `openssl rand -base64 32`)",
+			strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// MissingSharedSettings names the settings that nodes on one database must
+// share and that this configuration leaves unset (each is then generated
+// into the data directory, which is right for one node only): the admin
+// key, the token signing secret, the cursor key and the webhook secret.
+func (c *Config) MissingSharedSettings() []string {
+	var missing []string
+	for _, s := range []struct{ value, name string }{
+		{c.Auth.AdminKey, "the admin key (LOOM_ADMIN_KEY or [auth] admin_key)"},
+		{c.Auth.JWTSecret, "the token signing secret (LOOM_JWT_SECRET or [auth] jwt_secret)"},
+		{c.Security.CursorKey, "the cursor key (LOOM_CURSOR_KEY or [security] cursor_key)"},
+		{c.WebhookSecret, "the webhook secret (LOOM_WEBHOOK_SECRET)"},
+	} {
+		if s.value == "" {
+			missing = append(missing, s.name)
+		}
+	}
+	return missing
 }

@@ -271,3 +271,103 @@ func TestLoad_AgentUserLimits(t *testing.T) {
 		t.Fatalf("agents=%+v, want user_tokens_per_day 5000, user_concurrent_runs -1", cfg.Agents)
 	}
 }
+
+// sharedEnv sets every setting the nodes of one database must share.
+var sharedEnv = map[string]string{
+	"LOOM_ADMIN_KEY":      "admin-key",
+	"LOOM_JWT_SECRET":     strings.Repeat("j", 32),
+	"LOOM_CURSOR_KEY":     strings.Repeat("c", 32),
+	"LOOM_WEBHOOK_SECRET": "whsec_shared",
+}
+
+func withEnv(base map[string]string, kv ...string) func(string) string {
+	m := map[string]string{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return env(m)
+}
+
+// The MongoDB engine: [mongo] in the file, LOOM_MONGO_* over it, the
+// --mongo-uri flag over both; the database defaults to "loom".
+func TestLoad_Mongo(t *testing.T) {
+	t.Chdir(t.TempDir())
+	p := writeFile(t, "[mongo]\nuri = \"mongodb://file:27017/?replicaSet=rs0\"\ndatabase = \"fromfile\"\n")
+	cfg, err := config.Load(config.Flags{Config: p, Engine: "mongo"}, withEnv(sharedEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Engine != "mongo" || cfg.Mongo.URI != "mongodb://file:27017/?replicaSet=rs0" || cfg.Mongo.Database != "fromfile" {
+		t.Errorf("from file: engine=%q mongo=%+v", cfg.Engine, cfg.Mongo)
+	}
+	cfg, err = config.Load(config.Flags{Config: p}, withEnv(sharedEnv,
+		"LOOM_ENGINE", "mongo", "LOOM_MONGO_URI", "mongodb+srv://env.example", "LOOM_MONGO_DATABASE", "fromenv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != "mongodb+srv://env.example" || cfg.Mongo.Database != "fromenv" {
+		t.Errorf("env over file: mongo=%+v", cfg.Mongo)
+	}
+	cfg, err = config.Load(config.Flags{Engine: "mongo", MongoURI: "mongodb://flag:27017"}, withEnv(sharedEnv, "LOOM_MONGO_URI", "mongodb://env:27017"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mongo.URI != "mongodb://flag:27017" || cfg.Mongo.Database != "loom" {
+		t.Errorf("flag over env, default database: mongo=%+v", cfg.Mongo)
+	}
+	if len(cfg.Warnings) != 0 {
+		t.Errorf("warnings=%q, want none", cfg.Warnings)
+	}
+}
+
+// A URI with the embedded engine loads, with a warning that it is unused.
+func TestLoad_MongoURIWithSQLiteWarns(t *testing.T) {
+	t.Chdir(t.TempDir())
+	cfg, err := config.Load(config.Flags{MongoURI: "mongodb://x:27017"}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "--engine mongo") {
+		t.Errorf("warnings=%q, want one naming --engine mongo", cfg.Warnings)
+	}
+}
+
+func TestLoad_MongoErrors(t *testing.T) {
+	t.Chdir(t.TempDir())
+	cases := []struct {
+		name  string
+		flags config.Flags
+		env   func(string) string
+		want  []string
+	}{
+		{"no uri", config.Flags{Engine: "mongo"}, withEnv(sharedEnv), []string{"engine mongo needs a MongoDB URI", "--mongo-uri", "LOOM_MONGO_URI"}},
+		{"not a mongodb uri", config.Flags{Engine: "mongo", MongoURI: "http://db:27017"}, withEnv(sharedEnv), []string{"mongodb://"}},
+		{"no shared secrets", config.Flags{Engine: "mongo", MongoURI: "mongodb://db"}, env(nil),
+			[]string{"LOOM_ADMIN_KEY", "LOOM_JWT_SECRET", "LOOM_CURSOR_KEY", "LOOM_WEBHOOK_SECRET"}},
+		{"one shared secret missing", config.Flags{Engine: "mongo", MongoURI: "mongodb://db"}, withEnv(sharedEnv, "LOOM_CURSOR_KEY", ""),
+			[]string{"LOOM_CURSOR_KEY"}},
+		{"unknown engine", config.Flags{Engine: "cassandra"}, env(nil), []string{`"cassandra"`, "sqlite, mongo"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := config.Load(c.flags, c.env)
+			if err == nil {
+				t.Fatalf("loaded, want an error naming %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err=%v, want mention of %q", err, w)
+				}
+			}
+			if c.name == "one shared secret missing" && strings.Contains(err.Error(), "LOOM_JWT_SECRET") {
+				t.Errorf("err=%v names a setting that is set", err)
+			}
+		})
+	}
+	if _, err := config.Load(config.Flags{Config: writeFile(t, "[mongo]\ndatabase = \"\"\n"), Engine: "mongo", MongoURI: "mongodb://db"}, withEnv(sharedEnv)); err == nil || !strings.Contains(err.Error(), "database") {
+		t.Errorf("empty [mongo] database: err=%v, want one naming it", err)
+	}
+}
