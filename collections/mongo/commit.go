@@ -307,6 +307,9 @@ type state struct {
 	data  []byte                // encoded data of doc
 	db    string
 	dirty bool
+	// base is the version stored in the database when the attempt read
+	// it (0: no document); the write is a compare-and-set on it.
+	base int64
 }
 
 type cursorS struct {
@@ -402,7 +405,7 @@ func (t *txn) attempt(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.docs.ReplaceOne(ctx, bson.D{{Key: "_id", Value: rec.Key}}, rec, options.Replace().SetUpsert(true)); err != nil {
+		if err := t.put(ctx, rec, st.base); err != nil {
 			return fmt.Errorf("write %s: %w", rec.Path, err)
 		}
 	}
@@ -429,6 +432,26 @@ func (t *txn) attempt(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("write cursor %s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// put writes a document as a compare-and-set on the version the attempt
+// read: an insert when there was none (a concurrent insert is a write
+// conflict or a duplicate key), else a replace filtered on that version.
+// Snapshot isolation already turns a concurrent change into a write
+// conflict that re-runs the attempt; the filter makes the check explicit.
+func (t *txn) put(ctx context.Context, rec *docRecord, base int64) error {
+	if base == 0 {
+		_, err := t.s.docs.InsertOne(ctx, rec)
+		return err
+	}
+	res, err := t.s.docs.ReplaceOne(ctx, bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: base}}, rec)
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount != 1 {
+		return fmt.Errorf("version %d changed under the transaction", base)
 	}
 	return nil
 }
@@ -479,7 +502,7 @@ func (t *txn) prefetch(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		t.docs[rec.Key] = &state{doc: d, data: []byte(rec.Data), db: rec.DB}
+		t.docs[rec.Key] = &state{doc: d, data: []byte(rec.Data), db: rec.DB, base: rec.Version}
 	}
 	if err := cur.Err(); err != nil {
 		return fmt.Errorf("read documents: %w", err)
@@ -624,6 +647,6 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 		c.doc, c.prev = next, curDoc
 		p.changes = append(p.changes, c)
 	}
-	p.docs[k] = &state{doc: next, data: data, dirty: true, db: db}
+	p.docs[k] = &state{doc: next, data: data, dirty: true, db: db, base: cur.base}
 	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
 }
