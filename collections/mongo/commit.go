@@ -1,0 +1,652 @@
+package mongo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/loomdb/loom/collections"
+)
+
+type requestKind uint8
+
+const (
+	kindCommit requestKind = iota
+	kindSetCursor
+	kindDeleteCursor
+)
+
+// request is one unit of work for the committer. MongoDB has no
+// savepoints, so each request is checked in Go against the batch's
+// in-memory overlay and writes only when all its checks pass; a failing
+// request never affects the others batched with it.
+type request struct {
+	ctx    context.Context
+	kind   requestKind
+	db     string
+	writes []collections.Write
+	opts   collections.CommitOptions
+	name   string // cursor name
+	seq    int64  // cursor position
+
+	results []collections.WriteResult
+	err     error
+	done    chan struct{}
+}
+
+// docRecord is a document as stored in the docs collection.
+type docRecord struct {
+	Key       string            `bson:"_id"` // db + "/" + path
+	DB        string            `bson:"db"`
+	Path      string            `bson:"path"`
+	Coll      string            `bson:"coll"`
+	Shape     string            `bson:"shape"`
+	Depth     int32             `bson:"depth"`
+	Sys       bool              `bson:"sys"`
+	ID        string            `bson:"id"`
+	Data      string            `bson:"data"` // canonical JSON of the user data
+	Version   int64             `bson:"version"`
+	CreatedAt int64             `bson:"createdAt"`
+	UpdatedAt int64             `bson:"updatedAt"`
+	Deleted   bool              `bson:"deleted"`
+	Seq       int64             `bson:"seq"`
+	Keys      map[string]string `bson:"k,omitempty"`
+	NoKeys    bool              `bson:"nokeys,omitempty"`
+}
+
+// changeRecord is one change-log entry; its _id is the seq.
+type changeRecord struct {
+	Seq    int64     `bson:"_id"`
+	DB     string    `bson:"db"`
+	Op     string    `bson:"op"`
+	Path   string    `bson:"path"`
+	Time   int64     `bson:"time"`
+	Before *snapshot `bson:"before,omitempty"`
+	After  snapshot  `bson:"after"`
+
+	// The committer's view, not stored: the document after the change
+	// and the one before it, whose seqs are set when the batch takes its
+	// range of the counter.
+	doc, prev *collections.Document
+}
+
+type snapshot struct {
+	Version   int64  `bson:"version"`
+	CreatedAt int64  `bson:"createdAt"`
+	UpdatedAt int64  `bson:"updatedAt"`
+	Deleted   bool   `bson:"deleted"`
+	Seq       int64  `bson:"seq"`
+	Data      string `bson:"data"`
+}
+
+func docKey(db, path string) string { return db + "/" + path }
+
+// decode turns a record into a Document.
+func (r *docRecord) decode() (*collections.Document, error) {
+	m, err := collections.DecodeObject([]byte(r.Data))
+	if err != nil {
+		return nil, fmt.Errorf("mongo: corrupt document %s: %w", r.Path, err)
+	}
+	return &collections.Document{Path: r.Path, Collection: r.Coll, ID: r.ID, Version: r.Version,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Deleted: r.Deleted, Seq: r.Seq, Data: m}, nil
+}
+
+// record builds the stored form of d, its data already encoded.
+func record(db string, d *collections.Document, data []byte) (*docRecord, error) {
+	// Keys are computed from the data as it reads back (numbers become
+	// json.Number), so they are the keys of the document queries see.
+	m, err := collections.DecodeObject(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", collections.ErrInvalidDocument, err)
+	}
+	back := *d
+	back.Data = m
+	r := &docRecord{Key: docKey(db, d.Path), DB: db, Path: d.Path, Coll: d.Collection, Shape: collections.Shape(d.Collection),
+		Depth: int32(segments(d.Collection)), Sys: collections.IsSystemPath(d.Path), ID: d.ID, Data: string(data),
+		Version: d.Version, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Deleted: d.Deleted, Seq: d.Seq}
+	if keys, ok := docKeys(&back); ok {
+		r.Keys = keys
+	} else {
+		r.NoKeys = true
+	}
+	return r, nil
+}
+
+func segments(p string) int {
+	n := 1
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			n++
+		}
+	}
+	return n
+}
+
+// submit hands r to the committer and waits for its outcome. When ctx ends
+// first the caller gets ctx.Err(); the request may still commit, which is
+// the documented contract of Store.Commit.
+func (s *Store) submit(r *request) error {
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return collections.ErrClosed
+	}
+	r.done = make(chan struct{})
+	select {
+	case s.queue <- r:
+	case <-s.stop:
+		return collections.ErrClosed
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-r.ctx.Done():
+		return r.ctx.Err()
+	case <-s.done:
+		select {
+		case <-r.done:
+			return r.err
+		default:
+			return collections.ErrClosed
+		}
+	}
+}
+
+// Commit applies writes atomically through the group committer. The
+// transaction is majority-committed (it survives a failover) before Commit
+// returns.
+func (s *Store) Commit(ctx context.Context, db string, writes []collections.Write, opts collections.CommitOptions) ([]collections.WriteResult, error) {
+	if len(writes) == 0 && opts.Cursor == nil {
+		return []collections.WriteResult{}, ctx.Err()
+	}
+	r := &request{ctx: ctx, kind: kindCommit, db: db, writes: writes, opts: opts}
+	if err := s.submit(r); err != nil {
+		return nil, err
+	}
+	return r.results, nil
+}
+
+// SetCursor creates or moves a durable cursor.
+func (s *Store) SetCursor(ctx context.Context, name string, seq int64) error {
+	return s.submit(&request{ctx: ctx, kind: kindSetCursor, name: name, seq: seq})
+}
+
+// DeleteCursor removes a durable cursor.
+func (s *Store) DeleteCursor(ctx context.Context, name string) error {
+	return s.submit(&request{ctx: ctx, kind: kindDeleteCursor, name: name})
+}
+
+// commitLoop is the committer: take one request, drain whatever else is
+// queued (up to MaxBatch), run them all in one transaction, answer all.
+func (s *Store) commitLoop() {
+	defer close(s.done)
+	batch := make([]*request, 0, s.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-s.queue:
+			batch = append(batch, r)
+		case <-s.stop:
+			// Close commits what is already queued; crash drops it.
+			for {
+				select {
+				case r := <-s.queue:
+					if s.abandon.Load() {
+						r.err = collections.ErrClosed
+						close(r.done)
+						continue
+					}
+					batch = append(batch, r)
+					if len(batch) == cap(batch) {
+						s.commit(batch)
+						batch = batch[:0]
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if len(batch) > 0 {
+				s.commit(batch)
+			}
+			return
+		}
+	drain:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-s.queue:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commitTimeout bounds one batch, retries included (the driver retries a
+// transaction for up to 120 seconds).
+const commitTimeout = 2 * time.Minute
+
+// commit runs one batch in one transaction and answers every request in it.
+func (s *Store) commit(batch []*request) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	t := &txn{s: s, batch: batch}
+	err := s.runTx(ctx, t)
+	if err != nil {
+		// The transaction is gone: nothing in the batch committed.
+		s.log.Error("commit failed", "err", scrub(err, s.cfg.URI), "requests", len(batch))
+		for _, r := range batch {
+			if r.err == nil {
+				r.err = fmt.Errorf("mongo: commit: %w", scrub(err, s.cfg.URI))
+			}
+			r.results = nil
+		}
+	} else if t.logged > 0 {
+		s.wake()
+	}
+	s.metrics.observe(len(batch), time.Since(start))
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// txnOptions: snapshot reads and majority writes.
+func txnOptions() *options.TransactionOptionsBuilder {
+	wc := writeconcern.Majority()
+	journal := true
+	wc.Journal = &journal
+	return options.Transaction().SetReadConcern(readconcern.Snapshot()).SetWriteConcern(wc)
+}
+
+// runTx runs t in a transaction through Session.WithTransaction: the
+// callback is re-run only after a TransientTransactionError (the attempt
+// was aborted whole: nothing applied, no seq taken) and commitTransaction
+// is retried on UnknownTransactionCommitResult (it is idempotent). The
+// callback recomputes everything from its own reads, so a re-run is
+// independent of the attempt before it.
+func (s *Store) runTx(ctx context.Context, t *txn) error {
+	sess, err := s.client.StartSession()
+	if err != nil {
+		return err
+	}
+	defer sess.EndSession(context.Background())
+	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		return nil, t.attempt(ctx)
+	}, txnOptions())
+	return err
+}
+
+// txn is one batch's transaction attempt and its overlay.
+type txn struct {
+	s     *Store
+	batch []*request
+
+	// Reset by every attempt:
+	docs    map[string]*state   // db/path → current state in the batch
+	cursors map[string]*cursorS // name → current position in the batch
+	changes []*changeRecord     // in commit order, seq not yet assigned
+	logged  int                 // changes of the successful attempt
+}
+
+// state is a document as the batch sees it.
+type state struct {
+	doc   *collections.Document // nil when absent
+	data  []byte                // encoded data of doc
+	db    string
+	dirty bool
+	// base is the version stored in the database when the attempt read
+	// it (0: no document); the write is a compare-and-set on it.
+	base int64
+}
+
+type cursorS struct {
+	seq     int64
+	present bool
+	dirty   bool
+}
+
+// pending is one request's writes before they join the overlay.
+type pending struct {
+	docs    map[string]*state
+	cursors map[string]*cursorS
+	changes []*changeRecord
+	results []collections.WriteResult
+}
+
+func (t *txn) attempt(ctx context.Context) error {
+	s := t.s
+	t.docs, t.cursors, t.changes, t.logged = map[string]*state{}, map[string]*cursorS{}, nil, 0
+	for _, r := range t.batch {
+		r.err, r.results = nil, nil
+	}
+	if err := t.prefetch(ctx); err != nil {
+		return err
+	}
+	var meta struct {
+		N    int64 `bson:"n"`
+		Time int64 `bson:"time"`
+	}
+	if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: metaSeq}}).Decode(&meta); err != nil {
+		return fmt.Errorf("read seq: %w", err)
+	}
+	// Change times never go backwards, so purges cut a prefix.
+	now := max(time.Now().UnixMilli(), meta.Time)
+	applied := 0
+	for _, r := range t.batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err // the caller has gone; do not write on its behalf
+			continue
+		}
+		p := &pending{docs: map[string]*state{}, cursors: map[string]*cursorS{}}
+		if err := t.apply(ctx, r, p, now); err != nil {
+			if isOwn(err) {
+				r.err = err
+				continue
+			}
+			return err // a server error: the attempt is lost
+		}
+		for k, v := range p.docs {
+			t.docs[k] = v
+		}
+		for k, v := range p.cursors {
+			t.cursors[k] = v
+		}
+		t.changes = append(t.changes, p.changes...)
+		r.results = p.results
+		applied++
+	}
+	if applied == 0 {
+		return nil // an empty transaction commits nothing
+	}
+	if n := len(t.changes); n > 0 {
+		// The counter: concurrent committers on every node conflict here,
+		// so seqs follow commit order and are never reused.
+		var after struct {
+			N int64 `bson:"n"`
+		}
+		err := s.meta.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: metaSeq}},
+			bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: int64(n)}}}, {Key: "$max", Value: bson.D{{Key: "time", Value: now}}}},
+			options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&after)
+		if err != nil {
+			return fmt.Errorf("advance seq: %w", err)
+		}
+		first := after.N - int64(n) + 1
+		// In commit order, so a change's previous state, when written
+		// earlier in the batch, already has its seq.
+		for i, c := range t.changes {
+			c.Seq = first + int64(i)
+			c.After.Seq = c.Seq
+			c.doc.Seq = c.Seq
+			if c.Before != nil {
+				c.Before.Seq = c.prev.Seq
+			}
+		}
+		t.logged = n
+	}
+	// Every state written carries the seq of its last change.
+	for _, st := range t.docs {
+		if !st.dirty {
+			continue
+		}
+		rec, err := record(st.db, st.doc, st.data)
+		if err != nil {
+			return err
+		}
+		if err := t.put(ctx, rec, st.base); err != nil {
+			return fmt.Errorf("write %s: %w", rec.Path, err)
+		}
+	}
+	if len(t.changes) > 0 {
+		docs := make([]any, len(t.changes))
+		for i, c := range t.changes {
+			docs[i] = c
+		}
+		if _, err := s.changes.InsertMany(ctx, docs); err != nil {
+			return fmt.Errorf("append changes: %w", err)
+		}
+	}
+	for name, c := range t.cursors {
+		if !c.dirty {
+			continue
+		}
+		var err error
+		if c.present {
+			_, err = s.cursors.ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}}, bson.D{{Key: "_id", Value: name}, {Key: "seq", Value: c.seq}},
+				options.Replace().SetUpsert(true))
+		} else {
+			_, err = s.cursors.DeleteOne(ctx, bson.D{{Key: "_id", Value: name}})
+		}
+		if err != nil {
+			return fmt.Errorf("write cursor %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// put writes a document as a compare-and-set on the version the attempt
+// read: an insert when there was none (a concurrent insert is a write
+// conflict or a duplicate key), else a replace filtered on that version.
+// Snapshot isolation already turns a concurrent change into a write
+// conflict that re-runs the attempt; the filter makes the check explicit.
+func (t *txn) put(ctx context.Context, rec *docRecord, base int64) error {
+	if base == 0 {
+		_, err := t.s.docs.InsertOne(ctx, rec)
+		return err
+	}
+	res, err := t.s.docs.ReplaceOne(ctx, bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: base}}, rec)
+	if err != nil {
+		return err
+	}
+	if res.MatchedCount != 1 {
+		return fmt.Errorf("version %d changed under the transaction", base)
+	}
+	return nil
+}
+
+// ownError marks errors that belong to one request (its checks failed),
+// as opposed to errors of the transaction.
+type ownError struct{ err error }
+
+func (e ownError) Error() string { return e.err.Error() }
+func (e ownError) Unwrap() error { return e.err }
+
+func isOwn(err error) bool {
+	var o ownError
+	return errors.As(err, &o)
+}
+
+// prefetch loads every document the batch touches in one query.
+func (t *txn) prefetch(ctx context.Context) error {
+	var keys bson.A
+	seen := map[string]bool{}
+	for _, r := range t.batch {
+		if r.kind != kindCommit {
+			continue
+		}
+		for i := range r.writes {
+			k := docKey(r.db, r.writes[i].Path)
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	cur, err := t.s.docs.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}}},
+		options.Find().SetProjection(bson.D{{Key: fieldKeys, Value: 0}}))
+	if err != nil {
+		return fmt.Errorf("read documents: %w", err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var rec docRecord
+		if err := cur.Decode(&rec); err != nil {
+			return fmt.Errorf("read documents: %w", err)
+		}
+		d, err := rec.decode()
+		if err != nil {
+			return err
+		}
+		t.docs[rec.Key] = &state{doc: d, data: []byte(rec.Data), db: rec.DB, base: rec.Version}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("read documents: %w", err)
+	}
+	for _, k := range keys {
+		if _, ok := t.docs[k.(string)]; !ok {
+			t.docs[k.(string)] = &state{}
+		}
+	}
+	return nil
+}
+
+// cursorAt returns a cursor's position as the batch sees it.
+func (t *txn) cursorAt(ctx context.Context, p *pending, name string) (*cursorS, error) {
+	if c, ok := p.cursors[name]; ok {
+		return c, nil
+	}
+	if c, ok := t.cursors[name]; ok {
+		return c, nil
+	}
+	var rec struct {
+		Seq int64 `bson:"seq"`
+	}
+	err := t.s.cursors.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&rec)
+	c := &cursorS{}
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+	case err != nil:
+		return nil, fmt.Errorf("read cursor %s: %w", name, err)
+	default:
+		c.seq, c.present = rec.Seq, true
+	}
+	t.cursors[name] = c // the database's value, not dirty
+	return c, nil
+}
+
+// apply checks and stages one request into p. Errors of the request are
+// ownError; any other error is the transaction's.
+func (t *txn) apply(ctx context.Context, r *request, p *pending, now int64) error {
+	switch r.kind {
+	case kindSetCursor:
+		p.cursors[r.name] = &cursorS{seq: r.seq, present: true, dirty: true}
+		return nil
+	case kindDeleteCursor:
+		p.cursors[r.name] = &cursorS{dirty: true}
+		return nil
+	}
+	if adv := r.opts.Cursor; adv != nil {
+		c, err := t.cursorAt(ctx, p, adv.Name)
+		if err != nil {
+			return err
+		}
+		if c.seq != adv.From {
+			return ownError{fmt.Errorf("%w: cursor %q is at %d, not %d", collections.ErrCursorConflict, adv.Name, c.seq, adv.From)}
+		}
+	}
+	p.results = make([]collections.WriteResult, len(r.writes))
+	for i := range r.writes {
+		res, err := t.write(r.db, &r.writes[i], p, now)
+		if err != nil {
+			return ownError{&collections.WriteError{Index: i, Path: r.writes[i].Path, Err: err}}
+		}
+		p.results[i] = res
+	}
+	if adv := r.opts.Cursor; adv != nil {
+		p.cursors[adv.Name] = &cursorS{seq: adv.To, present: true, dirty: true}
+	}
+	return nil
+}
+
+// write checks and stages one write; errors are the write's own.
+func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (collections.WriteResult, error) {
+	k := docKey(db, w.Path)
+	cur, ok := p.docs[k]
+	if !ok {
+		cur = t.docs[k]
+	}
+	var curDoc *collections.Document
+	if cur != nil {
+		curDoc = cur.doc
+	}
+	live := curDoc != nil && !curDoc.Deleted
+	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(curDoc, w.IfMatch)) {
+		pe := &collections.PreconditionError{Path: w.Path}
+		if live {
+			pe.Current = curDoc.Clone()
+		}
+		return collections.WriteResult{}, pe
+	}
+	coll, id := collections.SplitDocPath(w.Path)
+	next := &collections.Document{Path: w.Path, Collection: coll, ID: id, Version: 1, CreatedAt: now, UpdatedAt: now}
+	if curDoc != nil {
+		next.Version = curDoc.Version + 1
+	}
+	if live {
+		next.CreatedAt = curDoc.CreatedAt
+	}
+	op := collections.OpUpdate
+	var data []byte
+	var err error
+	switch w.Type {
+	case collections.WriteCreate, collections.WriteReplace:
+		if w.Type == collections.WriteCreate && live {
+			return collections.WriteResult{}, collections.ErrAlreadyExists
+		}
+		if !live {
+			op = collections.OpCreate
+		}
+		next.Data = w.Data
+		if next.Data == nil {
+			next.Data = map[string]any{}
+		}
+	case collections.WriteUpdate:
+		if !live {
+			return collections.WriteResult{}, collections.ErrNotFound
+		}
+		// The overlay's document stays as it was: a failing request must
+		// leave it untouched, and a retried attempt re-reads it anyway.
+		if next.Data, err = collections.ApplyPatch(collections.CloneValue(curDoc.Data).(map[string]any), w.Data); err != nil {
+			return collections.WriteResult{}, err
+		}
+	case collections.WriteDelete:
+		if !live {
+			return collections.WriteResult{}, collections.ErrNotFound
+		}
+		next.Data, data, next.Deleted, op = collections.CloneValue(curDoc.Data).(map[string]any), cur.data, true, collections.OpDelete
+	default:
+		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
+	}
+	if data == nil {
+		if data, err = collections.EncodeData(next.Data, t.s.maxBytes(w.Path)); err != nil {
+			return collections.WriteResult{}, err
+		}
+	}
+	if logged(w.Path) {
+		c := &changeRecord{DB: db, Op: string(op), Path: w.Path, Time: now,
+			After: snapshot{Version: next.Version, CreatedAt: next.CreatedAt, UpdatedAt: now, Deleted: next.Deleted, Data: string(data)}}
+		if curDoc != nil {
+			c.Before = &snapshot{Version: curDoc.Version, CreatedAt: curDoc.CreatedAt, UpdatedAt: curDoc.UpdatedAt,
+				Deleted: curDoc.Deleted, Seq: curDoc.Seq, Data: string(cur.data)}
+		}
+		c.doc, c.prev = next, curDoc
+		p.changes = append(p.changes, c)
+	}
+	p.docs[k] = &state{doc: next, data: data, dirty: true, db: db, base: cur.base}
+	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
+}
