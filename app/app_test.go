@@ -155,3 +155,35 @@ func TestApp_NewFailsCleanly(t *testing.T) {
 	}
 	ln.Close()
 }
+
+// --engine mongo opens the MongoDB engine: with no server there, New fails
+// within the server-selection timeout (10 s) with an error naming MongoDB
+// and the URI with its password redacted, and leaves nothing open.
+func TestApp_MongoUnreachable(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	cfg.Data = filepath.Join(t.TempDir(), "data")
+	cfg.Addr = "127.0.0.1:0"
+	cfg.Engine = "mongo"
+	cfg.Mongo.URI = "mongodb://loom:s3cret-pw@127.0.0.1:1/?replicaSet=rs0"
+	cfg.Auth.AdminKey = "admin"
+	cfg.Auth.JWTSecret = strings.Repeat("j", 32)
+	cfg.Security.CursorKey = strings.Repeat("c", 32)
+	cfg.WebhookSecret = "whsec_dGVzdA=="
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	a, err := app.New(t.Context(), cfg, testOptions(t))
+	if err == nil {
+		a.Close()
+		t.Fatal("New succeeded against 127.0.0.1:1")
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("failed after %v, want within the server-selection timeout", took)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "MongoDB") || !strings.Contains(msg, "127.0.0.1:1") || strings.Contains(msg, "s3cret-pw") {
+		t.Errorf("err=%v, want MongoDB and the address named, the password not", err)
+	}
+}

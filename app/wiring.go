@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/mongo"
 	"github.com/loomdb/loom/collections/sqlite"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
@@ -40,6 +41,23 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			Logger:           logger.With("component", "sqlite"),
 			Registerer:       reg,
 		})
+	case "mongo":
+		// Every node on the database opens it the same way; config.Load
+		// has refused a start without the settings the nodes share.
+		store, err := mongo.Open(ctx, mongo.Config{
+			URI:              cfg.Mongo.URI,
+			Database:         cfg.Mongo.Database,
+			Retention:        cfg.Changes.Retention.Duration,
+			MaxDocumentBytes: cfg.Limits.MaxDocumentBytes,
+			Indexes:          StoreIndexes(cfg),
+			Logger:           logger.With("component", "mongo"),
+			Registerer:       reg,
+		})
+		if err != nil { // a nil *mongo.Store must not become a non-nil Store
+			return nil, err
+		}
+		logger.Info("engine open", "engine", "mongo", "uri", mongo.RedactURI(cfg.Mongo.URI), "database", cfg.Mongo.Database)
+		return store, nil
 	}
 	return nil, fmt.Errorf("unknown engine %q", cfg.Engine)
 }
