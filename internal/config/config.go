@@ -498,7 +498,7 @@ func (c *Config) validateMongo() error {
 	if missing := c.MissingSharedSettings(); len(missing) > 0 {
 		return fmt.Errorf("config: engine mongo: every node serving the database must share these settings, which are not set: %s. "+
 			"Unset, a node would generate its own into its data directory and the other nodes would refuse what it issues; "+
-			"set each to the same value on every node (32+ random bytes, e.g. `openssl rand -base64 32`)",
+			"set each to the same value on every node (32+ random bytes, e.g. `openssl rand -base64 32`; the webhook secret as whsec_<base64>)",
 			strings.Join(missing, ", "))
 	}
 	return nil
@@ -514,7 +514,7 @@ func (c *Config) MissingSharedSettings() []string {
 		{c.Auth.AdminKey, "the admin key (LOOM_ADMIN_KEY or [auth] admin_key)"},
 		{c.Auth.JWTSecret, "the token signing secret (LOOM_JWT_SECRET or [auth] jwt_secret)"},
 		{c.Security.CursorKey, "the cursor key (LOOM_CURSOR_KEY or [security] cursor_key)"},
-		{c.WebhookSecret, "the webhook secret (LOOM_WEBHOOK_SECRET)"},
+		{c.WebhookSecret, "the webhook secret (LOOM_WEBHOOK_SECRET, whsec_<base64>)"},
 	} {
 		if s.value == "" {
 			missing = append(missing, s.name)
