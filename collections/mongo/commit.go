@@ -2,12 +2,10 @@ package mongo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
@@ -328,10 +326,7 @@ type pending struct {
 
 func (t *txn) attempt(ctx context.Context) error {
 	s := t.s
-	t.docs, t.cursors, t.changes, t.logged = map[string]*state{}, map[string]*cursorS{}, nil, 0
-	for _, r := range t.batch {
-		r.err, r.results = nil, nil
-	}
+	t.reset()
 	if err := t.prefetch(ctx); err != nil {
 		return err
 	}
@@ -344,31 +339,7 @@ func (t *txn) attempt(ctx context.Context) error {
 	}
 	// Change times never go backwards, so purges cut a prefix.
 	now := max(time.Now().UnixMilli(), meta.Time)
-	applied := 0
-	for _, r := range t.batch {
-		if err := r.ctx.Err(); err != nil {
-			r.err = err // the caller has gone; do not write on its behalf
-			continue
-		}
-		p := &pending{docs: map[string]*state{}, cursors: map[string]*cursorS{}}
-		if err := t.apply(ctx, r, p, now); err != nil {
-			if isOwn(err) {
-				r.err = err
-				continue
-			}
-			return err // a server error: the attempt is lost
-		}
-		for k, v := range p.docs {
-			t.docs[k] = v
-		}
-		for k, v := range p.cursors {
-			t.cursors[k] = v
-		}
-		t.changes = append(t.changes, p.changes...)
-		r.results = p.results
-		applied++
-	}
-	if applied == 0 {
+	if t.plan(now) == 0 {
 		return nil // an empty transaction commits nothing
 	}
 	if n := len(t.changes); n > 0 {
@@ -383,20 +354,67 @@ func (t *txn) attempt(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("advance seq: %w", err)
 		}
-		first := after.N - int64(n) + 1
-		// In commit order, so a change's previous state, when written
-		// earlier in the batch, already has its seq.
-		for i, c := range t.changes {
-			c.Seq = first + int64(i)
-			c.After.Seq = c.Seq
-			c.doc.Seq = c.Seq
-			if c.Before != nil {
-				c.Before.Seq = c.prev.Seq
-			}
-		}
-		t.logged = n
+		t.assign(after.N - int64(n) + 1)
 	}
-	// Every state written carries the seq of its last change.
+	return t.flush(ctx)
+}
+
+// reset forgets everything a previous attempt computed.
+func (t *txn) reset() {
+	t.docs, t.cursors, t.changes, t.logged = map[string]*state{}, map[string]*cursorS{}, nil, 0
+	for _, r := range t.batch {
+		r.err, r.results = nil, nil
+	}
+}
+
+// plan checks every request in order against the overlay (the database
+// as prefetched plus the effects of the requests before it) and stages the
+// writes of those whose checks pass. It does no I/O. It returns how many
+// requests succeeded.
+func (t *txn) plan(now int64) int {
+	applied := 0
+	for _, r := range t.batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err // the caller has gone; do not write on its behalf
+			continue
+		}
+		p := &pending{docs: map[string]*state{}, cursors: map[string]*cursorS{}}
+		if err := t.apply(r, p, now); err != nil {
+			r.err = err
+			continue
+		}
+		for k, v := range p.docs {
+			t.docs[k] = v
+		}
+		for k, v := range p.cursors {
+			t.cursors[k] = v
+		}
+		t.changes = append(t.changes, p.changes...)
+		r.results = p.results
+		applied++
+	}
+	return applied
+}
+
+// assign gives the staged changes their seqs, first onwards, in commit
+// order, so a change's previous state, when written earlier in the batch,
+// already has its seq.
+func (t *txn) assign(first int64) {
+	for i, c := range t.changes {
+		c.Seq = first + int64(i)
+		c.After.Seq = c.Seq
+		c.doc.Seq = c.Seq
+		if c.Before != nil {
+			c.Before.Seq = c.prev.Seq
+		}
+	}
+	t.logged = len(t.changes)
+}
+
+// flush writes the overlay: every document in its final state (carrying
+// the seq of its last change), the changes, the cursors.
+func (t *txn) flush(ctx context.Context) error {
+	s := t.s
 	for _, st := range t.docs {
 		if !st.dirty {
 			continue
@@ -456,20 +474,12 @@ func (t *txn) put(ctx context.Context, rec *docRecord, base int64) error {
 	return nil
 }
 
-// ownError marks errors that belong to one request (its checks failed),
-// as opposed to errors of the transaction.
-type ownError struct{ err error }
-
-func (e ownError) Error() string { return e.err.Error() }
-func (e ownError) Unwrap() error { return e.err }
-
-func isOwn(err error) bool {
-	var o ownError
-	return errors.As(err, &o)
-}
-
-// prefetch loads every document the batch touches in one query.
+// prefetch loads every document and cursor the batch reads, in one query
+// each.
 func (t *txn) prefetch(ctx context.Context) error {
+	if err := t.prefetchCursors(ctx); err != nil {
+		return err
+	}
 	var keys bson.A
 	seen := map[string]bool{}
 	for _, r := range t.batch {
@@ -515,33 +525,49 @@ func (t *txn) prefetch(ctx context.Context) error {
 	return nil
 }
 
-// cursorAt returns a cursor's position as the batch sees it.
-func (t *txn) cursorAt(ctx context.Context, p *pending, name string) (*cursorS, error) {
-	if c, ok := p.cursors[name]; ok {
-		return c, nil
+func (t *txn) prefetchCursors(ctx context.Context) error {
+	var names bson.A
+	for _, r := range t.batch {
+		if adv := r.opts.Cursor; r.kind == kindCommit && adv != nil {
+			if _, ok := t.cursors[adv.Name]; !ok {
+				t.cursors[adv.Name] = &cursorS{}
+				names = append(names, adv.Name)
+			}
+		}
 	}
-	if c, ok := t.cursors[name]; ok {
-		return c, nil
+	if len(names) == 0 {
+		return nil
 	}
-	var rec struct {
-		Seq int64 `bson:"seq"`
+	cur, err := t.s.cursors.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}})
+	if err != nil {
+		return fmt.Errorf("read cursors: %w", err)
 	}
-	err := t.s.cursors.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&rec)
-	c := &cursorS{}
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-	case err != nil:
-		return nil, fmt.Errorf("read cursor %s: %w", name, err)
-	default:
-		c.seq, c.present = rec.Seq, true
+	var recs []struct {
+		Name string `bson:"_id"`
+		Seq  int64  `bson:"seq"`
 	}
-	t.cursors[name] = c // the database's value, not dirty
-	return c, nil
+	if err := cur.All(ctx, &recs); err != nil {
+		return fmt.Errorf("read cursors: %w", err)
+	}
+	for _, r := range recs {
+		t.cursors[r.Name] = &cursorS{seq: r.Seq, present: true}
+	}
+	return nil
 }
 
-// apply checks and stages one request into p. Errors of the request are
-// ownError; any other error is the transaction's.
-func (t *txn) apply(ctx context.Context, r *request, p *pending, now int64) error {
+// cursorAt returns a cursor's position as the request sees it.
+func (t *txn) cursorAt(p *pending, name string) *cursorS {
+	if c, ok := p.cursors[name]; ok {
+		return c
+	}
+	if c, ok := t.cursors[name]; ok {
+		return c
+	}
+	return &cursorS{}
+}
+
+// apply checks and stages one request into p; an error is the request's.
+func (t *txn) apply(r *request, p *pending, now int64) error {
 	switch r.kind {
 	case kindSetCursor:
 		p.cursors[r.name] = &cursorS{seq: r.seq, present: true, dirty: true}
@@ -551,19 +577,15 @@ func (t *txn) apply(ctx context.Context, r *request, p *pending, now int64) erro
 		return nil
 	}
 	if adv := r.opts.Cursor; adv != nil {
-		c, err := t.cursorAt(ctx, p, adv.Name)
-		if err != nil {
-			return err
-		}
-		if c.seq != adv.From {
-			return ownError{fmt.Errorf("%w: cursor %q is at %d, not %d", collections.ErrCursorConflict, adv.Name, c.seq, adv.From)}
+		if c := t.cursorAt(p, adv.Name); c.seq != adv.From {
+			return fmt.Errorf("%w: cursor %q is at %d, not %d", collections.ErrCursorConflict, adv.Name, c.seq, adv.From)
 		}
 	}
 	p.results = make([]collections.WriteResult, len(r.writes))
 	for i := range r.writes {
 		res, err := t.write(r.db, &r.writes[i], p, now)
 		if err != nil {
-			return ownError{&collections.WriteError{Index: i, Path: r.writes[i].Path, Err: err}}
+			return &collections.WriteError{Index: i, Path: r.writes[i].Path, Err: err}
 		}
 		p.results[i] = res
 	}
