@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
@@ -415,6 +416,8 @@ func (t *txn) assign(first int64) {
 // the seq of its last change), the changes, the cursors.
 func (t *txn) flush(ctx context.Context) error {
 	s := t.s
+	var models []mongo.WriteModel
+	replaces := int64(0)
 	for _, st := range t.docs {
 		if !st.dirty {
 			continue
@@ -423,8 +426,18 @@ func (t *txn) flush(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := t.put(ctx, rec, st.base); err != nil {
-			return fmt.Errorf("write %s: %w", rec.Path, err)
+		models = append(models, putModel(rec, st.base))
+		if st.base != 0 {
+			replaces++
+		}
+	}
+	if len(models) > 0 {
+		res, err := s.docs.BulkWrite(ctx, models)
+		if err != nil {
+			return fmt.Errorf("write documents: %w", err)
+		}
+		if res.MatchedCount != replaces {
+			return fmt.Errorf("write documents: %d of %d versions changed under the transaction", replaces-res.MatchedCount, replaces)
 		}
 	}
 	if len(t.changes) > 0 {
@@ -454,24 +467,17 @@ func (t *txn) flush(ctx context.Context) error {
 	return nil
 }
 
-// put writes a document as a compare-and-set on the version the attempt
-// read: an insert when there was none (a concurrent insert is a write
-// conflict or a duplicate key), else a replace filtered on that version.
-// Snapshot isolation already turns a concurrent change into a write
-// conflict that re-runs the attempt; the filter makes the check explicit.
-func (t *txn) put(ctx context.Context, rec *docRecord, base int64) error {
+// putModel writes a document as a compare-and-set on the version the
+// attempt read: an insert when there was none (a concurrent insert is a
+// write conflict or a duplicate key), else a replace filtered on that
+// version (flush checks that each one matched). Snapshot isolation already
+// turns a concurrent change into a write conflict that re-runs the attempt;
+// the filter makes the check explicit.
+func putModel(rec *docRecord, base int64) mongo.WriteModel {
 	if base == 0 {
-		_, err := t.s.docs.InsertOne(ctx, rec)
-		return err
+		return mongo.NewInsertOneModel().SetDocument(rec)
 	}
-	res, err := t.s.docs.ReplaceOne(ctx, bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: base}}, rec)
-	if err != nil {
-		return err
-	}
-	if res.MatchedCount != 1 {
-		return fmt.Errorf("version %d changed under the transaction", base)
-	}
-	return nil
+	return mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: base}}).SetReplacement(rec)
 }
 
 // prefetch loads every document and cursor the batch reads, in one query
