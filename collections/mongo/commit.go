@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -253,8 +254,18 @@ func (s *Store) commit(batch []*request) {
 			}
 			r.results = nil
 		}
-	} else if t.logged > 0 {
-		s.wake()
+	} else {
+		for _, r := range batch {
+			// A precondition may have failed on a document an earlier
+			// request of the batch wrote: its seq is known only now.
+			var pe *collections.PreconditionError
+			if errors.As(r.err, &pe) && pe.Current != nil {
+				pe.Current = pe.Current.Clone()
+			}
+		}
+		if t.logged > 0 {
+			s.wake()
+		}
 	}
 	s.metrics.observe(len(batch), time.Since(start))
 	for _, r := range batch {
@@ -616,7 +627,7 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(curDoc, w.IfMatch)) {
 		pe := &collections.PreconditionError{Path: w.Path}
 		if live {
-			pe.Current = curDoc.Clone()
+			pe.Current = curDoc // cloned once the batch has its seqs
 		}
 		return collections.WriteResult{}, pe
 	}

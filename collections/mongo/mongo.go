@@ -70,6 +70,12 @@ const (
 	DefaultPurgeInterval          = time.Minute
 )
 
+// MaxDocumentBytesLimit is the largest MaxDocumentBytes the engine accepts:
+// a system document of SystemDocumentFactor*2 MiB + SystemDocumentSlack (9
+// MiB) plus its order keys (at most maxKeyBytes), and a change carrying a
+// document before and after, stay below MongoDB's 16 MiB BSON limit.
+const MaxDocumentBytesLimit = 2 << 20
+
 // The bound on system documents, relative to MaxDocumentBytes (as package
 // sqlite: a trigger's outbox row carries a user document and its previous
 // state).
@@ -210,6 +216,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.MaxDocumentBytes <= 0 {
 		cfg.MaxDocumentBytes = DefaultMaxDocumentBytes
+	}
+	if cfg.MaxDocumentBytes > MaxDocumentBytesLimit {
+		return nil, fmt.Errorf("mongo: MaxDocumentBytes %d is above %d: a system document (%d times that plus %d) with its order keys, "+
+			"or a change holding a document twice, would not fit MongoDB's 16 MiB document limit",
+			cfg.MaxDocumentBytes, MaxDocumentBytesLimit, SystemDocumentFactor, SystemDocumentSlack)
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
