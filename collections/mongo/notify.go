@@ -49,9 +49,13 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 	var token bson.Raw
 	var lastHead int64
 	for {
+		opened := time.Now()
 		for cs.Next(s.ctx) {
 			token = cs.ResumeToken()
 			s.wake()
+		}
+		if t := cs.ResumeToken(); t != nil {
+			token = t // advanced by empty batches too
 		}
 		err := cs.Err()
 		cs.Close(context.Background()) //nolint:errcheck // replaced below
@@ -61,6 +65,14 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 		}
 		s.log.Warn("change stream failed; resuming", "err", scrub(err, s.cfg.URI))
 		s.wake() // something may have been missed
+		if d := time.Since(opened); d < pollInterval {
+			// A stream that fails at once is not reopened in a tight loop.
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(pollInterval - d):
+			}
+		}
 		for {
 			var oerr error
 			if cs, oerr = s.openStream(s.ctx, token); oerr == nil {
