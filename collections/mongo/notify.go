@@ -52,7 +52,11 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 		opened := time.Now()
 		for cs.Next(s.ctx) {
 			token = cs.ResumeToken()
-			s.wake()
+			// One wake per batch of events (a transaction's changes
+			// usually arrive together): waiters re-read the whole log.
+			if cs.RemainingBatchLength() == 0 {
+				s.wake()
+			}
 		}
 		if t := cs.ResumeToken(); t != nil {
 			token = t // advanced by empty batches too
