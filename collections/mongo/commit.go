@@ -41,94 +41,6 @@ type request struct {
 	done    chan struct{}
 }
 
-// docRecord is a document as stored in the docs collection.
-type docRecord struct {
-	Key       string            `bson:"_id"` // db + "/" + path
-	DB        string            `bson:"db"`
-	Path      string            `bson:"path"`
-	Coll      string            `bson:"coll"`
-	Shape     string            `bson:"shape"`
-	Depth     int32             `bson:"depth"`
-	Sys       bool              `bson:"sys"`
-	ID        string            `bson:"id"`
-	Data      string            `bson:"data"` // canonical JSON of the user data
-	Version   int64             `bson:"version"`
-	CreatedAt int64             `bson:"createdAt"`
-	UpdatedAt int64             `bson:"updatedAt"`
-	Deleted   bool              `bson:"deleted"`
-	Seq       int64             `bson:"seq"`
-	Keys      map[string]string `bson:"k,omitempty"`
-	NoKeys    bool              `bson:"nokeys,omitempty"`
-}
-
-// changeRecord is one change-log entry; its _id is the seq.
-type changeRecord struct {
-	Seq    int64     `bson:"_id"`
-	DB     string    `bson:"db"`
-	Op     string    `bson:"op"`
-	Path   string    `bson:"path"`
-	Time   int64     `bson:"time"`
-	Before *snapshot `bson:"before,omitempty"`
-	After  snapshot  `bson:"after"`
-
-	// The committer's view, not stored: the document after the change
-	// and the one before it, whose seqs are set when the batch takes its
-	// range of the counter.
-	doc, prev *collections.Document
-}
-
-type snapshot struct {
-	Version   int64  `bson:"version"`
-	CreatedAt int64  `bson:"createdAt"`
-	UpdatedAt int64  `bson:"updatedAt"`
-	Deleted   bool   `bson:"deleted"`
-	Seq       int64  `bson:"seq"`
-	Data      string `bson:"data"`
-}
-
-func docKey(db, path string) string { return db + "/" + path }
-
-// decode turns a record into a Document.
-func (r *docRecord) decode() (*collections.Document, error) {
-	m, err := collections.DecodeObject([]byte(r.Data))
-	if err != nil {
-		return nil, fmt.Errorf("mongo: corrupt document %s: %w", r.Path, err)
-	}
-	return &collections.Document{Path: r.Path, Collection: r.Coll, ID: r.ID, Version: r.Version,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Deleted: r.Deleted, Seq: r.Seq, Data: m}, nil
-}
-
-// record builds the stored form of d, its data already encoded.
-func record(db string, d *collections.Document, data []byte) (*docRecord, error) {
-	// Keys are computed from the data as it reads back (numbers become
-	// json.Number), so they are the keys of the document queries see.
-	m, err := collections.DecodeObject(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", collections.ErrInvalidDocument, err)
-	}
-	back := *d
-	back.Data = m
-	r := &docRecord{Key: docKey(db, d.Path), DB: db, Path: d.Path, Coll: d.Collection, Shape: collections.Shape(d.Collection),
-		Depth: int32(segments(d.Collection)), Sys: collections.IsSystemPath(d.Path), ID: d.ID, Data: string(data),
-		Version: d.Version, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Deleted: d.Deleted, Seq: d.Seq}
-	if keys, ok := docKeys(&back); ok {
-		r.Keys = keys
-	} else {
-		r.NoKeys = true
-	}
-	return r, nil
-}
-
-func segments(p string) int {
-	n := 1
-	for i := 0; i < len(p); i++ {
-		if p[i] == '/' {
-			n++
-		}
-	}
-	return n
-}
-
 // submit hands r to the committer and waits for its outcome. When ctx ends
 // first the caller gets ctx.Err(); the request may still commit, which is
 // the documented contract of Store.Commit.
@@ -254,8 +166,18 @@ func (s *Store) commit(batch []*request) {
 			}
 			r.results = nil
 		}
-	} else if t.logged > 0 {
-		s.wake()
+	} else {
+		for _, r := range batch {
+			// A precondition may have failed on a document an earlier
+			// request of the batch wrote: its seq is known only now.
+			var pe *collections.PreconditionError
+			if errors.As(r.err, &pe) && pe.Current != nil {
+				pe.Current = pe.Current.Clone()
+			}
+		}
+		if t.logged > 0 {
+			s.wake()
+		}
 	}
 	s.metrics.observe(len(batch), time.Since(start))
 	for _, r := range batch {
@@ -328,10 +250,7 @@ type pending struct {
 
 func (t *txn) attempt(ctx context.Context) error {
 	s := t.s
-	t.docs, t.cursors, t.changes, t.logged = map[string]*state{}, map[string]*cursorS{}, nil, 0
-	for _, r := range t.batch {
-		r.err, r.results = nil, nil
-	}
+	t.reset()
 	if err := t.prefetch(ctx); err != nil {
 		return err
 	}
@@ -344,31 +263,7 @@ func (t *txn) attempt(ctx context.Context) error {
 	}
 	// Change times never go backwards, so purges cut a prefix.
 	now := max(time.Now().UnixMilli(), meta.Time)
-	applied := 0
-	for _, r := range t.batch {
-		if err := r.ctx.Err(); err != nil {
-			r.err = err // the caller has gone; do not write on its behalf
-			continue
-		}
-		p := &pending{docs: map[string]*state{}, cursors: map[string]*cursorS{}}
-		if err := t.apply(ctx, r, p, now); err != nil {
-			if isOwn(err) {
-				r.err = err
-				continue
-			}
-			return err // a server error: the attempt is lost
-		}
-		for k, v := range p.docs {
-			t.docs[k] = v
-		}
-		for k, v := range p.cursors {
-			t.cursors[k] = v
-		}
-		t.changes = append(t.changes, p.changes...)
-		r.results = p.results
-		applied++
-	}
-	if applied == 0 {
+	if t.plan(now) == 0 {
 		return nil // an empty transaction commits nothing
 	}
 	if n := len(t.changes); n > 0 {
@@ -383,20 +278,69 @@ func (t *txn) attempt(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("advance seq: %w", err)
 		}
-		first := after.N - int64(n) + 1
-		// In commit order, so a change's previous state, when written
-		// earlier in the batch, already has its seq.
-		for i, c := range t.changes {
-			c.Seq = first + int64(i)
-			c.After.Seq = c.Seq
-			c.doc.Seq = c.Seq
-			if c.Before != nil {
-				c.Before.Seq = c.prev.Seq
-			}
-		}
-		t.logged = n
+		t.assign(after.N - int64(n) + 1)
 	}
-	// Every state written carries the seq of its last change.
+	return t.flush(ctx)
+}
+
+// reset forgets everything a previous attempt computed.
+func (t *txn) reset() {
+	t.docs, t.cursors, t.changes, t.logged = map[string]*state{}, map[string]*cursorS{}, nil, 0
+	for _, r := range t.batch {
+		r.err, r.results = nil, nil
+	}
+}
+
+// plan checks every request in order against the overlay (the database
+// as prefetched plus the effects of the requests before it) and stages the
+// writes of those whose checks pass. It does no I/O. It returns how many
+// requests succeeded.
+func (t *txn) plan(now int64) int {
+	applied := 0
+	for _, r := range t.batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err // the caller has gone; do not write on its behalf
+			continue
+		}
+		p := &pending{docs: map[string]*state{}, cursors: map[string]*cursorS{}}
+		if err := t.apply(r, p, now); err != nil {
+			r.err = err
+			continue
+		}
+		for k, v := range p.docs {
+			t.docs[k] = v
+		}
+		for k, v := range p.cursors {
+			t.cursors[k] = v
+		}
+		t.changes = append(t.changes, p.changes...)
+		r.results = p.results
+		applied++
+	}
+	return applied
+}
+
+// assign gives the staged changes their seqs, first onwards, in commit
+// order, so a change's previous state, when written earlier in the batch,
+// already has its seq.
+func (t *txn) assign(first int64) {
+	for i, c := range t.changes {
+		c.Seq = first + int64(i)
+		c.After.Seq = c.Seq
+		c.doc.Seq = c.Seq
+		if c.Before != nil {
+			c.Before.Seq = c.prev.Seq
+		}
+	}
+	t.logged = len(t.changes)
+}
+
+// flush writes the overlay: every document in its final state (carrying
+// the seq of its last change), the changes, the cursors.
+func (t *txn) flush(ctx context.Context) error {
+	s := t.s
+	var models []mongo.WriteModel
+	replaces := int64(0)
 	for _, st := range t.docs {
 		if !st.dirty {
 			continue
@@ -405,8 +349,18 @@ func (t *txn) attempt(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := t.put(ctx, rec, st.base); err != nil {
-			return fmt.Errorf("write %s: %w", rec.Path, err)
+		models = append(models, putModel(rec, st.base))
+		if st.base != 0 {
+			replaces++
+		}
+	}
+	if len(models) > 0 {
+		res, err := s.docs.BulkWrite(ctx, models)
+		if err != nil {
+			return fmt.Errorf("write documents: %w", err)
+		}
+		if res.MatchedCount != replaces {
+			return fmt.Errorf("write documents: %d of %d versions changed under the transaction", replaces-res.MatchedCount, replaces)
 		}
 	}
 	if len(t.changes) > 0 {
@@ -436,40 +390,25 @@ func (t *txn) attempt(ctx context.Context) error {
 	return nil
 }
 
-// put writes a document as a compare-and-set on the version the attempt
-// read: an insert when there was none (a concurrent insert is a write
-// conflict or a duplicate key), else a replace filtered on that version.
-// Snapshot isolation already turns a concurrent change into a write
-// conflict that re-runs the attempt; the filter makes the check explicit.
-func (t *txn) put(ctx context.Context, rec *docRecord, base int64) error {
+// putModel writes a document as a compare-and-set on the version the
+// attempt read: an insert when there was none (a concurrent insert is a
+// write conflict or a duplicate key), else a replace filtered on that
+// version (flush checks that each one matched). Snapshot isolation already
+// turns a concurrent change into a write conflict that re-runs the attempt;
+// the filter makes the check explicit.
+func putModel(rec *docRecord, base int64) mongo.WriteModel {
 	if base == 0 {
-		_, err := t.s.docs.InsertOne(ctx, rec)
-		return err
+		return mongo.NewInsertOneModel().SetDocument(rec)
 	}
-	res, err := t.s.docs.ReplaceOne(ctx, bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: base}}, rec)
-	if err != nil {
-		return err
-	}
-	if res.MatchedCount != 1 {
-		return fmt.Errorf("version %d changed under the transaction", base)
-	}
-	return nil
+	return mongo.NewReplaceOneModel().SetFilter(bson.D{{Key: "_id", Value: rec.Key}, {Key: "version", Value: base}}).SetReplacement(rec)
 }
 
-// ownError marks errors that belong to one request (its checks failed),
-// as opposed to errors of the transaction.
-type ownError struct{ err error }
-
-func (e ownError) Error() string { return e.err.Error() }
-func (e ownError) Unwrap() error { return e.err }
-
-func isOwn(err error) bool {
-	var o ownError
-	return errors.As(err, &o)
-}
-
-// prefetch loads every document the batch touches in one query.
+// prefetch loads every document and cursor the batch reads, in one query
+// each.
 func (t *txn) prefetch(ctx context.Context) error {
+	if err := t.prefetchCursors(ctx); err != nil {
+		return err
+	}
 	var keys bson.A
 	seen := map[string]bool{}
 	for _, r := range t.batch {
@@ -515,33 +454,49 @@ func (t *txn) prefetch(ctx context.Context) error {
 	return nil
 }
 
-// cursorAt returns a cursor's position as the batch sees it.
-func (t *txn) cursorAt(ctx context.Context, p *pending, name string) (*cursorS, error) {
-	if c, ok := p.cursors[name]; ok {
-		return c, nil
+func (t *txn) prefetchCursors(ctx context.Context) error {
+	var names bson.A
+	for _, r := range t.batch {
+		if adv := r.opts.Cursor; r.kind == kindCommit && adv != nil {
+			if _, ok := t.cursors[adv.Name]; !ok {
+				t.cursors[adv.Name] = &cursorS{}
+				names = append(names, adv.Name)
+			}
+		}
 	}
-	if c, ok := t.cursors[name]; ok {
-		return c, nil
+	if len(names) == 0 {
+		return nil
 	}
-	var rec struct {
-		Seq int64 `bson:"seq"`
+	cur, err := t.s.cursors.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}})
+	if err != nil {
+		return fmt.Errorf("read cursors: %w", err)
 	}
-	err := t.s.cursors.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&rec)
-	c := &cursorS{}
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-	case err != nil:
-		return nil, fmt.Errorf("read cursor %s: %w", name, err)
-	default:
-		c.seq, c.present = rec.Seq, true
+	var recs []struct {
+		Name string `bson:"_id"`
+		Seq  int64  `bson:"seq"`
 	}
-	t.cursors[name] = c // the database's value, not dirty
-	return c, nil
+	if err := cur.All(ctx, &recs); err != nil {
+		return fmt.Errorf("read cursors: %w", err)
+	}
+	for _, r := range recs {
+		t.cursors[r.Name] = &cursorS{seq: r.Seq, present: true}
+	}
+	return nil
 }
 
-// apply checks and stages one request into p. Errors of the request are
-// ownError; any other error is the transaction's.
-func (t *txn) apply(ctx context.Context, r *request, p *pending, now int64) error {
+// cursorAt returns a cursor's position as the request sees it.
+func (t *txn) cursorAt(p *pending, name string) *cursorS {
+	if c, ok := p.cursors[name]; ok {
+		return c
+	}
+	if c, ok := t.cursors[name]; ok {
+		return c
+	}
+	return &cursorS{}
+}
+
+// apply checks and stages one request into p; an error is the request's.
+func (t *txn) apply(r *request, p *pending, now int64) error {
 	switch r.kind {
 	case kindSetCursor:
 		p.cursors[r.name] = &cursorS{seq: r.seq, present: true, dirty: true}
@@ -551,19 +506,15 @@ func (t *txn) apply(ctx context.Context, r *request, p *pending, now int64) erro
 		return nil
 	}
 	if adv := r.opts.Cursor; adv != nil {
-		c, err := t.cursorAt(ctx, p, adv.Name)
-		if err != nil {
-			return err
-		}
-		if c.seq != adv.From {
-			return ownError{fmt.Errorf("%w: cursor %q is at %d, not %d", collections.ErrCursorConflict, adv.Name, c.seq, adv.From)}
+		if c := t.cursorAt(p, adv.Name); c.seq != adv.From {
+			return fmt.Errorf("%w: cursor %q is at %d, not %d", collections.ErrCursorConflict, adv.Name, c.seq, adv.From)
 		}
 	}
 	p.results = make([]collections.WriteResult, len(r.writes))
 	for i := range r.writes {
 		res, err := t.write(r.db, &r.writes[i], p, now)
 		if err != nil {
-			return ownError{&collections.WriteError{Index: i, Path: r.writes[i].Path, Err: err}}
+			return &collections.WriteError{Index: i, Path: r.writes[i].Path, Err: err}
 		}
 		p.results[i] = res
 	}
@@ -588,7 +539,7 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(curDoc, w.IfMatch)) {
 		pe := &collections.PreconditionError{Path: w.Path}
 		if live {
-			pe.Current = curDoc.Clone()
+			pe.Current = curDoc // cloned once the batch has its seqs
 		}
 		return collections.WriteResult{}, pe
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -49,10 +50,23 @@ func startServer() {
 			return
 		}
 		server.stop = func() { testcontainers.TerminateContainer(c) } //nolint:errcheck // test teardown
-		if server.uri, err = c.ConnectionString(ctx); err != nil {
+		uri, err := c.ConnectionString(ctx)
+		if err != nil {
 			server.err = fmt.Errorf("MongoDB container address: %w", err)
 			return
 		}
+		// The member announces its container address, which the host
+		// may not reach (Docker Desktop): talk to the mapped port only.
+		u, err := url.Parse(uri)
+		if err != nil {
+			server.err = fmt.Errorf("MongoDB container address %q: %w", uri, err)
+			return
+		}
+		q := u.Query()
+		q.Del("replicaSet")
+		q.Set("directConnection", "true")
+		u.RawQuery = q.Encode()
+		server.uri = u.String()
 	}
 	server.admin, server.err = mongo.Connect(options.Client().ApplyURI(server.uri))
 }

@@ -70,6 +70,12 @@ const (
 	DefaultPurgeInterval          = time.Minute
 )
 
+// MaxDocumentBytesLimit is the largest MaxDocumentBytes the engine accepts:
+// a system document of SystemDocumentFactor*2 MiB + SystemDocumentSlack (9
+// MiB) plus its order keys (at most maxKeyBytes), and a change carrying a
+// document before and after, stay below MongoDB's 16 MiB BSON limit.
+const MaxDocumentBytesLimit = 2 << 20
+
 // The bound on system documents, relative to MaxDocumentBytes (as package
 // sqlite: a trigger's outbox row carries a user document and its previous
 // state).
@@ -210,6 +216,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.MaxDocumentBytes <= 0 {
 		cfg.MaxDocumentBytes = DefaultMaxDocumentBytes
+	}
+	if cfg.MaxDocumentBytes > MaxDocumentBytesLimit {
+		return nil, fmt.Errorf("mongo: MaxDocumentBytes %d is above %d: a system document (%d times that plus %d) with its order keys, "+
+			"or a change holding a document twice, would not fit MongoDB's 16 MiB document limit",
+			cfg.MaxDocumentBytes, MaxDocumentBytesLimit, SystemDocumentFactor, SystemDocumentSlack)
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = DefaultMaxBatch
@@ -400,89 +411,6 @@ func (s *Store) Ready(ctx context.Context) error {
 		return errors.New("mongo: change stream is down (waking on a poll of Head until it resumes)")
 	}
 	return nil
-}
-
-// Notify returns a channel closed after the next commit that appends to the
-// change log, on this node or any other.
-func (s *Store) Notify() <-chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	return s.notify
-}
-
-func (s *Store) wake() {
-	s.notifyMu.Lock()
-	close(s.notify)
-	s.notify = make(chan struct{})
-	s.notifyMu.Unlock()
-}
-
-// openStream opens the change stream on the change log's inserts, resuming
-// after token when it is not nil.
-func (s *Store) openStream(ctx context.Context, token bson.Raw) (*mongo.ChangeStream, error) {
-	pipeline := mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}},
-		{{Key: "$project", Value: bson.D{{Key: "_id", Value: 1}}}}}
-	opts := options.ChangeStream().SetMaxAwaitTime(pollInterval)
-	if token != nil {
-		opts.SetResumeAfter(token)
-	}
-	cs, err := s.changes.Watch(ctx, pipeline, opts)
-	if err != nil {
-		return nil, err
-	}
-	s.streamUp.Store(true)
-	return cs, nil
-}
-
-// watch wakes Notify waiters on every change-log insert of any node. When
-// the stream fails it resumes from its resume token (or from now, with a
-// wake, when the token is too old), and while it is down it polls Head.
-func (s *Store) watch(cs *mongo.ChangeStream) {
-	defer s.bg.Done()
-	var token bson.Raw
-	var lastHead int64
-	for {
-		for cs.Next(s.ctx) {
-			token = cs.ResumeToken()
-			s.wake()
-		}
-		err := cs.Err()
-		cs.Close(context.Background()) //nolint:errcheck // replaced below
-		s.streamUp.Store(false)
-		if s.ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("change stream failed; resuming", "err", scrub(err, s.cfg.URI))
-		s.wake() // something may have been missed
-		for {
-			var oerr error
-			if cs, oerr = s.openStream(s.ctx, token); oerr == nil {
-				break
-			}
-			if token != nil {
-				// The token may have fallen off the oplog: start from now.
-				// Waiters re-read the log, so nothing is lost.
-				token = nil
-				if cs, oerr = s.openStream(s.ctx, nil); oerr == nil {
-					s.wake()
-					break
-				}
-			}
-			if s.ctx.Err() != nil {
-				return
-			}
-			s.log.Warn("change stream unavailable; polling Head", "err", scrub(oerr, s.cfg.URI))
-			if h, err := s.readHead(s.ctx); err == nil && h != lastHead {
-				lastHead = h
-				s.wake()
-			}
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(pollInterval):
-			}
-		}
-	}
 }
 
 // Close stops accepting writes, commits everything already queued, stops

@@ -88,4 +88,8 @@ func TestOpen_Config(t *testing.T) {
 	if _, err := Open(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "URI") {
 		t.Errorf("Open without a URI err=%v, want one naming the URI", err)
 	}
+	_, err := Open(context.Background(), Config{URI: "mongodb://127.0.0.1:1", MaxDocumentBytes: MaxDocumentBytesLimit + 1})
+	if err == nil || !strings.Contains(err.Error(), "16 MiB") {
+		t.Errorf("Open with MaxDocumentBytes above the limit err=%v, want one naming MongoDB's 16 MiB limit", err)
+	}
 }

@@ -2,8 +2,10 @@ package mongo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,4 +134,45 @@ func TestMultiStore(t *testing.T) {
 			t.Errorf("the other store reads leaseOwner=%v, want B", owner)
 		}
 	})
+}
+
+// TestQuery_GoFallback: a document whose order keys would be too large is
+// stored without them, and queries over its collection run in Go with the
+// same results.
+func TestQuery_GoFallback(t *testing.T) {
+	s := mustOpen(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	big := strings.Repeat("x", maxKeyBytes+1) // a system document may be this large
+	writes := []collections.Write{
+		{Type: collections.WriteCreate, Path: "_big/a", Data: map[string]any{"s": big, "n": json.Number("2")}},
+		{Type: collections.WriteCreate, Path: "_big/b", Data: map[string]any{"s": "small", "n": json.Number("1")}},
+		{Type: collections.WriteCreate, Path: "_big/c", Data: map[string]any{"n": json.Number("3")}},
+	}
+	if _, err := s.Commit(ctx, "db", writes, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	q := collections.Query{Collection: "_big", Filters: []collections.Filter{{Field: "n", Op: collections.OpGe, Value: json.Number("2")}},
+		OrderBy: []collections.Order{{Field: "s", Direction: "desc"}}, Limit: 1}
+	if err := q.Normalize(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		res, err := s.Query(ctx, "db", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range res.Docs {
+			got = append(got, d.Path)
+		}
+		if res.NextCursor == "" {
+			break
+		}
+		q.StartAfter = res.NextCursor
+	}
+	// s desc: the string first, then the document without s.
+	if strings.Join(got, " ") != "_big/a _big/c" {
+		t.Errorf("pages=%v, want [_big/a _big/c]", got)
+	}
 }

@@ -342,12 +342,12 @@ func (s *Store) Query(ctx context.Context, db string, q collections.Query) (coll
 	// A document without keys in scope sends the query to Go.
 	sel := selector(db, &q)
 	sel = append(sel, bson.E{Key: fieldNoKeys, Value: true})
-	var probe bson.Raw
-	err := s.docs.FindOne(ctx, sel, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&probe)
-	inGo := err == nil
+	err := s.docs.FindOne(ctx, sel, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return collections.QueryResult{}, s.readErr("query", err)
 	}
+	// MongoDB sorts on at most 32 keys; the path is one of them.
+	inGo := err == nil || len(sortSpec(q.OrderBy)) > maxSortKeys
 	var docs []*collections.Document
 	if inGo {
 		docs, err = s.queryGo(ctx, db, &q, after, limit)
@@ -365,6 +365,9 @@ func (s *Store) Query(ctx context.Context, db string, q collections.Query) (coll
 	res.Docs = docs
 	return res, nil
 }
+
+// maxSortKeys is MongoDB's limit on the fields of one sort.
+const maxSortKeys = 32
 
 // keep reports whether a candidate belongs to the page.
 func keep(q *collections.Query, after *collections.Cursor, d *collections.Document) bool {
