@@ -146,8 +146,8 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// commitTimeout bounds one batch, retries included (the driver retries a
-// transaction for up to 120 seconds).
+// commitTimeout bounds one batch, retries and commitTransaction included
+// (inTransaction bounds every step by it).
 const commitTimeout = 2 * time.Minute
 
 // commit runs one batch in one transaction and answers every request in it.
@@ -193,10 +193,10 @@ func txnOptions() *options.TransactionOptionsBuilder {
 	return options.Transaction().SetReadConcern(readconcern.Snapshot()).SetWriteConcern(wc)
 }
 
-// runTx runs t in a transaction through Session.WithTransaction: the
-// callback is re-run only after a TransientTransactionError (the attempt
-// was aborted whole: nothing applied, no seq taken) and commitTransaction
-// is retried on UnknownTransactionCommitResult (it is idempotent). The
+// runTx runs t in a transaction (inTransaction): the callback is re-run
+// only after a TransientTransactionError (the attempt was aborted whole:
+// nothing applied, no seq taken) and commitTransaction is retried on
+// UnknownTransactionCommitResult (it is idempotent), all within ctx. The
 // callback recomputes everything from its own reads, so a re-run is
 // independent of the attempt before it.
 func (s *Store) runTx(ctx context.Context, t *txn) error {
@@ -205,10 +205,9 @@ func (s *Store) runTx(ctx context.Context, t *txn) error {
 		return err
 	}
 	defer sess.EndSession(context.Background())
-	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
-		return nil, t.attempt(ctx)
+	return inTransaction(ctx, sess, func(ctx context.Context) error {
+		return t.attempt(mongo.NewSessionContext(ctx, sess))
 	}, txnOptions())
-	return err
 }
 
 // txn is one batch's transaction attempt and its overlay.

@@ -239,17 +239,22 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer sess.EndSession(context.Background())
+	// inTransaction bounds commitTransaction by ctx only: give it a deadline.
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
 	cutoff := time.Now().Add(-s.cfg.Retention).UnixMilli()
-	more, err := sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
-		more := false
+	var more bool
+	err = inTransaction(ctx, sess, func(ctx context.Context) error {
+		ctx = mongo.NewSessionContext(ctx, sess)
+		more = false
 		var purged, head struct {
 			N int64 `bson:"n"`
 		}
 		if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: metaPurged}}).Decode(&purged); err != nil {
-			return false, err
+			return err
 		}
 		if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: metaSeq}}).Decode(&head); err != nil {
-			return false, err
+			return err
 		}
 		// Through the change before the first one still within retention.
 		through := head.N
@@ -261,7 +266,7 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 		case err != nil:
-			return false, err
+			return err
 		default:
 			through = young.Seq - 1
 		}
@@ -272,7 +277,7 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 		case err != nil:
-			return false, err
+			return err
 		default:
 			through = min(through, low.Seq)
 		}
@@ -281,23 +286,23 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		}
 		if through > purged.N {
 			if _, err := s.changes.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$lte", Value: through}}}}); err != nil {
-				return false, err
+				return err
 			}
 			if _, err := s.meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: metaPurged}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: through}}}}); err != nil {
-				return false, err
+				return err
 			}
 		}
 		cur, err := s.docs.Find(ctx, bson.D{{Key: fieldDeleted, Value: true}, {Key: fieldUpdated, Value: bson.D{{Key: "$lt", Value: cutoff}}}},
 			options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(purgeChunk))
 		if err != nil {
-			return false, err
+			return err
 		}
 		var ids []struct {
 			Key string `bson:"_id"`
 		}
 		if err := cur.All(ctx, &ids); err != nil {
-			return false, err
+			return err
 		}
 		if len(ids) > 0 {
 			keys := make(bson.A, len(ids))
@@ -308,15 +313,16 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 			// meanwhile is a write conflict, and the retry sees it live.
 			if _, err := s.docs.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}},
 				{Key: fieldDeleted, Value: true}, {Key: fieldUpdated, Value: bson.D{{Key: "$lt", Value: cutoff}}}}); err != nil {
-				return false, err
+				return err
 			}
 		}
-		return more || len(ids) == purgeChunk, nil
+		more = more || len(ids) == purgeChunk
+		return nil
 	}, txnOptions())
 	if err != nil {
 		return false, err
 	}
-	return more.(bool), nil
+	return more, nil
 }
 
 // Query returns one page of documents matching q in CompareDocs order. The
