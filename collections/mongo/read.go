@@ -408,25 +408,89 @@ func (s *Store) queryPushed(ctx context.Context, db string, q *collections.Query
 }
 
 // queryGo reads every document of the collection (or pattern) and filters
-// and sorts in Go.
+// and sorts in Go. It streams them and keeps only the best limit+1 matches
+// (a bounded heap), so memory stays O(limit) however large the collection.
 func (s *Store) queryGo(ctx context.Context, db string, q *collections.Query, after *collections.Cursor, limit int) ([]*collections.Document, error) {
 	cur, err := s.docs.Find(ctx, selector(db, q), options.Find().SetProjection(noKeys))
 	if err != nil {
 		return nil, err
 	}
-	all, err := readDocs(ctx, cur)
-	if err != nil {
-		return nil, err
-	}
-	out := all[:0]
-	for _, d := range all {
+	defer cur.Close(context.WithoutCancel(ctx))
+	top := newTopK(q.OrderBy, limit+1)
+	for cur.Next(ctx) {
+		var rec docRecord
+		if err := cur.Decode(&rec); err != nil {
+			return nil, err
+		}
+		d, err := rec.decode()
+		if err != nil {
+			return nil, err
+		}
 		if keep(q, after, d) {
-			out = append(out, d)
+			top.add(d)
 		}
 	}
-	slices.SortFunc(out, func(a, b *collections.Document) int { return collections.CompareDocs(q.OrderBy, a, b) })
-	if len(out) > limit+1 {
-		out = out[:limit+1]
+	if err := cur.Err(); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return top.sorted(), nil
+}
+
+// topK keeps the k smallest documents in CompareDocs order: a max-heap
+// whose root is the worst document kept.
+type topK struct {
+	order []collections.Order
+	k     int
+	h     []*collections.Document
+}
+
+func newTopK(order []collections.Order, k int) *topK {
+	return &topK{order: order, k: k}
+}
+
+func (t *topK) less(i, j int) bool { // i is worse than j
+	return collections.CompareDocs(t.order, t.h[i], t.h[j]) > 0
+}
+
+func (t *topK) add(d *collections.Document) {
+	if t.k <= 0 {
+		return
+	}
+	if len(t.h) < t.k {
+		t.h = append(t.h, d)
+		for i := len(t.h) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !t.less(i, p) {
+				break
+			}
+			t.h[i], t.h[p] = t.h[p], t.h[i]
+			i = p
+		}
+		return
+	}
+	if collections.CompareDocs(t.order, d, t.h[0]) >= 0 {
+		return
+	}
+	t.h[0] = d
+	for i := 0; ; {
+		w, l, r := i, 2*i+1, 2*i+2
+		if l < len(t.h) && t.less(l, w) {
+			w = l
+		}
+		if r < len(t.h) && t.less(r, w) {
+			w = r
+		}
+		if w == i {
+			break
+		}
+		t.h[i], t.h[w] = t.h[w], t.h[i]
+		i = w
+	}
+}
+
+// sorted returns the documents kept, in CompareDocs order.
+func (t *topK) sorted() []*collections.Document {
+	out := t.h
+	slices.SortFunc(out, func(a, b *collections.Document) int { return collections.CompareDocs(t.order, a, b) })
+	return out
 }
