@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -35,6 +36,10 @@ type request struct {
 	opts   collections.CommitOptions
 	name   string // cursor name
 	seq    int64  // cursor position
+
+	// size estimates the bytes the request writes (dataBytes of its
+	// writes), so a batch stays a bounded transaction.
+	size int
 
 	results []collections.WriteResult
 	err     error
@@ -82,6 +87,9 @@ func (s *Store) Commit(ctx context.Context, db string, writes []collections.Writ
 		return []collections.WriteResult{}, ctx.Err()
 	}
 	r := &request{ctx: ctx, kind: kindCommit, db: db, writes: writes, opts: opts}
+	for i := range writes {
+		r.size += len(writes[i].Path) + dataBytes(writes[i].Data)
+	}
 	if err := s.submit(r); err != nil {
 		return nil, err
 	}
@@ -98,52 +106,101 @@ func (s *Store) DeleteCursor(ctx context.Context, name string) error {
 	return s.submit(&request{ctx: ctx, kind: kindDeleteCursor, name: name})
 }
 
+// maxBatchBytes bounds the estimated data of the requests one transaction
+// takes beyond its first. Each document is written with its order keys and
+// logged with its state before and after, so a transaction writes a few
+// times this. Without it, MaxBatch requests near MaxDocumentBytes would make
+// one transaction of gigabytes, which MongoDB refuses
+// (TransactionTooLargeForCache, transactionLifetimeLimitSeconds), failing
+// every request batched with it.
+const maxBatchBytes = 8 << 20
+
+// batchFull reports whether a batch of n requests and size bytes takes no
+// more requests.
+func (s *Store) batchFull(n, size int) bool {
+	return n >= s.cfg.MaxBatch || size >= maxBatchBytes
+}
+
 // commitLoop is the committer: take one request, drain whatever else is
-// queued (up to MaxBatch), run them all in one transaction, answer all.
-func (s *Store) commitLoop() {
+// queued (up to MaxBatch requests and about maxBatchBytes), run them all
+// in one transaction (commit), answer all.
+func (s *Store) commitLoop(commit func([]*request)) {
 	defer close(s.done)
 	batch := make([]*request, 0, s.cfg.MaxBatch)
+	var next *request // taken from the queue but left for the next batch
 	for {
 		batch = batch[:0]
-		select {
-		case r := <-s.queue:
-			batch = append(batch, r)
-		case <-s.stop:
-			// Close commits what is already queued; crash drops it.
-			for {
-				select {
-				case r := <-s.queue:
-					if s.abandon.Load() {
-						r.err = collections.ErrClosed
-						close(r.done)
-						continue
-					}
-					batch = append(batch, r)
-					if len(batch) == cap(batch) {
-						s.commit(batch)
-						batch = batch[:0]
-					}
-					continue
-				default:
-				}
-				break
-			}
-			if len(batch) > 0 {
-				s.commit(batch)
-			}
-			return
-		}
-	drain:
-		for len(batch) < cap(batch) {
+		size := 0
+		if next != nil {
+			batch, size, next = append(batch, next), next.size, nil
+		} else {
 			select {
 			case r := <-s.queue:
-				batch = append(batch, r)
+				batch, size = append(batch, r), r.size
+			case <-s.stop:
+				// Close commits what is already queued; crash drops it.
+				for {
+					select {
+					case r := <-s.queue:
+						if s.abandon.Load() {
+							r.err = collections.ErrClosed
+							close(r.done)
+							continue
+						}
+						if len(batch) > 0 && s.batchFull(len(batch), size+r.size) {
+							commit(batch)
+							batch, size = batch[:0], 0
+						}
+						batch, size = append(batch, r), size+r.size
+						continue
+					default:
+					}
+					break
+				}
+				if len(batch) > 0 {
+					commit(batch)
+				}
+				return
+			}
+		}
+	drain:
+		for !s.batchFull(len(batch), size) {
+			select {
+			case r := <-s.queue:
+				if s.batchFull(len(batch), size+r.size) {
+					next = r
+					break drain
+				}
+				batch, size = append(batch, r), size+r.size
 			default:
 				break drain
 			}
 		}
-		s.commit(batch)
+		commit(batch)
 	}
+}
+
+// dataBytes estimates the encoded size of a value (its JSON length, about).
+func dataBytes(v any) int {
+	switch t := v.(type) {
+	case map[string]any:
+		n := 2
+		for k, e := range t {
+			n += len(k) + 4 + dataBytes(e)
+		}
+		return n
+	case []any:
+		n := 2
+		for _, e := range t {
+			n += 1 + dataBytes(e)
+		}
+		return n
+	case string:
+		return len(t) + 2
+	case json.Number:
+		return len(t)
+	}
+	return 8
 }
 
 // commitTimeout bounds one batch, retries and commitTransaction included

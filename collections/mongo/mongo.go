@@ -294,7 +294,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(fmt.Errorf("mongo: open change stream on %s: %w", where, scrub(err, cfg.URI)))
 	}
 	s.metrics = newMetrics(cfg.Registerer)
-	go s.commitLoop()
+	go s.commitLoop(s.commit)
 	s.bg.Add(1)
 	go s.watch(stream)
 	if cfg.PurgeInterval > 0 {
