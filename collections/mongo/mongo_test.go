@@ -3,11 +3,13 @@ package mongo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func TestRedactURI(t *testing.T) {
@@ -91,5 +93,23 @@ func TestOpen_Config(t *testing.T) {
 	_, err := Open(context.Background(), Config{URI: "mongodb://127.0.0.1:1", MaxDocumentBytes: MaxDocumentBytesLimit + 1})
 	if err == nil || !strings.Contains(err.Error(), "16 MiB") {
 		t.Errorf("Open with MaxDocumentBytes above the limit err=%v, want one naming MongoDB's 16 MiB limit", err)
+	}
+}
+
+func TestHistoryLost(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("network"), false},
+		{mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost"}, true},
+		{fmt.Errorf("wrapped: %w", mongo.CommandError{Code: 280}), true},
+		{mongo.CommandError{Code: 260}, true},
+		{mongo.CommandError{Code: 11601, Name: "Interrupted"}, false},
+	} {
+		if got := historyLost(c.err); got != c.want {
+			t.Errorf("historyLost(%v)=%v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -67,6 +67,12 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 		if s.ctx.Err() != nil {
 			return
 		}
+		if historyLost(err) {
+			// Resuming from this token can only fail again (the server
+			// may report it on a getMore rather than on the aggregate that
+			// opens the stream): start from now, after the wake below.
+			token = nil
+		}
 		s.log.Warn("change stream failed; resuming", "err", scrub(err, s.cfg.URI))
 		s.wake() // something may have been missed
 		if d := time.Since(opened); d < pollInterval {
@@ -106,4 +112,11 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 			}
 		}
 	}
+}
+
+// historyLost reports whether a change stream error means its resume point
+// is gone for good: ChangeStreamHistoryLost (286, the token fell off the
+// oplog), ChangeStreamFatalError (280) or InvalidResumeToken (260).
+func historyLost(err error) bool {
+	return hasCode(err, 286) || hasCode(err, 280) || hasCode(err, 260)
 }
