@@ -487,7 +487,7 @@ func (t *txn) prefetch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read documents: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		var rec docRecord
 		if err := cur.Decode(&rec); err != nil {

@@ -56,9 +56,18 @@ func (s *Store) Get(ctx context.Context, db, path string) (*collections.Document
 	return rec.decode()
 }
 
+// closeCursor closes a cursor even when ctx has ended (a caller that went
+// away): a cursor left open keeps its server-side state, and in a snapshot
+// session its snapshot, until the server times it out after 10 minutes.
+func closeCursor(ctx context.Context, cur *mongo.Cursor) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cur.Close(cctx) //nolint:errcheck // the results were already read
+}
+
 // readDocs decodes every document of a cursor.
 func readDocs(ctx context.Context, cur *mongo.Cursor) ([]*collections.Document, error) {
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var out []*collections.Document
 	for cur.Next(ctx) {
 		var rec docRecord
@@ -129,7 +138,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	if err != nil {
 		return nil, s.readErr("read changes", err)
 	}
-	defer cur.Close(sctx)
+	defer closeCursor(sctx, cur)
 	var out []collections.Change
 	for cur.Next(sctx) {
 		var rec changeRecord
@@ -389,7 +398,7 @@ func (s *Store) queryPushed(ctx context.Context, db string, q *collections.Query
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var out []*collections.Document
 	for len(out) <= limit && cur.Next(ctx) {
 		var rec docRecord
@@ -415,7 +424,7 @@ func (s *Store) queryGo(ctx context.Context, db string, q *collections.Query, af
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(context.WithoutCancel(ctx))
+	defer closeCursor(ctx, cur)
 	top := newTopK(q.OrderBy, limit+1)
 	for cur.Next(ctx) {
 		var rec docRecord
