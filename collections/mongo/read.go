@@ -108,7 +108,14 @@ func (s *Store) ChangedSince(ctx context.Context, db, collection string, cp coll
 	return out, nil
 }
 
-// ReadChanges returns changes after `after` in seq order. The retention
+// maxReadBytes bounds the stored changes one ReadChanges returns beyond
+// the first: a change may carry two documents of MaxDocumentBytes, so a
+// limit of a few hundred could otherwise hold gigabytes in memory. Readers
+// treat only an empty result as the end of the log.
+const maxReadBytes = 16 << 20
+
+// ReadChanges returns changes after `after` in seq order (up to limit, and
+// about maxReadBytes). The retention
 // mark and the changes are read in one snapshot (a snapshot session), so a
 // concurrent purge can never open a silent gap.
 func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
@@ -140,7 +147,8 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	}
 	defer closeCursor(sctx, cur)
 	var out []collections.Change
-	for cur.Next(sctx) {
+	read := 0
+	for read < maxReadBytes && cur.Next(sctx) {
 		var rec changeRecord
 		if err := cur.Decode(&rec); err != nil {
 			return nil, s.readErr("read changes", err)
@@ -150,6 +158,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 			return nil, err
 		}
 		out = append(out, c)
+		read += len(cur.Current)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, s.readErr("read changes", err)
