@@ -113,3 +113,22 @@ func TestHistoryLost(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckVersion(t *testing.T) {
+	for _, tc := range []struct {
+		wire int32
+		ok   bool
+	}{{0, true}, {12, false}, {13, true}, {21, true}} {
+		b, err := bson.Marshal(bson.D{{Key: "setName", Value: "rs0"}, {Key: "maxWireVersion", Value: tc.wire}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r helloReply
+		if err := bson.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkVersion(r); (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "MongoDB 5.0") {
+			t.Errorf("wire %d: checkVersion=%v, want ok=%v", tc.wire, err, tc.ok)
+		}
+	}
+}
