@@ -2,6 +2,8 @@ package mongo
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -76,5 +78,53 @@ func TestDataBytes(t *testing.T) {
 	enc, _ := collections.EncodeData(m, 0)
 	if got := dataBytes(m); got < len(enc) || got > 2*len(enc) {
 		t.Errorf("dataBytes=%d for %d encoded bytes", got, len(enc))
+	}
+}
+
+// A batch aborted before its commit by a non-transient error is run again
+// request by request, so a poison request fails alone; a failure of the
+// commit itself (outcome maybe unknown) is not re-run.
+func TestRunBatch_SplitsPoison(t *testing.T) {
+	s := &Store{cfg: Config{MaxDocumentBytes: 1 << 20}, log: slog.New(slog.DiscardHandler), notify: make(chan struct{})}
+	good1 := commitReq(w(collections.WriteCreate, "a/1", `{}`))
+	poison := commitReq(w(collections.WriteCreate, "a/poison", `{}`))
+	good2 := commitReq(w(collections.WriteCreate, "a/2", `{}`))
+	refused := errors.New("BSONObjectTooLarge")
+	var runs [][]string
+	run := func(ctx context.Context, tx *txn) error {
+		var paths []string
+		for _, r := range tx.batch {
+			paths = append(paths, r.writes[0].Path)
+		}
+		runs = append(runs, paths)
+		tx.reset()
+		for _, r := range tx.batch {
+			if r.writes[0].Path == "a/poison" {
+				return &callbackError{refused}
+			}
+		}
+		for _, r := range tx.batch {
+			r.results = []collections.WriteResult{{Created: true}}
+		}
+		return nil
+	}
+	s.runBatch([]*request{good1, poison, good2}, run, true)
+	if len(runs) != 4 {
+		t.Errorf("runs %v, want the batch then each request alone", runs)
+	}
+	if good1.err != nil || good2.err != nil || len(good1.results) != 1 || len(good2.results) != 1 {
+		t.Errorf("good requests: %v %v, want committed", good1.err, good2.err)
+	}
+	if !errors.Is(poison.err, refused) || poison.results != nil {
+		t.Errorf("poison err=%v results=%v, want its own error", poison.err, poison.results)
+	}
+
+	// A commit error (not a callback error) is everyone's.
+	runs = nil
+	a, b := commitReq(w(collections.WriteCreate, "a/3", `{}`)), commitReq(w(collections.WriteCreate, "a/4", `{}`))
+	unknown := errors.New("commit outcome unknown")
+	s.runBatch([]*request{a, b}, func(context.Context, *txn) error { runs = append(runs, nil); return unknown }, true)
+	if len(runs) != 1 || !errors.Is(a.err, unknown) || !errors.Is(b.err, unknown) {
+		t.Errorf("runs=%d a=%v b=%v, want one run and the error for both", len(runs), a.err, b.err)
 	}
 }

@@ -209,13 +209,38 @@ const commitTimeout = 2 * time.Minute
 
 // commit runs one batch in one transaction and answers every request in it.
 func (s *Store) commit(batch []*request) {
+	s.runBatch(batch, s.runTx, true)
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// runBatch runs batch in one transaction through run and sets every
+// request's outcome. When the transaction was aborted before its commit
+// was sent (nothing committed) by an error that is not transient, one
+// request of the batch may be its cause (a record MongoDB refuses, a
+// stored document that does not decode): with split, each request then
+// runs alone, so it fails only itself and not the others batched with it.
+func (s *Store) runBatch(batch []*request, run func(context.Context, *txn) error, split bool) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	t := &txn{s: s, batch: batch}
-	err := s.runTx(ctx, t)
+	err := run(ctx, t)
+	if s.metrics != nil {
+		s.metrics.observe(len(batch), time.Since(start))
+	}
 	if err != nil {
-		// The transaction is gone: nothing in the batch committed.
+		var aborted *callbackError
+		if split && len(batch) > 1 && errors.As(err, &aborted) && ctx.Err() == nil {
+			s.log.Warn("batch failed before its commit; committing its requests one by one", "err", scrub(err, s.cfg.URI), "requests", len(batch))
+			for _, r := range batch {
+				s.runBatch([]*request{r}, run, false)
+			}
+			return
+		}
+		// The writes did not commit, or (the commit's outcome unknown at
+		// the deadline) may have: either way the caller gets an error.
 		s.log.Error("commit failed", "err", scrub(err, s.cfg.URI), "requests", len(batch))
 		for _, r := range batch {
 			if r.err == nil {
@@ -223,22 +248,18 @@ func (s *Store) commit(batch []*request) {
 			}
 			r.results = nil
 		}
-	} else {
-		for _, r := range batch {
-			// A precondition may have failed on a document an earlier
-			// request of the batch wrote: its seq is known only now.
-			var pe *collections.PreconditionError
-			if errors.As(r.err, &pe) && pe.Current != nil {
-				pe.Current = pe.Current.Clone()
-			}
-		}
-		if t.logged > 0 {
-			s.wake()
+		return
+	}
+	for _, r := range batch {
+		// A precondition may have failed on a document an earlier
+		// request of the batch wrote: its seq is known only now.
+		var pe *collections.PreconditionError
+		if errors.As(r.err, &pe) && pe.Current != nil {
+			pe.Current = pe.Current.Clone()
 		}
 	}
-	s.metrics.observe(len(batch), time.Since(start))
-	for _, r := range batch {
-		close(r.done)
+	if t.logged > 0 {
+		s.wake()
 	}
 }
 

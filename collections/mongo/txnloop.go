@@ -39,7 +39,8 @@ const abortTimeout = 5 * time.Second
 // outcome is unknown: the error is returned and the writes may have
 // committed. Retries of the callback back off a little, with jitter, so
 // committers of several nodes that conflict on the counter do not retry in
-// lockstep.
+// lockstep. An error of fn (or ctx ending before the commit) comes back as
+// a *callbackError: nothing committed.
 func inTransaction(ctx context.Context, sess txnSession, fn func(context.Context) error,
 	opts ...options.Lister[options.TransactionOptions]) error {
 	for attempt := 0; ; attempt++ {
@@ -62,7 +63,7 @@ func inTransaction(ctx context.Context, sess txnSession, fn func(context.Context
 			if ctx.Err() == nil && hasLabel(err, labelTransient) {
 				continue
 			}
-			return err
+			return &callbackError{err}
 		}
 		for {
 			err = sess.CommitTransaction(ctx)
@@ -111,3 +112,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// callbackError is an error of the transaction's callback (or its context
+// ending before the commit): the transaction was aborted before
+// commitTransaction was sent, so nothing of it committed.
+type callbackError struct{ err error }
+
+func (e *callbackError) Error() string { return e.err.Error() }
+func (e *callbackError) Unwrap() error { return e.err }

@@ -131,3 +131,16 @@ func TestRetryBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestInTransaction_CallbackErrorMarked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ce *callbackError
+	if err := inTransaction(ctx, &fakeSession{}, func(context.Context) error { return errors.New("x") }); !errors.As(err, &ce) {
+		t.Errorf("callback error %v is not a *callbackError", err)
+	}
+	f := &fakeSession{commits: []error{mongo.CommandError{Code: 2, Message: "bad"}}}
+	if err := inTransaction(ctx, f, func(context.Context) error { return nil }); errors.As(err, &ce) {
+		t.Errorf("commit error %v is a *callbackError", err)
+	}
+}
