@@ -282,7 +282,7 @@ func (s *Store) runTx(ctx context.Context, t *txn) error {
 	if err != nil {
 		return err
 	}
-	defer sess.EndSession(context.Background())
+	defer endSession(sess)
 	return inTransaction(ctx, sess, func(ctx context.Context) error {
 		return t.attempt(mongo.NewSessionContext(ctx, sess))
 	}, txnOptions())

@@ -256,7 +256,7 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer sess.EndSession(context.Background())
+	defer endSession(sess)
 	// inTransaction bounds commitTransaction by ctx only: give it a deadline.
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()

@@ -120,3 +120,18 @@ type callbackError struct{ err error }
 
 func (e *callbackError) Error() string { return e.err.Error() }
 func (e *callbackError) Unwrap() error { return e.err }
+
+// sessionEnder is the part of *mongo.Session endSession uses.
+type sessionEnder interface{ EndSession(ctx context.Context) }
+
+// endSession ends a transaction's session within abortTimeout. After a
+// commitTransaction cut off by the deadline the driver still counts the
+// transaction in progress, and EndSession aborts it with the transaction's
+// write concern (majority, no wtimeout): under a context without deadline
+// that abort would wait, like the commit, for a majority that may never
+// come.
+func endSession(sess sessionEnder) {
+	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	defer cancel()
+	sess.EndSession(ctx)
+}

@@ -144,3 +144,20 @@ func TestInTransaction_CallbackErrorMarked(t *testing.T) {
 		t.Errorf("commit error %v is a *callbackError", err)
 	}
 }
+
+type enderFunc func(ctx context.Context)
+
+func (f enderFunc) EndSession(ctx context.Context) { f(ctx) }
+
+func TestEndSession_Bounded(t *testing.T) {
+	called := false
+	endSession(enderFunc(func(ctx context.Context) {
+		called = true
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("EndSession without a deadline: its abortTransaction could wait forever for a majority")
+		}
+	}))
+	if !called {
+		t.Error("EndSession not called")
+	}
+}
