@@ -62,7 +62,9 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 			token = t // advanced by empty batches too
 		}
 		err := cs.Err()
-		cs.Close(context.Background()) //nolint:errcheck // replaced below
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cs.Close(cctx) //nolint:errcheck // replaced below; bounded, so Close never waits on a dead server
+		cancel()
 		s.streamUp.Store(false)
 		if s.ctx.Err() != nil {
 			return
