@@ -2,6 +2,7 @@ package mongo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -35,6 +36,10 @@ type request struct {
 	opts   collections.CommitOptions
 	name   string // cursor name
 	seq    int64  // cursor position
+
+	// size estimates the bytes the request writes (dataBytes of its
+	// writes), so a batch stays a bounded transaction.
+	size int
 
 	results []collections.WriteResult
 	err     error
@@ -82,6 +87,9 @@ func (s *Store) Commit(ctx context.Context, db string, writes []collections.Writ
 		return []collections.WriteResult{}, ctx.Err()
 	}
 	r := &request{ctx: ctx, kind: kindCommit, db: db, writes: writes, opts: opts}
+	for i := range writes {
+		r.size += len(writes[i].Path) + dataBytes(writes[i].Data)
+	}
 	if err := s.submit(r); err != nil {
 		return nil, err
 	}
@@ -98,67 +106,141 @@ func (s *Store) DeleteCursor(ctx context.Context, name string) error {
 	return s.submit(&request{ctx: ctx, kind: kindDeleteCursor, name: name})
 }
 
+// maxBatchBytes bounds the estimated data of the requests one transaction
+// takes beyond its first. Each document is written with its order keys and
+// logged with its state before and after, so a transaction writes a few
+// times this. Without it, MaxBatch requests near MaxDocumentBytes would make
+// one transaction of gigabytes, which MongoDB refuses
+// (TransactionTooLargeForCache, transactionLifetimeLimitSeconds), failing
+// every request batched with it.
+const maxBatchBytes = 8 << 20
+
+// batchFull reports whether a batch of n requests and size bytes takes no
+// more requests.
+func (s *Store) batchFull(n, size int) bool {
+	return n >= s.cfg.MaxBatch || size >= maxBatchBytes
+}
+
 // commitLoop is the committer: take one request, drain whatever else is
-// queued (up to MaxBatch), run them all in one transaction, answer all.
-func (s *Store) commitLoop() {
+// queued (up to MaxBatch requests and about maxBatchBytes), run them all
+// in one transaction (commit), answer all.
+func (s *Store) commitLoop(commit func([]*request)) {
 	defer close(s.done)
 	batch := make([]*request, 0, s.cfg.MaxBatch)
+	var next *request // taken from the queue but left for the next batch
 	for {
 		batch = batch[:0]
-		select {
-		case r := <-s.queue:
-			batch = append(batch, r)
-		case <-s.stop:
-			// Close commits what is already queued; crash drops it.
-			for {
-				select {
-				case r := <-s.queue:
-					if s.abandon.Load() {
-						r.err = collections.ErrClosed
-						close(r.done)
-						continue
-					}
-					batch = append(batch, r)
-					if len(batch) == cap(batch) {
-						s.commit(batch)
-						batch = batch[:0]
-					}
-					continue
-				default:
-				}
-				break
-			}
-			if len(batch) > 0 {
-				s.commit(batch)
-			}
-			return
-		}
-	drain:
-		for len(batch) < cap(batch) {
+		size := 0
+		if next != nil {
+			batch, size, next = append(batch, next), next.size, nil
+		} else {
 			select {
 			case r := <-s.queue:
-				batch = append(batch, r)
+				batch, size = append(batch, r), r.size
+			case <-s.stop:
+				// Close commits what is already queued; crash drops it.
+				for {
+					select {
+					case r := <-s.queue:
+						if s.abandon.Load() {
+							r.err = collections.ErrClosed
+							close(r.done)
+							continue
+						}
+						if len(batch) > 0 && s.batchFull(len(batch), size+r.size) {
+							commit(batch)
+							batch, size = batch[:0], 0
+						}
+						batch, size = append(batch, r), size+r.size
+						continue
+					default:
+					}
+					break
+				}
+				if len(batch) > 0 {
+					commit(batch)
+				}
+				return
+			}
+		}
+	drain:
+		for !s.batchFull(len(batch), size) {
+			select {
+			case r := <-s.queue:
+				if s.batchFull(len(batch), size+r.size) {
+					next = r
+					break drain
+				}
+				batch, size = append(batch, r), size+r.size
 			default:
 				break drain
 			}
 		}
-		s.commit(batch)
+		commit(batch)
 	}
 }
 
-// commitTimeout bounds one batch, retries included (the driver retries a
-// transaction for up to 120 seconds).
+// dataBytes estimates the encoded size of a value (its JSON length, about).
+func dataBytes(v any) int {
+	switch t := v.(type) {
+	case map[string]any:
+		n := 2
+		for k, e := range t {
+			n += len(k) + 4 + dataBytes(e)
+		}
+		return n
+	case []any:
+		n := 2
+		for _, e := range t {
+			n += 1 + dataBytes(e)
+		}
+		return n
+	case string:
+		return len(t) + 2
+	case json.Number:
+		return len(t)
+	}
+	return 8
+}
+
+// commitTimeout bounds one batch, retries and commitTransaction included
+// (inTransaction bounds every step by it).
 const commitTimeout = 2 * time.Minute
 
 // commit runs one batch in one transaction and answers every request in it.
 func (s *Store) commit(batch []*request) {
+	s.runBatch(batch, s.runTx, true)
+	for _, r := range batch {
+		close(r.done)
+	}
+}
+
+// runBatch runs batch in one transaction through run and sets every
+// request's outcome. When the transaction was aborted before its commit
+// was sent (nothing committed) by an error that is not transient, one
+// request of the batch may be its cause (a record MongoDB refuses, a
+// stored document that does not decode): with split, each request then
+// runs alone, so it fails only itself and not the others batched with it.
+func (s *Store) runBatch(batch []*request, run func(context.Context, *txn) error, split bool) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	t := &txn{s: s, batch: batch}
-	err := s.runTx(ctx, t)
+	err := run(ctx, t)
+	if s.metrics != nil {
+		s.metrics.observe(len(batch), time.Since(start))
+	}
 	if err != nil {
-		// The transaction is gone: nothing in the batch committed.
+		var aborted *callbackError
+		if split && len(batch) > 1 && errors.As(err, &aborted) && ctx.Err() == nil {
+			s.log.Warn("batch failed before its commit; committing its requests one by one", "err", scrub(err, s.cfg.URI), "requests", len(batch))
+			for _, r := range batch {
+				s.runBatch([]*request{r}, run, false)
+			}
+			return
+		}
+		// The writes did not commit, or (the commit's outcome unknown at
+		// the deadline) may have: either way the caller gets an error.
 		s.log.Error("commit failed", "err", scrub(err, s.cfg.URI), "requests", len(batch))
 		for _, r := range batch {
 			if r.err == nil {
@@ -166,22 +248,18 @@ func (s *Store) commit(batch []*request) {
 			}
 			r.results = nil
 		}
-	} else {
-		for _, r := range batch {
-			// A precondition may have failed on a document an earlier
-			// request of the batch wrote: its seq is known only now.
-			var pe *collections.PreconditionError
-			if errors.As(r.err, &pe) && pe.Current != nil {
-				pe.Current = pe.Current.Clone()
-			}
-		}
-		if t.logged > 0 {
-			s.wake()
+		return
+	}
+	for _, r := range batch {
+		// A precondition may have failed on a document an earlier
+		// request of the batch wrote: its seq is known only now.
+		var pe *collections.PreconditionError
+		if errors.As(r.err, &pe) && pe.Current != nil {
+			pe.Current = pe.Current.Clone()
 		}
 	}
-	s.metrics.observe(len(batch), time.Since(start))
-	for _, r := range batch {
-		close(r.done)
+	if t.logged > 0 {
+		s.wake()
 	}
 }
 
@@ -193,10 +271,10 @@ func txnOptions() *options.TransactionOptionsBuilder {
 	return options.Transaction().SetReadConcern(readconcern.Snapshot()).SetWriteConcern(wc)
 }
 
-// runTx runs t in a transaction through Session.WithTransaction: the
-// callback is re-run only after a TransientTransactionError (the attempt
-// was aborted whole: nothing applied, no seq taken) and commitTransaction
-// is retried on UnknownTransactionCommitResult (it is idempotent). The
+// runTx runs t in a transaction (inTransaction): the callback is re-run
+// only after a TransientTransactionError (the attempt was aborted whole:
+// nothing applied, no seq taken) and commitTransaction is retried on
+// UnknownTransactionCommitResult (it is idempotent), all within ctx. The
 // callback recomputes everything from its own reads, so a re-run is
 // independent of the attempt before it.
 func (s *Store) runTx(ctx context.Context, t *txn) error {
@@ -204,11 +282,10 @@ func (s *Store) runTx(ctx context.Context, t *txn) error {
 	if err != nil {
 		return err
 	}
-	defer sess.EndSession(context.Background())
-	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
-		return nil, t.attempt(ctx)
+	defer endSession(sess)
+	return inTransaction(ctx, sess, func(ctx context.Context) error {
+		return t.attempt(mongo.NewSessionContext(ctx, sess))
 	}, txnOptions())
-	return err
 }
 
 // txn is one batch's transaction attempt and its overlay.
@@ -431,7 +508,7 @@ func (t *txn) prefetch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read documents: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		var rec docRecord
 		if err := cur.Decode(&rec); err != nil {

@@ -21,6 +21,9 @@ type indexDef struct {
 	model mongo.IndexModel
 }
 
+// maxIndexKeys is MongoDB's limit on the fields of a compound index.
+const maxIndexKeys = 32
+
 func indexDefs(decls []collections.Index) ([]indexDef, error) {
 	var out []indexDef
 	seen := map[string]bool{}
@@ -40,6 +43,10 @@ func indexDefs(decls []collections.Index) ([]indexDef, error) {
 			keys = append(keys, bson.E{Key: keyPath(f), Value: int32(1)})
 		}
 		keys = append(keys, bson.E{Key: fieldPath, Value: int32(1)})
+		if len(keys) > maxIndexKeys {
+			return nil, fmt.Errorf("index on %q: %d fields, MongoDB indexes at most %d (with the database, collection and path)",
+				ix.Collection, len(ix.Fields), maxIndexKeys-3)
+		}
 		// Named by the key pattern (collection-independent for concrete
 		// collections: one index serves every collection on those keys).
 		var body string

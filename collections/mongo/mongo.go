@@ -187,8 +187,23 @@ func scrub(err error, uri string) error {
 
 // helloReply is the part of the hello command's reply Open looks at.
 type helloReply struct {
-	SetName string `bson:"setName"`
-	Msg     string `bson:"msg"`
+	SetName        string `bson:"setName"`
+	Msg            string `bson:"msg"`
+	MaxWireVersion int32  `bson:"maxWireVersion"`
+}
+
+// minWireVersion is MongoDB 5.0's wire version: ReadChanges reads through
+// a snapshot session, which older servers refuse.
+const minWireVersion = 13
+
+// checkVersion refuses a server older than MongoDB 5.0 (a reply without
+// maxWireVersion is not judged).
+func checkVersion(r helloReply) error {
+	if r.MaxWireVersion == 0 || r.MaxWireVersion >= minWireVersion {
+		return nil
+	}
+	return fmt.Errorf("is older than MongoDB 5.0 (wire version %d, want %d or later): Loom reads the change log through snapshot sessions",
+		r.MaxWireVersion, minWireVersion)
 }
 
 // checkTopology refuses a standalone mongod: transactions and change
@@ -201,9 +216,10 @@ func checkTopology(r helloReply) error {
 		"which need a replica set (start mongod with --replSet and run rs.initiate(); a single-member set is enough)")
 }
 
-// Open connects, refuses a standalone mongod and an unreachable server with
-// errors naming MongoDB and the redacted URI, creates the collections and
-// indexes, and starts the committer and the change-stream waker.
+// Open connects, refuses a standalone mongod, a server older than 5.0 and
+// an unreachable server with errors naming MongoDB and the redacted URI,
+// creates the collections and indexes, and starts the committer and the
+// change-stream waker.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.URI == "" {
 		return nil, errors.New("mongo: Config.URI is required")
@@ -268,6 +284,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := checkTopology(hello); err != nil {
 		return fail(fmt.Errorf("mongo: %s %w", where, err))
 	}
+	if err := checkVersion(hello); err != nil {
+		return fail(fmt.Errorf("mongo: %s %w", where, err))
+	}
 
 	db := client.Database(cfg.Database)
 	s := &Store{
@@ -294,7 +313,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(fmt.Errorf("mongo: open change stream on %s: %w", where, scrub(err, cfg.URI)))
 	}
 	s.metrics = newMetrics(cfg.Registerer)
-	go s.commitLoop()
+	go s.commitLoop(s.commit)
 	s.bg.Add(1)
 	go s.watch(stream)
 	if cfg.PurgeInterval > 0 {

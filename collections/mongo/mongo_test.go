@@ -3,11 +3,13 @@ package mongo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func TestRedactURI(t *testing.T) {
@@ -91,5 +93,42 @@ func TestOpen_Config(t *testing.T) {
 	_, err := Open(context.Background(), Config{URI: "mongodb://127.0.0.1:1", MaxDocumentBytes: MaxDocumentBytesLimit + 1})
 	if err == nil || !strings.Contains(err.Error(), "16 MiB") {
 		t.Errorf("Open with MaxDocumentBytes above the limit err=%v, want one naming MongoDB's 16 MiB limit", err)
+	}
+}
+
+func TestHistoryLost(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("network"), false},
+		{mongo.CommandError{Code: 286, Name: "ChangeStreamHistoryLost"}, true},
+		{fmt.Errorf("wrapped: %w", mongo.CommandError{Code: 280}), true},
+		{mongo.CommandError{Code: 260}, true},
+		{mongo.CommandError{Code: 11601, Name: "Interrupted"}, false},
+	} {
+		if got := historyLost(c.err); got != c.want {
+			t.Errorf("historyLost(%v)=%v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestCheckVersion(t *testing.T) {
+	for _, tc := range []struct {
+		wire int32
+		ok   bool
+	}{{0, true}, {12, false}, {13, true}, {21, true}} {
+		b, err := bson.Marshal(bson.D{{Key: "setName", Value: "rs0"}, {Key: "maxWireVersion", Value: tc.wire}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r helloReply
+		if err := bson.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if err := checkVersion(r); (err == nil) != tc.ok || err != nil && !strings.Contains(err.Error(), "MongoDB 5.0") {
+			t.Errorf("wire %d: checkVersion=%v, want ok=%v", tc.wire, err, tc.ok)
+		}
 	}
 }

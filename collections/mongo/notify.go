@@ -62,10 +62,18 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 			token = t // advanced by empty batches too
 		}
 		err := cs.Err()
-		cs.Close(context.Background()) //nolint:errcheck // replaced below
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		cs.Close(cctx) //nolint:errcheck // replaced below; bounded, so Close never waits on a dead server
+		cancel()
 		s.streamUp.Store(false)
 		if s.ctx.Err() != nil {
 			return
+		}
+		if historyLost(err) {
+			// Resuming from this token can only fail again (the server
+			// may report it on a getMore rather than on the aggregate that
+			// opens the stream): start from now, after the wake below.
+			token = nil
 		}
 		s.log.Warn("change stream failed; resuming", "err", scrub(err, s.cfg.URI))
 		s.wake() // something may have been missed
@@ -106,4 +114,11 @@ func (s *Store) watch(cs *mongo.ChangeStream) {
 			}
 		}
 	}
+}
+
+// historyLost reports whether a change stream error means its resume point
+// is gone for good: ChangeStreamHistoryLost (286, the token fell off the
+// oplog), ChangeStreamFatalError (280) or InvalidResumeToken (260).
+func historyLost(err error) bool {
+	return hasCode(err, 286) || hasCode(err, 280) || hasCode(err, 260)
 }

@@ -56,9 +56,18 @@ func (s *Store) Get(ctx context.Context, db, path string) (*collections.Document
 	return rec.decode()
 }
 
+// closeCursor closes a cursor even when ctx has ended (a caller that went
+// away): a cursor left open keeps its server-side state, and in a snapshot
+// session its snapshot, until the server times it out after 10 minutes.
+func closeCursor(ctx context.Context, cur *mongo.Cursor) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cur.Close(cctx) //nolint:errcheck // the results were already read
+}
+
 // readDocs decodes every document of a cursor.
 func readDocs(ctx context.Context, cur *mongo.Cursor) ([]*collections.Document, error) {
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var out []*collections.Document
 	for cur.Next(ctx) {
 		var rec docRecord
@@ -99,7 +108,14 @@ func (s *Store) ChangedSince(ctx context.Context, db, collection string, cp coll
 	return out, nil
 }
 
-// ReadChanges returns changes after `after` in seq order. The retention
+// maxReadBytes bounds the stored changes one ReadChanges returns beyond
+// the first: a change may carry two documents of MaxDocumentBytes, so a
+// limit of a few hundred could otherwise hold gigabytes in memory. Readers
+// treat only an empty result as the end of the log.
+const maxReadBytes = 16 << 20
+
+// ReadChanges returns changes after `after` in seq order (up to limit, and
+// about maxReadBytes). The retention
 // mark and the changes are read in one snapshot (a snapshot session), so a
 // concurrent purge can never open a silent gap.
 func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
@@ -129,9 +145,10 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	if err != nil {
 		return nil, s.readErr("read changes", err)
 	}
-	defer cur.Close(sctx)
+	defer closeCursor(sctx, cur)
 	var out []collections.Change
-	for cur.Next(sctx) {
+	read := 0
+	for read < maxReadBytes && cur.Next(sctx) {
 		var rec changeRecord
 		if err := cur.Decode(&rec); err != nil {
 			return nil, s.readErr("read changes", err)
@@ -141,6 +158,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 			return nil, err
 		}
 		out = append(out, c)
+		read += len(cur.Current)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, s.readErr("read changes", err)
@@ -238,18 +256,23 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer sess.EndSession(context.Background())
+	defer endSession(sess)
+	// inTransaction bounds commitTransaction by ctx only: give it a deadline.
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
 	cutoff := time.Now().Add(-s.cfg.Retention).UnixMilli()
-	more, err := sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
-		more := false
+	var more bool
+	err = inTransaction(ctx, sess, func(ctx context.Context) error {
+		ctx = mongo.NewSessionContext(ctx, sess)
+		more = false
 		var purged, head struct {
 			N int64 `bson:"n"`
 		}
 		if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: metaPurged}}).Decode(&purged); err != nil {
-			return false, err
+			return err
 		}
 		if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: metaSeq}}).Decode(&head); err != nil {
-			return false, err
+			return err
 		}
 		// Through the change before the first one still within retention.
 		through := head.N
@@ -261,7 +284,7 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 		case err != nil:
-			return false, err
+			return err
 		default:
 			through = young.Seq - 1
 		}
@@ -272,7 +295,7 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments):
 		case err != nil:
-			return false, err
+			return err
 		default:
 			through = min(through, low.Seq)
 		}
@@ -281,23 +304,23 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 		}
 		if through > purged.N {
 			if _, err := s.changes.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$lte", Value: through}}}}); err != nil {
-				return false, err
+				return err
 			}
 			if _, err := s.meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: metaPurged}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: through}}}}); err != nil {
-				return false, err
+				return err
 			}
 		}
 		cur, err := s.docs.Find(ctx, bson.D{{Key: fieldDeleted, Value: true}, {Key: fieldUpdated, Value: bson.D{{Key: "$lt", Value: cutoff}}}},
 			options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(purgeChunk))
 		if err != nil {
-			return false, err
+			return err
 		}
 		var ids []struct {
 			Key string `bson:"_id"`
 		}
 		if err := cur.All(ctx, &ids); err != nil {
-			return false, err
+			return err
 		}
 		if len(ids) > 0 {
 			keys := make(bson.A, len(ids))
@@ -308,15 +331,16 @@ func (s *Store) purgeRound(ctx context.Context) (bool, error) {
 			// meanwhile is a write conflict, and the retry sees it live.
 			if _, err := s.docs.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: keys}}},
 				{Key: fieldDeleted, Value: true}, {Key: fieldUpdated, Value: bson.D{{Key: "$lt", Value: cutoff}}}}); err != nil {
-				return false, err
+				return err
 			}
 		}
-		return more || len(ids) == purgeChunk, nil
+		more = more || len(ids) == purgeChunk
+		return nil
 	}, txnOptions())
 	if err != nil {
 		return false, err
 	}
-	return more.(bool), nil
+	return more, nil
 }
 
 // Query returns one page of documents matching q in CompareDocs order. The
@@ -383,7 +407,7 @@ func (s *Store) queryPushed(ctx context.Context, db string, q *collections.Query
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var out []*collections.Document
 	for len(out) <= limit && cur.Next(ctx) {
 		var rec docRecord
@@ -402,25 +426,89 @@ func (s *Store) queryPushed(ctx context.Context, db string, q *collections.Query
 }
 
 // queryGo reads every document of the collection (or pattern) and filters
-// and sorts in Go.
+// and sorts in Go. It streams them and keeps only the best limit+1 matches
+// (a bounded heap), so memory stays O(limit) however large the collection.
 func (s *Store) queryGo(ctx context.Context, db string, q *collections.Query, after *collections.Cursor, limit int) ([]*collections.Document, error) {
 	cur, err := s.docs.Find(ctx, selector(db, q), options.Find().SetProjection(noKeys))
 	if err != nil {
 		return nil, err
 	}
-	all, err := readDocs(ctx, cur)
-	if err != nil {
-		return nil, err
-	}
-	out := all[:0]
-	for _, d := range all {
+	defer closeCursor(ctx, cur)
+	top := newTopK(q.OrderBy, limit+1)
+	for cur.Next(ctx) {
+		var rec docRecord
+		if err := cur.Decode(&rec); err != nil {
+			return nil, err
+		}
+		d, err := rec.decode()
+		if err != nil {
+			return nil, err
+		}
 		if keep(q, after, d) {
-			out = append(out, d)
+			top.add(d)
 		}
 	}
-	slices.SortFunc(out, func(a, b *collections.Document) int { return collections.CompareDocs(q.OrderBy, a, b) })
-	if len(out) > limit+1 {
-		out = out[:limit+1]
+	if err := cur.Err(); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return top.sorted(), nil
+}
+
+// topK keeps the k smallest documents in CompareDocs order: a max-heap
+// whose root is the worst document kept.
+type topK struct {
+	order []collections.Order
+	k     int
+	h     []*collections.Document
+}
+
+func newTopK(order []collections.Order, k int) *topK {
+	return &topK{order: order, k: k}
+}
+
+func (t *topK) less(i, j int) bool { // i is worse than j
+	return collections.CompareDocs(t.order, t.h[i], t.h[j]) > 0
+}
+
+func (t *topK) add(d *collections.Document) {
+	if t.k <= 0 {
+		return
+	}
+	if len(t.h) < t.k {
+		t.h = append(t.h, d)
+		for i := len(t.h) - 1; i > 0; {
+			p := (i - 1) / 2
+			if !t.less(i, p) {
+				break
+			}
+			t.h[i], t.h[p] = t.h[p], t.h[i]
+			i = p
+		}
+		return
+	}
+	if collections.CompareDocs(t.order, d, t.h[0]) >= 0 {
+		return
+	}
+	t.h[0] = d
+	for i := 0; ; {
+		w, l, r := i, 2*i+1, 2*i+2
+		if l < len(t.h) && t.less(l, w) {
+			w = l
+		}
+		if r < len(t.h) && t.less(r, w) {
+			w = r
+		}
+		if w == i {
+			break
+		}
+		t.h[i], t.h[w] = t.h[w], t.h[i]
+		i = w
+	}
+}
+
+// sorted returns the documents kept, in CompareDocs order.
+func (t *topK) sorted() []*collections.Document {
+	out := t.h
+	slices.SortFunc(out, func(a, b *collections.Document) int { return collections.CompareDocs(t.order, a, b) })
+	return out
 }
