@@ -372,26 +372,26 @@ func (r *registry) applyLocked(id string, st *state, ver int64) bool {
 	}
 }
 
-// follow applies the _triggers changes of the change log to the entries
-// until ctx ends: the admin changes of every node (register, redefine,
-// delete, enable, disable, rotate) and their counters. It starts at the
-// head the registry was loaded at and wakes on Store.Notify, so another
-// node's change is in force here within one notify round. (The evaluator
-// does not even wait for that: it catches the registry up, syncTo, before
-// it evaluates the changes committed after a state change.)
+// follow applies the changes of the trigger states to the entries until
+// ctx ends: the admin changes of every node (register, redefine, delete,
+// enable, disable, rotate) and their counters. It starts at the head the
+// registry was loaded at and wakes on Store.Notify, so another node's
+// change is in force here within one notify round. (The evaluator does not
+// even wait for that: it catches the registry up, syncTo, before it
+// evaluates the changes committed after a state change.)
 func (r *registry) follow(ctx context.Context) {
 	for ctx.Err() == nil {
 		wake := r.store.Notify()
 		r.followMu.Lock()
-		n, err := r.step(ctx)
+		moved, err := r.step(ctx)
 		r.followMu.Unlock()
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			r.log.Error("following the trigger state in the change log", "after", r.position(), "err", err)
+			r.log.Error("following the trigger states", "after", r.position(), "err", err)
 			sleep(ctx, time.Second)
-		case n == 0:
+		case !moved:
 			select {
 			case <-ctx.Done():
 			case <-wake:
@@ -401,45 +401,54 @@ func (r *registry) follow(ctx context.Context) {
 	}
 }
 
-// position is how far the state changes are applied.
+// position is the seq up to which the state changes are applied.
 func (r *registry) position() int64 {
 	r.followMu.Lock()
 	defer r.followMu.Unlock()
 	return r.pos
 }
 
-// syncTo applies the state changes up to seq at least (fewer only when the
-// log ends before it).
+// syncTo applies the state changes up to seq at least (fewer only when
+// none is left to read).
 func (r *registry) syncTo(ctx context.Context, seq int64) error {
 	r.followMu.Lock()
 	defer r.followMu.Unlock()
 	for r.pos < seq {
-		n, err := r.step(ctx)
-		if err != nil || n == 0 {
+		moved, err := r.step(ctx)
+		if err != nil || !moved {
 			return err
 		}
 	}
 	return nil
 }
 
-// followBatch is how many changes one step reads.
+// followBatch is how many state documents one step reads.
 const followBatch = 256
 
-// step reads the next changes after pos, applies the state changes among
-// them and returns how many changes it read; followMu is held. A position
-// past the retention reloads every state from _triggers.
-func (r *registry) step(ctx context.Context) (int, error) {
-	changes, err := r.store.ReadChanges(ctx, r.pos, followBatch)
-	var pe *collections.PositionExpiredError
-	if errors.As(err, &pe) {
+// step applies the trigger states changed after pos and reports whether
+// pos moved; followMu is held. It reads the _triggers documents changed
+// since pos (Store.ChangedSince: each one's latest state, a deleted one's
+// tombstone, in seq order), not the whole log, so a node pays only for
+// the state changes. A position past the change-log retention (deleted
+// triggers' tombstones may be purged too) reloads every state instead.
+func (r *registry) step(ctx context.Context) (bool, error) {
+	if _, err := r.store.ReadChanges(ctx, r.pos, 1); err != nil {
+		var pe *collections.PositionExpiredError
+		if !errors.As(err, &pe) {
+			return false, err
+		}
 		r.log.Warn("the trigger registry fell behind the change-log retention; reloading every trigger state", "pos", r.pos, "oldest", pe.Oldest)
-		return 1, r.reloadStates(ctx)
+		return true, r.reloadStates(ctx)
 	}
-	if err != nil || len(changes) == 0 {
-		return 0, err
+	// The checkpoint (pos, "") also returns the document of seq pos: seen
+	// already, skipped by applyDocs.
+	docs, err := r.store.ChangedSince(ctx, SystemDB, triggerColl, collections.Checkpoint{Seq: r.pos}, followBatch)
+	if err != nil {
+		return false, err
 	}
-	r.applyChanges(changes)
-	return len(changes), nil
+	from := r.pos
+	r.applyDocs(docs)
+	return r.pos > from, nil
 }
 
 // isStateChange reports whether ch is a change of a trigger's state.
@@ -447,46 +456,42 @@ func isStateChange(ch *collections.Change) bool {
 	return ch.DB == SystemDB && strings.HasPrefix(ch.Path, triggerColl+"/")
 }
 
-// applyChanges applies the _triggers changes among changes and moves pos
-// past them; followMu is held.
-func (r *registry) applyChanges(changes []collections.Change) {
-	last := changes[len(changes)-1].Seq
+// applyDocs applies trigger state documents (tombstones included) read in
+// seq order and moves pos to the last one; followMu is held.
+func (r *registry) applyDocs(docs []*collections.Document) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	changed := false
-	for i := range changes {
-		ch := &changes[i]
-		if !isStateChange(ch) || ch.After == nil {
+	from := r.pos
+	for _, doc := range docs {
+		id := doc.ID
+		if doc.Seq <= from {
 			continue
 		}
-		id := ch.Path[len(triggerColl)+1:]
-		if strings.Contains(id, "/") {
-			continue
-		}
-		if ch.Seq <= r.seen[id] {
+		r.pos = max(r.pos, doc.Seq)
+		if doc.Seq <= r.seen[id] {
 			continue // this node's own write, or older than it
 		}
-		r.seen[id] = ch.Seq
 		var st *state
-		if !ch.After.Deleted {
-			s, err := decodeState(ch.After)
+		if !doc.Deleted {
+			s, err := decodeState(doc)
 			if err != nil {
-				r.log.Error("skipping a malformed trigger state change", "seq", ch.Seq, "trigger", id, "err", err)
+				r.log.Error("skipping a malformed trigger state", "seq", doc.Seq, "trigger", id, "err", err)
 				continue
 			}
 			st = &s
 		}
-		if r.applyLocked(id, st, ch.After.Version) {
+		if r.applyLocked(id, st, doc.Version) {
 			changed = true
 		}
 	}
-	// Every later change is past last: what seen says up to it is done.
+	// Every later state change is past pos: what seen says up to it is
+	// done.
 	for id, seq := range r.seen {
-		if seq <= last {
+		if seq <= r.pos {
 			delete(r.seen, id)
 		}
 	}
-	r.pos = last
 	if changed {
 		r.publishLocked()
 	}

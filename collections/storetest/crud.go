@@ -422,6 +422,12 @@ func testTriggerStateLogged(t *testing.T, h *harness) {
 	if got := h.mustHead(); got != cs[2].Seq {
 		t.Errorf("Head=%d, want %d (the last _triggers change)", got, cs[2].Seq)
 	}
+	// The trigger registries read the states changed since a position.
+	h.mustCommit(db, h.create("_triggers/t2", `{"source":"file"}`))
+	docs := h.changedSince(db, "_triggers", collections.Checkpoint{Seq: head}, 10)
+	if len(docs) != 2 || docs[0].Path != "_triggers/t1" || !docs[0].Deleted || docs[0].Seq != cs[2].Seq || docs[1].Path != "_triggers/t2" || docs[1].Seq != cs[2].Seq+1 {
+		t.Errorf("ChangedSince(_triggers, %d)=%v, want the t1 tombstone at %d and t2 at %d", head, docStrings(docs), cs[2].Seq, cs[2].Seq+1)
+	}
 }
 
 func changePaths(cs []collections.Change) []string {
