@@ -177,3 +177,39 @@ func TestEvaluatorAppliesStateChangesInOrder(t *testing.T) {
 		t.Fatalf("y matched %v on b in the batch that registered it, want 1 change (notes/after-y)", got)
 	}
 }
+
+// A node setting up its file triggers from states it read before another
+// node changed them takes the stored state: it does not switch back on a
+// trigger the other node disabled, nor replace its secret.
+func TestFileSetupKeepsAnotherNodesState(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	cfg := &Config{Store: st}
+	cfg.setDefaults()
+	c, err := Compile(noteTrigger("f"), cfg.Expand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newRegistry(cfg, st, cfg.Logger)
+	if err := a.load(ctx, []*Compiled{c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	states, err := loadStates(ctx, st) // b starts: it reads the states...
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.setEnabled(ctx, "f", false, "off through a"); err != nil { // ...a disables f...
+		t.Fatal(err)
+	}
+	b := newRegistry(cfg, st, cfg.Logger)
+	if err := b.setFileTriggers(ctx, []*Compiled{c}, states, 0, true); err != nil { // ...b sets f up from what it read
+		t.Fatal(err)
+	}
+	s := storedState(t, st, "f")
+	if s.Enabled == nil || *s.Enabled || s.Secret != a.entry("f").st.Secret {
+		t.Fatalf("stored after b's setup: enabled=%v, secret kept=%v; want off and a's secret", s.Enabled, s.Secret == a.entry("f").st.Secret)
+	}
+	if b.entry("f").enabled() {
+		t.Fatal("b has f enabled after its setup met a's disable")
+	}
+}

@@ -193,10 +193,12 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 	return nil
 }
 
-// saveEntryLocked stores the state of a file trigger being set up,
-// retrying once on a concurrent change from another node (which set up the
-// same file): the stored counters win, and our setup of everything else
-// is kept.
+// saveEntryLocked stores the state of a file trigger being set up. When
+// another node changed the state meanwhile (it set up the same file, or an
+// admin switched the trigger), the stored state wins — switch, secrets,
+// counters — and only our setup is kept: the source and the position, and
+// our generated secret if none is stored. An id another node registered
+// meanwhile is refused, as one this node knows.
 func (r *registry) saveEntryLocked(ctx context.Context, id string, e *entry) (int64, error) {
 	v, seq, err := saveState(ctx, r.store, id, &e.st, e.ver)
 	if errors.Is(err, errStateConflict) {
@@ -204,8 +206,16 @@ func (r *registry) saveEntryLocked(ctx context.Context, id string, e *entry) (in
 		if rerr != nil {
 			return 0, rerr
 		}
+		if cur != nil && cur.Source == SourceAPI {
+			return 0, fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", r.cfg.File, id)
+		}
 		if cur != nil {
-			e.st.Counts = cur.Counts
+			setup := e.st
+			e.st = *cur
+			e.st.Source, e.st.Def, e.st.ActiveFrom = SourceFile, nil, setup.ActiveFrom
+			if e.st.Secret == "" {
+				e.st.Secret, e.st.SecretShown = setup.Secret, setup.SecretShown
+			}
 		}
 		v, seq, err = saveState(ctx, r.store, id, &e.st, ver)
 	}
