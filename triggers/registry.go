@@ -43,10 +43,10 @@ type activeTrigger struct {
 // without locking. Entries are never modified once published: a change
 // stores a copy and publishes it (updateEntry).
 //
-// Every node has its own registry over the same _triggers documents. The
-// change log carries their writes (collections.IsLogged), and each registry
-// follows them (follow), so an admin change made through one node reaches
-// the others within one Notify round.
+// Every node has its own registry over the same _triggers documents. Their
+// writes are logged (collections.IsLogged), so they carry a seq and wake
+// Notify, and each registry follows them (follow), so an admin change made
+// through one node reaches the others within one Notify round.
 type registry struct {
 	cfg   *Config
 	store collections.Store
@@ -57,13 +57,14 @@ type registry struct {
 	fileErr string            // the last failed reload (guarded by mu)
 	// seen is, per trigger, the seq of the newest state change the
 	// entries already reflect, for the changes past pos only: this node's
-	// own writes, which the log brings back later. Guarded by mu.
+	// own writes, which following brings back later. Guarded by mu.
 	seen map[string]int64
-	// followMu serializes reading the log for the state changes (follow,
-	// and the evaluator through syncTo); it is taken before mu.
+	// followMu serializes reading the state changes (follow, and the
+	// evaluator through syncTo); it is taken before mu.
 	followMu sync.Mutex
-	// pos is how far the state changes of the log are applied (guarded by
-	// followMu; load sets it before Run).
+	// pos is the seq up to which the state changes are applied: the
+	// newest state document read, or the head at load or reload (guarded
+	// by followMu; load sets it before Run).
 	pos int64
 	// active is the evaluator's view: enabled triggers sorted by id.
 	active atomic.Pointer[[]activeTrigger]
