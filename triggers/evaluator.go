@@ -239,8 +239,9 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 	return nil
 }
 
-// skipIdle moves ev to the head of the log without evaluating the changes
-// while no trigger is enabled: nothing could match them. The head is read
+// skipIdle moves ev to the head of the log without reading the changes
+// while no trigger is enabled: nothing could match them, and a node
+// without triggers should not pay a read of every commit. The head is read
 // before the triggers are looked at again, so a trigger enabled in between
 // is seen and the batch is evaluated instead; one enabled later starts
 // after the head (a new trigger's ActiveFrom is the head when it appears,
@@ -267,10 +268,10 @@ func (v *evaluator) skipIdle(ctx context.Context, ev *evalState) error {
 }
 
 // match appends a row for every active trigger that ch matches, counting
-// the matches and the failed evaluations in counts.
-// A system change never matches: the log carries _triggers (the state the
-// registries follow, signing secrets included), and no pattern, not even
-// one naming the collection, may turn it into a webhook.
+// the matches and the failed evaluations in counts. A system change never
+// matches: the log carries _triggers (the state the registries follow,
+// signing secrets included), and no pattern, not even one naming the
+// collection, may turn it into a webhook.
 func (v *evaluator) match(ev *evalState, ch *collections.Change, act []activeTrigger, now time.Time, counts map[string]*Counts, rows []*Delivery) []*Delivery {
 	if collections.IsSystemPath(ch.Path) {
 		return rows
