@@ -314,3 +314,36 @@ func TestNodes_KilledNodeIsTakenOver(t *testing.T) {
 		t.Fatalf("rows at seqs %d, %d, want %d and %d (one per change)", ds[0].Seq, ds[1].Seq, seq2, seq1)
 	}
 }
+
+// A disable through a stops the retries node b is making of a failing
+// delivery (b parks the row); the enable through a resumes them, on
+// whichever node's poller finds the row due first.
+func TestNodes_DisableStopsAnotherNodesRetries(t *testing.T) {
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusInternalServerError))
+	n := startNodes(t, "")
+	ctx := context.Background()
+	def := registered(t, "x", rc.URL)
+	def.RetryPolicy = &triggers.RetryPolicy{MaxAttempts: 100, InitialBackoff: "20ms", MaxBackoff: "20ms"}
+	if _, _, err := n.a.Triggers.Register(ctx, def); err != nil {
+		t.Fatal(err)
+	}
+	put(t, n.store, "m1")
+	rc.WaitFor(t, "b's first retries", apptest.AtLeast(3))
+	if err := n.a.Triggers.Disable(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	soon(t, "b's admin view shows x disabled", func() bool { return status(t, n.b, "x") == "disabled" })
+	before := len(rc.Requests())
+	time.Sleep(300 * time.Millisecond) // about 15 retries if b went on
+	if got := len(rc.Requests()); got > before+1 {
+		t.Fatalf("%d requests after x was disabled through a, want at most the one in flight", got-before)
+	}
+	rc.SetRespond(nil)
+	after := len(rc.Requests())
+	if err := n.a.Triggers.Enable(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	rc.WaitFor(t, "the delivery resumed after the enable through a", apptest.AtLeast(after+1))
+	waitDeliveries(t, n.a.Triggers, triggers.DeliveryQuery{TriggerID: "x", Status: triggers.StatusDelivered}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
+	n.checkBEvaluated(t)
+}
