@@ -15,10 +15,9 @@
 // envelope (id, collection, version, createdAt, updatedAt, deleted).
 //
 // Every committed write that IsLogged names (every non-system collection, and
-// _triggers) appends exactly one Change
-// to a single, commit-ordered change log. Its Seq is strictly increasing and
-// never reused; realtime resume tokens, RxDB checkpoints and trigger cursors are
-// all positions in it.
+// _triggers) appends exactly one Change to a single, commit-ordered change log.
+// Its Seq is strictly increasing and never reused; realtime resume tokens, RxDB
+// checkpoints and trigger cursors are all positions in it.
 //
 // # Caveats
 //
