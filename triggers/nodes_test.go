@@ -258,12 +258,14 @@ func TestNodes_RotatedSecretSignsOnEveryNode(t *testing.T) {
 // requestFor waits for the delivery of message id.
 func requestFor(t *testing.T, rc *apptest.Receiver, id string) apptest.Request {
 	t.Helper()
-	for _, r := range rc.WaitFor(t, "the delivery of "+id, apptest.HasDoc(id)) {
+	got := rc.WaitFor(t, "the delivery of "+id, apptest.HasDoc(id))
+	for _, r := range got {
 		if r.DocID() == id {
 			return r
 		}
 	}
-	panic("unreachable")
+	t.Fatalf("no request for %s among %d", id, len(got))
+	return apptest.Request{}
 }
 
 // A node that dies with a request in flight leaves its row leased; the
