@@ -93,14 +93,14 @@ func put(t testing.TB, st collections.Store, id string) int64 {
 	return res[0].Doc.Seq
 }
 
-// soon waits up to a second for cond: well under the registry's idle
-// recheck (5 s), so only the Notify wake-up can make it.
+// soon waits up to two seconds for cond (it takes milliseconds): well under
+// the registry's idle recheck (5 s), so only the Notify wake-up can make it.
 func soon(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(2 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within a second: %s", what)
+			t.Fatalf("not within two seconds: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
