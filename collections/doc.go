@@ -14,16 +14,17 @@
 // ("rooms/r1/messages/m1"). Documents carry user fields plus a server-owned
 // envelope (id, collection, version, createdAt, updatedAt, deleted).
 //
-// Every committed write to a non-system collection appends exactly one Change
-// to a single, commit-ordered change log. Its Seq is strictly increasing and
-// never reused; realtime resume tokens, RxDB checkpoints and trigger cursors are
-// all positions in it.
+// Every committed write that IsLogged names (every non-system collection, and
+// _triggers) appends exactly one Change to a single, commit-ordered change log.
+// Its Seq is strictly increasing and never reused; realtime resume tokens, RxDB
+// checkpoints and trigger cursors are all positions in it.
 //
 // # Caveats
 //
 // Collections whose first segment starts with "_" are system collections. They
 // are written by Loom itself (outbox rows, cursors, users), are not part of the
-// change log, and are never exposed for writing through the document API.
+// change log (but _triggers, the trigger state every node follows), and are
+// never exposed for writing through the document API.
 //
 // Query results are defined by Match and Compare in this package; an engine may
 // use indexes to narrow candidates but must return exactly what the reference

@@ -42,7 +42,8 @@ type Document struct {
 	UpdatedAt  int64 // unix ms
 	Deleted    bool
 	// Seq is the change-log position of the document's last write. RxDB
-	// checkpoints use it. Zero for system documents, which are not logged.
+	// checkpoints use it. Zero for system documents, which are not logged
+	// (but _triggers ones: IsLogged).
 	Seq  int64
 	Data map[string]any
 }

@@ -99,6 +99,16 @@ func SplitDocPath(p string) (collection, id string) {
 // starts with "_").
 func IsSystemPath(p string) bool { return strings.HasPrefix(p, "_") }
 
+// IsLogged reports whether a write to the document at p appends a change
+// to the log: true for every non-system path and for "_triggers/...", the
+// trigger state every node follows ("Several nodes" in
+// docs/architecture.md). Engines log exactly these writes. _triggers holds
+// signing secrets: every other consumer of the log skips system paths
+// (IsSystemPath).
+func IsLogged(p string) bool {
+	return !IsSystemPath(p) || strings.HasPrefix(p, "_triggers/")
+}
+
 // WildRoot reports whether a pattern's first segment is "*". Such a
 // pattern never selects system collections (MatchCollection); every engine
 // must exclude them where it selects documents, not only in Go.

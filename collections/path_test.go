@@ -286,3 +286,25 @@ func FuzzDocPath(f *testing.F) {
 		}
 	})
 }
+
+func TestIsLogged(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"rooms/r1", true},
+		{"rooms/_x", true},
+		{"rooms/r1/_sub/x", true},
+		{"_triggers/t1", true},
+		{"_triggers/t1/_x/y", true},
+		{"_triggersx/t1", false},
+		{"_outbox/x", false},
+		{"_cursors/triggers", false},
+		{"_users/u1", false},
+		{"_users/u1/_triggers/x", false},
+	} {
+		if got := collections.IsLogged(tc.path); got != tc.want {
+			t.Errorf("IsLogged(%q)=%v, want %v", tc.path, got, tc.want)
+		}
+	}
+}

@@ -98,8 +98,10 @@ type Store interface {
 	// ErrAlreadyExists, ErrNotFound, *PreconditionError, ErrTooLarge or
 	// ErrInvalidDocument; or ErrCursorConflict for opts.Cursor. On success
 	// the transaction is durable (synced to stable storage) before Commit
-	// returns, and every write to a non-system collection has appended one
-	// Change to the log, in write order.
+	// returns, and every write IsLogged names (every non-system collection,
+	// and _triggers, whose changes every node follows) has appended one
+	// Change to the log, in write order. Other system writes (outbox rows,
+	// cursors, users, sessions) append nothing and leave Seq at 0.
 	Commit(ctx context.Context, db string, writes []Write, opts CommitOptions) ([]WriteResult, error)
 
 	// Query returns one page of documents matching q, in CompareDocs order,

@@ -150,8 +150,9 @@ func parseRxDBPath(rest string) (collection string, version int, action string, 
 		return "", 0, "", err
 	}
 	if collections.IsSystemPath(collection) {
-		// Not even for admins: Loom's own state is not replicated (and its
-		// writes have no change-log seq to pull by).
+		// Not even for admins: Loom's own state is not replicated (its
+		// writes have no change-log seq to pull by, but _triggers', which
+		// holds signing secrets and is logged for the nodes to follow).
 		return "", 0, "", errorf(http.StatusForbidden, codePermissionDenied, "System collections cannot be replicated.")
 	}
 	return collection, version, action, nil

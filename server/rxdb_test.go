@@ -390,6 +390,11 @@ func TestRxDB_Rules(t *testing.T) {
 		wantRx(t, "bad token "+ep.url, env.Do(t, ep.method, ep.url, ep.body, map[string]string{"Authorization": "Bearer nope"}), http.StatusUnauthorized)
 	}
 	wantRx(t, "system collection", env.Do(t, "GET", rxBase("_users")+"/pull", "", alice.h()), http.StatusForbidden)
+	// _triggers is in the change log (the nodes follow it) and holds
+	// signing secrets: not even the admin replicates or streams it.
+	adminH := map[string]string{"Authorization": "Bearer " + testAdminKey}
+	wantRx(t, "admin pulls _triggers", env.Do(t, "GET", rxBase("_triggers")+"/pull?lwt=0&id=&limit=10", "", adminH), http.StatusForbidden)
+	wantRx(t, "admin streams _triggers", env.Do(t, "GET", rxBase("_triggers")+"/pullStream", "", adminH), http.StatusForbidden)
 	// pullStream takes the token in the query too (browser EventSource).
 	wantRx(t, "bob streams alice's via the query", env.Do(t, "GET", rxBase(aliceColl)+"/pullStream?access_token="+bob.Access, "", anon), http.StatusForbidden)
 	wantRx(t, "bad token in the query", env.Do(t, "GET", rxBase(aliceColl)+"/pullStream?access_token=nope", "", anon), http.StatusUnauthorized)

@@ -137,12 +137,15 @@ func (r *registry) register(ctx context.Context, def Trigger) (Info, string, err
 	if ver > 0 {
 		e.ver = ver
 	}
-	if e.ver, err = saveState(ctx, r.store, c.Def.ID, &e.st, e.ver); err != nil {
+	ver, seq, err := saveState(ctx, r.store, c.Def.ID, &e.st, e.ver)
+	if err != nil {
 		if errors.Is(err, errStateConflict) {
 			err = fmt.Errorf("%w: trigger %q was registered concurrently", ErrConflict, c.Def.ID)
 		}
 		return Info{}, "", err
 	}
+	e.ver = ver
+	r.noteSeqLocked(c.Def.ID, seq)
 	r.entries[c.Def.ID] = e
 	r.publishLocked()
 	return r.infoLocked(e), secret, nil
@@ -194,9 +197,12 @@ func (r *registry) remove(ctx context.Context, id string) error {
 	if e.source == SourceFile {
 		return fmt.Errorf("%w: trigger %q comes from triggers.json; edit the file and reload", ErrConflict, id)
 	}
-	_, err := r.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteDelete, Path: statePath(id)}}, collections.CommitOptions{})
+	res, err := r.store.Commit(ctx, SystemDB, []collections.Write{{Type: collections.WriteDelete, Path: statePath(id)}}, collections.CommitOptions{})
 	if err != nil && !errors.Is(err, collections.ErrNotFound) {
 		return err
+	}
+	if err == nil {
+		r.noteSeqLocked(id, res[0].Doc.Seq)
 	}
 	delete(r.entries, id)
 	r.takeDeltaOf(id)

@@ -208,6 +208,15 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 	}()
 	for i := range changes {
 		ch := &changes[i]
+		if isStateChange(ch) {
+			// An admin change, maybe another node's: the changes after it
+			// are evaluated with it in force, as on the node that made it.
+			if err := v.reg.syncTo(ctx, ch.Seq); err != nil {
+				clear(counts) // re-evaluated after the retry
+				return err
+			}
+			act = v.reg.activeTriggers()
+		}
 		rows = v.match(ev, ch, act, now, counts, rows)
 		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
 			if err := v.commitRows(ctx, ev.durable, ch.Seq, rows, now); err != nil {
@@ -242,6 +251,11 @@ func (v *evaluator) skipIdle(ctx context.Context, ev *evalState) error {
 	if err != nil || head <= ev.pos {
 		return err
 	}
+	// A trigger registered or enabled through another node up to the head
+	// is seen too.
+	if err := v.reg.syncTo(ctx, head); err != nil {
+		return err
+	}
 	if len(v.reg.activeTriggers()) > 0 {
 		return nil // enabled meanwhile: the next batch reads the changes
 	}
@@ -254,8 +268,14 @@ func (v *evaluator) skipIdle(ctx context.Context, ev *evalState) error {
 }
 
 // match appends a row for every active trigger that ch matches, counting
-// the matches and the failed evaluations in counts.
+// the matches and the failed evaluations in counts. A system change never
+// matches: the log carries _triggers (the state the registries follow,
+// signing secrets included), and no pattern, not even one naming the
+// collection, may turn it into a webhook.
 func (v *evaluator) match(ev *evalState, ch *collections.Change, act []activeTrigger, now time.Time, counts map[string]*Counts, rows []*Delivery) []*Delivery {
+	if collections.IsSystemPath(ch.Path) {
+		return rows
+	}
 	coll, _ := collections.SplitDocPath(ch.Path)
 	for _, t := range act {
 		if ch.Seq <= t.activeFrom {

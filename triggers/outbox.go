@@ -13,7 +13,8 @@ import (
 const SystemDB = "default"
 
 // System collections. Their writes are not in the change log, so the
-// pipeline never triggers itself.
+// pipeline never triggers itself; _triggers is (collections.IsLogged), for
+// every node's registry to follow, and the evaluator never matches it.
 const (
 	outboxColl  = "_outbox"
 	triggerColl = "_triggers"

@@ -439,3 +439,47 @@ func TestNoTriggersSkipsToHeadThenRegistered(t *testing.T) {
 		t.Fatalf("delivered %v, want new,after (nothing from before the trigger or while it was off)", ids)
 	}
 }
+
+// The change log carries _triggers, the trigger state (signing secrets
+// included) every node follows. No trigger ever fires on it: not a
+// wildcard, not a capture of any depth, not one naming the collection.
+func TestNoTriggerFiresOnTriggerState(t *testing.T) {
+	rc := apptest.NewReceiver(t, nil)
+	var defs []string
+	for id, coll := range map[string]string{"wild": "*", "capture": "{c}", "rest": "{p=**}", "named": "_triggers"} {
+		defs = append(defs, fmt.Sprintf(`{"triggerId": %q, "collection": %q, "events": ["create","update","delete"], "url": %q, "secret": %q}`, id, coll, rc.URL, testSecret))
+	}
+	e := startNode(t, "["+strings.Join(defs, ",")+"]")
+	ctx := context.Background()
+	head := e.Head(t)
+	if _, _, err := e.Triggers.Register(ctx, registered(t, "r", rc.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Triggers.Disable(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Triggers.RotateSecret(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Triggers.Delete(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := e.Store.ReadChanges(ctx, head, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) < 4 || !strings.HasPrefix(cs[0].Path, "_triggers/") {
+		t.Fatalf("%d changes after the admin calls, want the _triggers ones: this test would check nothing", len(cs))
+	}
+	res, err := e.Store.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "rooms/a", Data: map[string]any{}}}, collections.CommitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := res[0].Doc.Seq
+	ds := waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{Limit: 100}, func(ds []*triggers.Delivery) bool { return len(ds) >= 3 })
+	for _, d := range ds {
+		if d.Seq != seq || d.TriggerID == "named" {
+			t.Fatalf("trigger %s has a row for change %d, want only rooms/a (%d) of wild, capture and rest", d.TriggerID, d.Seq, seq)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -41,6 +42,11 @@ type activeTrigger struct {
 // the counters, and the snapshots the evaluator and the deliverer read
 // without locking. Entries are never modified once published: a change
 // stores a copy and publishes it (updateEntry).
+//
+// Every node has its own registry over the same _triggers documents. Their
+// writes are logged (collections.IsLogged), so they carry a seq and wake
+// Notify, and each registry follows them (follow), so an admin change made
+// through one node reaches the others within one Notify round.
 type registry struct {
 	cfg   *Config
 	store collections.Store
@@ -49,6 +55,17 @@ type registry struct {
 	mu      sync.Mutex
 	entries map[string]*entry // guarded by mu
 	fileErr string            // the last failed reload (guarded by mu)
+	// seen is, per trigger, the seq of the newest state change the
+	// entries already reflect, for the changes past pos only: this node's
+	// own writes, which following brings back later. Guarded by mu.
+	seen map[string]int64
+	// followMu serializes reading the state changes (follow, and the
+	// evaluator through syncTo); it is taken before mu.
+	followMu sync.Mutex
+	// pos is the seq up to which the state changes are applied: the
+	// newest state document read, or the head at load or reload (guarded
+	// by followMu; load sets it before Run).
+	pos int64
 	// active is the evaluator's view: enabled triggers sorted by id.
 	active atomic.Pointer[[]activeTrigger]
 	// snap is a copy of entries for lock-free lookups.
@@ -59,7 +76,7 @@ type registry struct {
 }
 
 func newRegistry(cfg *Config, store collections.Store, log *slog.Logger) *registry {
-	r := &registry{cfg: cfg, store: store, log: log, entries: map[string]*entry{}, deltas: map[string]*Counts{}}
+	r := &registry{cfg: cfg, store: store, log: log, entries: map[string]*entry{}, seen: map[string]int64{}, deltas: map[string]*Counts{}}
 	r.publishLocked()
 	return r
 }
@@ -67,12 +84,14 @@ func newRegistry(cfg *Config, store collections.Store, log *slog.Logger) *regist
 // load reads the registered triggers from their state documents and sets
 // the file triggers. A registered trigger that no longer compiles (an env
 // var went away) must not stop the server: it is left out, and so
-// disabled, with an error in the log.
+// disabled, with an error in the log. head was read before the states:
+// follow starts there, so no change of another node is missed.
 func (r *registry) load(ctx context.Context, fileTriggers []*Compiled, head int64) error {
 	states, err := loadStates(ctx, r.store)
 	if err != nil {
 		return err
 	}
+	r.pos = head
 	r.mu.Lock()
 	for id, sd := range states {
 		if sd.st.Source != SourceAPI || sd.st.Def == nil {
@@ -158,7 +177,7 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 			e.st.Secret = NewSecret()
 		}
 		if e.ver == 0 || old == nil {
-			v, err := r.saveEntryLocked(ctx, id, e, Counts{})
+			v, err := r.saveEntryLocked(ctx, id, e)
 			if err != nil {
 				return err
 			}
@@ -175,23 +194,45 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 	return nil
 }
 
-// saveEntryLocked stores e.st, retrying once on a concurrent change from
-// another node: the stored counters win, plus added (the counts this save
-// adds), and our change of everything else is kept.
-func (r *registry) saveEntryLocked(ctx context.Context, id string, e *entry, added Counts) (int64, error) {
-	v, err := saveState(ctx, r.store, id, &e.st, e.ver)
+// saveEntryLocked stores the state of a file trigger being set up. When
+// another node changed the state meanwhile (it set up the same file, or an
+// admin switched the trigger), the stored state wins — switch, secrets,
+// counters — and only our setup is kept: the source and the position, and
+// our generated secret if none is stored. An id another node registered
+// meanwhile is refused, as one this node knows.
+func (r *registry) saveEntryLocked(ctx context.Context, id string, e *entry) (int64, error) {
+	v, seq, err := saveState(ctx, r.store, id, &e.st, e.ver)
 	if errors.Is(err, errStateConflict) {
 		cur, ver, rerr := readState(ctx, r.store, id)
 		if rerr != nil {
 			return 0, rerr
 		}
-		if cur != nil {
-			e.st.Counts = cur.Counts
-			e.st.Counts.add(added)
+		if cur != nil && cur.Source == SourceAPI {
+			return 0, fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", r.cfg.File, id)
 		}
-		return saveState(ctx, r.store, id, &e.st, ver)
+		if cur != nil {
+			setup := e.st
+			e.st = *cur
+			e.st.Source, e.st.Def, e.st.ActiveFrom = SourceFile, nil, setup.ActiveFrom
+			if e.st.Secret == "" {
+				e.st.Secret, e.st.SecretShown = setup.Secret, setup.SecretShown
+			}
+		}
+		v, seq, err = saveState(ctx, r.store, id, &e.st, ver)
+	}
+	if err == nil {
+		r.noteSeqLocked(id, seq)
 	}
 	return v, err
+}
+
+// noteSeqLocked records that the entries reflect id's state as of the
+// change seq (a write of this node), so that follow skips it and the
+// older changes of id it has not read yet.
+func (r *registry) noteSeqLocked(id string, seq int64) {
+	if seq > r.seen[id] {
+		r.seen[id] = seq
+	}
 }
 
 // publishLocked rebuilds the evaluator snapshot.
@@ -217,22 +258,284 @@ func (r *registry) publishLocked() {
 func (r *registry) updateEntry(ctx context.Context, id string, fn func(e *entry) error) (*entry, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cur := r.entries[id]
-	if cur == nil {
-		return nil, fmt.Errorf("%w: trigger %q", ErrNotFound, id)
-	}
-	ne := *cur
-	if err := fn(&ne); err != nil {
-		return nil, err
-	}
-	v, err := r.saveEntryLocked(ctx, id, &ne, Counts{})
+	ne, err := r.updateLocked(ctx, id, fn)
 	if err != nil {
 		return nil, err
 	}
-	ne.ver = v
-	r.entries[id] = &ne
 	r.publishLocked()
-	return &ne, nil
+	return ne, nil
+}
+
+// maxRefresh bounds how often one update takes another node's concurrent
+// change and tries again.
+const maxRefresh = 5
+
+// updateLocked applies fn to a copy of id's entry and stores it
+// (version-checked). When another node changed the state meanwhile, the
+// stored state is applied first, as the change log will bring it, and fn
+// runs again on it: one node's change never undoes another's (a counter
+// flush never re-enables a trigger another node disabled). fn may run
+// more than once.
+func (r *registry) updateLocked(ctx context.Context, id string, fn func(e *entry) error) (*entry, error) {
+	for attempt := 0; ; attempt++ {
+		cur := r.entries[id]
+		if cur == nil {
+			return nil, fmt.Errorf("%w: trigger %q", ErrNotFound, id)
+		}
+		ne := *cur
+		if err := fn(&ne); err != nil {
+			return nil, err
+		}
+		v, seq, err := saveState(ctx, r.store, id, &ne.st, ne.ver)
+		if errors.Is(err, errStateConflict) && attempt < maxRefresh {
+			if err := r.refreshLocked(ctx, id); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ne.ver = v
+		r.noteSeqLocked(id, seq)
+		r.entries[id] = &ne
+		return &ne, nil
+	}
+}
+
+// refreshLocked applies id's stored state to its entry.
+func (r *registry) refreshLocked(ctx context.Context, id string) error {
+	doc, err := r.store.Get(ctx, SystemDB, statePath(id))
+	if errors.Is(err, collections.ErrNotFound) {
+		r.applyLocked(id, nil, 0)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := decodeState(doc)
+	if err != nil {
+		return err
+	}
+	r.applyLocked(id, &st, doc.Version)
+	r.noteSeqLocked(id, doc.Seq)
+	return nil
+}
+
+// applyLocked brings id's entry to its stored state st at version ver
+// (nil: the state document is gone) and reports whether the entries
+// changed. A registered trigger follows its state: it appears, changes
+// and goes away with it. A file trigger's definition is this node's own
+// (its triggers.json); only its state (switch, secret, counters, position)
+// follows, and a state of a file trigger this node's file does not have is
+// ignored. Secrets are never logged.
+func (r *registry) applyLocked(id string, st *state, ver int64) bool {
+	cur := r.entries[id]
+	switch {
+	case st == nil:
+		if cur == nil {
+			return false
+		}
+		if cur.source == SourceAPI {
+			delete(r.entries, id)
+			r.takeDeltaOf(id)
+			return true
+		}
+		// The file trigger stays; its next change stores its state again.
+		ne := *cur
+		ne.ver = 0
+		r.entries[id] = &ne
+		return true
+	case st.Source == SourceAPI && st.Def != nil:
+		ne := &entry{source: SourceAPI, st: *st, ver: ver}
+		if cur != nil && cur.source == SourceAPI && reflect.DeepEqual(cur.st.Def, st.Def) {
+			ne.c = cur.c // the definition did not change (a switch, a counter flush)
+		} else {
+			c, err := Compile(*st.Def, r.cfg.Expand)
+			if err != nil {
+				r.log.Error("registered trigger does not compile on this node; it stays disabled here", "trigger", id, "err", err)
+				if cur != nil && cur.source == SourceAPI {
+					delete(r.entries, id)
+					return true
+				}
+				return false
+			}
+			if cur != nil && cur.source == SourceFile {
+				r.log.Warn("a registered trigger replaces the file trigger of the same id", "trigger", id)
+			}
+			ne.c = c
+		}
+		r.entries[id] = ne
+		return true
+	case cur == nil:
+		return false // a file trigger of another node's file
+	case cur.source == SourceAPI:
+		// Deleted, and its id now names a file trigger of another node.
+		delete(r.entries, id)
+		r.takeDeltaOf(id)
+		return true
+	default:
+		ne := *cur
+		ne.st, ne.ver = *st, ver
+		ne.st.Def = nil
+		r.entries[id] = &ne
+		return true
+	}
+}
+
+// follow applies the changes of the trigger states to the entries until
+// ctx ends: the admin changes of every node (register, redefine, delete,
+// enable, disable, rotate) and their counters. It starts at the head the
+// registry was loaded at and wakes on Store.Notify, so another node's
+// change is in force here within one notify round. (The evaluator does not
+// even wait for that: it catches the registry up, syncTo, before it
+// evaluates the changes committed after a state change.)
+func (r *registry) follow(ctx context.Context) {
+	for ctx.Err() == nil {
+		wake := r.store.Notify()
+		r.followMu.Lock()
+		moved, err := r.step(ctx)
+		r.followMu.Unlock()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.log.Error("following the trigger states", "after", r.position(), "err", err)
+			sleep(ctx, time.Second)
+		case !moved:
+			select {
+			case <-ctx.Done():
+			case <-wake:
+			case <-time.After(idleRecheck):
+			}
+		}
+	}
+}
+
+// position is the seq up to which the state changes are applied.
+func (r *registry) position() int64 {
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
+	return r.pos
+}
+
+// syncTo applies the state changes up to seq at least (fewer only when
+// none is left to read).
+func (r *registry) syncTo(ctx context.Context, seq int64) error {
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
+	for r.pos < seq {
+		moved, err := r.step(ctx)
+		if err != nil || !moved {
+			return err
+		}
+	}
+	return nil
+}
+
+// followBatch is how many state documents one step reads.
+const followBatch = 256
+
+// step applies the trigger states changed after pos and reports whether
+// pos moved; followMu is held. It reads the _triggers documents changed
+// since pos (Store.ChangedSince: each one's latest state, a deleted one's
+// tombstone, in seq order), not the whole log, so a node pays only for
+// the state changes. A position past the change-log retention (deleted
+// triggers' tombstones may be purged too) reloads every state instead.
+func (r *registry) step(ctx context.Context) (bool, error) {
+	if _, err := r.store.ReadChanges(ctx, r.pos, 1); err != nil {
+		var pe *collections.PositionExpiredError
+		if !errors.As(err, &pe) {
+			return false, err
+		}
+		r.log.Warn("the trigger registry fell behind the change-log retention; reloading every trigger state", "pos", r.pos, "oldest", pe.Oldest)
+		return true, r.reloadStates(ctx)
+	}
+	// The checkpoint (pos, "") also returns the document of seq pos: seen
+	// already, skipped by applyDocs.
+	docs, err := r.store.ChangedSince(ctx, SystemDB, triggerColl, collections.Checkpoint{Seq: r.pos}, followBatch)
+	if err != nil {
+		return false, err
+	}
+	from := r.pos
+	r.applyDocs(docs)
+	return r.pos > from, nil
+}
+
+// isStateChange reports whether ch is a change of a trigger's state.
+func isStateChange(ch *collections.Change) bool {
+	return ch.DB == SystemDB && strings.HasPrefix(ch.Path, triggerColl+"/")
+}
+
+// applyDocs applies trigger state documents (tombstones included) read in
+// seq order and moves pos to the last one; followMu is held.
+func (r *registry) applyDocs(docs []*collections.Document) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changed := false
+	from := r.pos
+	for _, doc := range docs {
+		id := doc.ID
+		if doc.Seq <= from {
+			continue
+		}
+		r.pos = max(r.pos, doc.Seq)
+		if doc.Seq <= r.seen[id] {
+			continue // this node's own write, or older than it
+		}
+		var st *state
+		if !doc.Deleted {
+			s, err := decodeState(doc)
+			if err != nil {
+				r.log.Error("skipping a malformed trigger state", "seq", doc.Seq, "trigger", id, "err", err)
+				continue
+			}
+			st = &s
+		}
+		if r.applyLocked(id, st, doc.Version) {
+			changed = true
+		}
+	}
+	// Every later state change is past pos: what seen says up to it is
+	// done.
+	for id, seq := range r.seen {
+		if seq <= r.pos {
+			delete(r.seen, id)
+		}
+	}
+	if changed {
+		r.publishLocked()
+	}
+}
+
+// reloadStates replaces the state of every entry by the stored one and
+// moves pos to the head read before: after a gap in the log (retention),
+// the documents are the truth. Registered triggers whose state is gone are
+// removed. followMu is held.
+func (r *registry) reloadStates(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	head, err := r.store.Head(ctx)
+	if err != nil {
+		return err
+	}
+	states, err := loadStates(ctx, r.store)
+	if err != nil {
+		return err
+	}
+	for id, sd := range states {
+		st := sd.st
+		r.applyLocked(id, &st, sd.version)
+	}
+	for id := range r.entries {
+		if states[id] == nil {
+			r.applyLocked(id, nil, 0)
+		}
+	}
+	clear(r.seen)
+	r.pos = head
+	r.publishLocked()
+	return nil
 }
 
 // setEnabled switches a trigger on or off; reason explains a disable.
@@ -383,21 +686,18 @@ func (r *registry) flushCounts(ctx context.Context) {
 	defer r.mu.Unlock()
 	changed := false
 	for id, d := range deltas {
-		cur := r.entries[id]
-		if cur == nil {
-			continue
-		}
-		ne := *cur
-		ne.st.Counts.add(*d)
-		v, err := r.saveEntryLocked(ctx, id, &ne, *d)
-		if err != nil {
+		_, err := r.updateLocked(ctx, id, func(e *entry) error {
+			e.st.Counts.add(*d)
+			return nil
+		})
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
 			r.log.Warn("saving trigger counters", "trigger", id, "err", err)
 			r.count(id, *d)
-			continue
+		default:
+			changed = true
 		}
-		ne.ver = v
-		r.entries[id] = &ne
-		changed = true
 	}
 	if changed {
 		r.publishLocked()

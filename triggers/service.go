@@ -313,7 +313,7 @@ func (s *Service) Reload(ctx context.Context) error {
 // deliveries to stop.
 func (s *Service) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context){s.eval.run, s.del.poll, s.reg.flushLoop, s.purgeLoop} {
+	for _, f := range []func(context.Context){s.reg.follow, s.eval.run, s.del.poll, s.reg.flushLoop, s.purgeLoop} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

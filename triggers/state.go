@@ -121,11 +121,12 @@ func encodeState(st *state) (map[string]any, error) {
 var errStateConflict = errors.New("trigger state changed concurrently")
 
 // saveState writes st for trigger id if its stored version is still
-// version (0 = must not exist) and returns the new version.
-func saveState(ctx context.Context, s collections.Store, id string, st *state, version int64) (int64, error) {
+// version (0 = must not exist) and returns the new version and the seq of
+// its change (the registries follow _triggers in the change log).
+func saveState(ctx context.Context, s collections.Store, id string, st *state, version int64) (newVersion, seq int64, err error) {
 	data, err := encodeState(st)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	w := collections.Write{Type: collections.WriteCreate, Path: statePath(id), Data: data}
 	if version > 0 {
@@ -135,11 +136,11 @@ func saveState(ctx context.Context, s collections.Store, id string, st *state, v
 	res, err := s.Commit(ctx, SystemDB, []collections.Write{w}, collections.CommitOptions{})
 	if err != nil {
 		if errors.Is(err, collections.ErrPreconditionFailed) || errors.Is(err, collections.ErrAlreadyExists) {
-			return 0, errStateConflict
+			return 0, 0, errStateConflict
 		}
-		return 0, fmt.Errorf("triggers: save state %s: %w", id, err)
+		return 0, 0, fmt.Errorf("triggers: save state %s: %w", id, err)
 	}
-	return res[0].Doc.Version, nil
+	return res[0].Doc.Version, res[0].Doc.Seq, nil
 }
 
 // readState reads one state document (nil, 0 when absent).

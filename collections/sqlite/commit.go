@@ -444,7 +444,7 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 			return collections.WriteResult{}, err
 		}
 	}
-	logged := !collections.IsSystemPath(w.Path)
+	logged := collections.IsLogged(w.Path)
 	if logged {
 		c.seq++
 		c.lastTime = now

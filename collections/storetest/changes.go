@@ -250,7 +250,7 @@ func testConcurrentTail(t *testing.T, f Factory) {
 	}
 	var (
 		mu     sync.Mutex
-		acks   [][]ack // per commit, its non-system writes in order
+		acks   [][]ack // per commit, its logged writes in order
 		errs   []error
 		wg     sync.WaitGroup
 		target = make(chan int64, 1)
@@ -345,7 +345,7 @@ func testConcurrentTail(t *testing.T, f Factory) {
 				var a []ack
 				for k, wr := range ws {
 					live[wr.Path] = wr.Type != collections.WriteDelete
-					if !collections.IsSystemPath(wr.Path) {
+					if collections.IsLogged(wr.Path) {
 						a = append(a, ack{wr.Path, res[k].Doc.Seq, res[k].Doc.Version})
 					}
 				}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/loomdb/loom/collections"
@@ -24,6 +25,7 @@ func testCRUD(t *testing.T, f Factory) {
 		{"Envelope", testEnvelope},
 		{"Databases", testDatabases},
 		{"SystemPaths", testSystemPaths},
+		{"TriggerStateLogged", testTriggerStateLogged},
 		{"Ready", testReady},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -381,6 +383,50 @@ func testSystemPaths(t *testing.T, h *harness) {
 	}
 	if res[1].Doc.Seq != cs[0].Seq || res[3].Doc.Seq != cs[1].Seq {
 		t.Errorf("result seqs=%d,%d, want %d,%d", res[1].Doc.Seq, res[3].Doc.Seq, cs[0].Seq, cs[1].Seq)
+	}
+}
+
+// testTriggerStateLogged: _triggers is the one system collection whose
+// writes are logged (collections.IsLogged), so every node can follow the
+// trigger admin changes; the other system writes of the same commits are
+// not, and a commit of _triggers writes wakes Notify.
+func testTriggerStateLogged(t *testing.T, h *harness) {
+	head := h.mustHead()
+	wake := h.s.Notify()
+	res := h.mustCommit(db,
+		h.create("_triggers/t1", `{"source":"api","secret":"whsec_a"}`),
+		h.create("_outbox/o1", `{}`),
+		h.replace("_cursors/c1", `{"pos":1}`),
+	)
+	h.waitNotify(wake, "a commit of a _triggers write")
+	if d := res[0].Doc; d.Seq != head+1 {
+		t.Errorf("_triggers create: seq=%d, want %d", d.Seq, head+1)
+	}
+	if d := res[1].Doc; d.Seq != 0 {
+		t.Errorf("_outbox create: seq=%d, want 0 (not logged)", d.Seq)
+	}
+	h.mustCommit(db, h.update("_triggers/t1", `{"enabled":false}`), h.update("_outbox/o1", `{"n":1}`))
+	h.mustCommit(db, del("_triggers/t1"))
+	h.mustCommit(db, h.create("_users/u1", `{}`))
+	cs := h.mustChangesSince(head)
+	want := []string{"create _triggers/t1", "update _triggers/t1", "delete _triggers/t1"}
+	if got := changePaths(cs); !slices.Equal(got, want) {
+		t.Fatalf("changes=%v, want %v", got, want)
+	}
+	if cs[1].Before == nil || cs[1].After == nil || cs[1].After.Data["enabled"] != false || cs[1].Before.Data["secret"] != "whsec_a" {
+		t.Errorf("update change: Before=%s After=%s, want the state before and after", docString(cs[1].Before), docString(cs[1].After))
+	}
+	if !cs[2].After.Deleted || cs[2].DB != db {
+		t.Errorf("delete change: After=%s DB=%q, want a tombstone in %q", docString(cs[2].After), cs[2].DB, db)
+	}
+	if got := h.mustHead(); got != cs[2].Seq {
+		t.Errorf("Head=%d, want %d (the last _triggers change)", got, cs[2].Seq)
+	}
+	// The trigger registries read the states changed since a position.
+	h.mustCommit(db, h.create("_triggers/t2", `{"source":"file"}`))
+	docs := h.changedSince(db, "_triggers", collections.Checkpoint{Seq: head}, 10)
+	if len(docs) != 2 || docs[0].Path != "_triggers/t1" || !docs[0].Deleted || docs[0].Seq != cs[2].Seq || docs[1].Path != "_triggers/t2" || docs[1].Seq != cs[2].Seq+1 {
+		t.Errorf("ChangedSince(_triggers, %d)=%v, want the t1 tombstone at %d and t2 at %d", head, docStrings(docs), cs[2].Seq, cs[2].Seq+1)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 //   - the change log, read from its start, is contiguous and ends at Head;
 //   - every change is well formed: After is set and names the change's path
 //     and seq, Before is the previous After of that path, versions count up
-//     by one, no system path is logged;
+//     by one, only paths IsLogged names are logged;
 //   - every document touched keeps the version, seq and data of its last
 //     change (live ones through Get, tombstones through a showDeleted query).
 //
@@ -106,7 +106,7 @@ func checkChange(t *testing.T, c collections.Change) bool {
 		return false
 	case c.DB == "":
 		t.Errorf("invariants: change %d (%s %s) has no DB", c.Seq, c.Op, c.Path)
-	case collections.IsSystemPath(c.Path):
+	case !collections.IsLogged(c.Path):
 		t.Errorf("invariants: change %d logs system path %s", c.Seq, c.Path)
 	case c.After.Path != c.Path:
 		t.Errorf("invariants: change %d: After.Path=%q, want %q", c.Seq, c.After.Path, c.Path)

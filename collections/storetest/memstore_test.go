@@ -162,7 +162,7 @@ func (s *memStore) Commit(ctx context.Context, db string, writes []collections.W
 		default:
 			return fail(fmt.Errorf("unknown write type %q", w.Type))
 		}
-		if !collections.IsSystemPath(w.Path) {
+		if collections.IsLogged(w.Path) {
 			seq++
 			next.Seq = seq
 			var before *collections.Document

@@ -413,3 +413,42 @@ func TestHub_SnapshotReadsAreBounded(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The change log carries _triggers (the trigger state every node follows,
+// signing secrets included); no subscription sees it, live or caught up
+// from the store: not a wildcard one, not even one naming the collection
+// (an admin may name system collections).
+func TestHub_NoSystemChanges(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{ReadBatch: 2})
+	start := put(t, st, "rooms/first", nil)
+	live := []*realtime.Subscription{
+		mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "*"}}),
+		mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "_triggers"}}),
+		mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "_triggers", ShowDeleted: true}}),
+	}
+	secret := put(t, st, "_triggers/t1", map[string]any{"secret": "whsec_leak"})
+	if secret == 0 {
+		t.Fatal("the _triggers write was not logged: this test checks nothing")
+	}
+	put(t, st, "_triggers/t1", map[string]any{"secret": "whsec_leak2"})
+	del(t, st, "_triggers/t1")
+	end := put(t, st, "rooms/last", nil)
+	caughtUp := []*realtime.Subscription{
+		mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "*"}, Resume: true, After: start}),
+		mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "_triggers", ShowDeleted: true}, Resume: true, After: start}),
+	}
+	for i, s := range []*realtime.Subscription{live[0], caughtUp[0]} {
+		if g, want := nextChange(t, s), (got{"create", "create", "rooms/last", end}); g != want {
+			t.Fatalf("wildcard subscription %d: first event %v, want %v", i, g, want)
+		}
+	}
+	for i, s := range append(live[1:], caughtUp[1]) {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		ev, err := s.Next(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("_triggers subscription %d: Next=%+v, %v, want no event", i, ev, err)
+		}
+	}
+}

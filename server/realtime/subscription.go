@@ -220,8 +220,11 @@ func (s *Subscription) offerLocked(c *Change) {
 }
 
 // classify returns the change's type relative to the result set.
+// System changes (the _triggers state, which holds signing secrets, is
+// logged for the nodes to follow) never reach a subscription, not even an
+// admin's that names the collection.
 func (s *Subscription) classify(c *collections.Change) (collections.ChangeOp, bool) {
-	if c.DB != s.db {
+	if c.DB != s.db || collections.IsSystemPath(c.Path) {
 		return "", false
 	}
 	bm := c.Before != nil && s.query.Matches(c.Before)

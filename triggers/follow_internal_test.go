@@ -1,0 +1,215 @@
+package triggers
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/sqlite"
+)
+
+// Two registries on one store stand for two nodes; nothing runs in the
+// background, so each test decides when a registry reads the log.
+
+func openFollowStore(t *testing.T, cfg sqlite.Config) collections.Store {
+	t.Helper()
+	cfg.Path = filepath.Join(t.TempDir(), "loom.db")
+	cfg.Indexes = Indexes
+	st, err := sqlite.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func loadedRegistry(t *testing.T, st collections.Store) *registry {
+	t.Helper()
+	ctx := context.Background()
+	cfg := &Config{Store: st}
+	cfg.setDefaults()
+	head, err := st.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRegistry(cfg, st, cfg.Logger)
+	if err := r.load(ctx, nil, head); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func noteTrigger(id string) Trigger {
+	return Trigger{ID: id, Collection: "notes", Events: []string{"create"}, URL: "https://example.com/" + id}
+}
+
+func storedState(t *testing.T, st collections.Store, id string) *state {
+	t.Helper()
+	s, _, err := readState(context.Background(), st, id)
+	if err != nil || s == nil {
+		t.Fatalf("state of %s: %v, %v", id, s, err)
+	}
+	return s
+}
+
+// A counter flush on a node that has not read another node's disable yet
+// takes the stored state and adds its counts to it: it never switches the
+// trigger back on.
+func TestFlushKeepsAnotherNodesSwitch(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	a := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	b := loadedRegistry(t, st)
+	if err := b.setEnabled(ctx, "x", false, "off through b"); err != nil {
+		t.Fatal(err)
+	}
+	a.count("x", Counts{Delivered: 2})
+	a.flushCounts(ctx) // a still has x enabled at the old version
+	s := storedState(t, st, "x")
+	if s.Enabled == nil || *s.Enabled || s.DisabledReason != "off through b" || s.Counts.Delivered != 2 {
+		t.Fatalf("stored after a's flush: enabled=%v reason=%q delivered=%d, want off (b's reason) and 2", s.Enabled, s.DisabledReason, s.Counts.Delivered)
+	}
+	if a.entry("x").enabled() {
+		t.Fatal("a still has x enabled after its flush read b's change")
+	}
+}
+
+// A registry that fell behind the change-log retention reloads every
+// state: a trigger registered meanwhile appears with its switch, one
+// deleted meanwhile goes away.
+func TestFollowPastRetentionReloads(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{Retention: time.Millisecond, PurgeInterval: -1})
+	a := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("gone")); err != nil {
+		t.Fatal(err)
+	}
+	b := loadedRegistry(t, st) // knows "gone", at the head
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.setEnabled(ctx, "x", false, "off"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.remove(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := st.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ReadChanges(ctx, b.position(), 1); err == nil {
+		t.Fatal("the log was not purged past b's position: this test checks nothing")
+	}
+	head, err := st.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.syncTo(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.entry("x"); e == nil || e.enabled() {
+		t.Fatalf("b's x after the reload: %+v, want registered and disabled", e)
+	}
+	if e := b.entry("gone"); e != nil {
+		t.Fatal("b still has the trigger deleted while it was behind")
+	}
+	if got := b.position(); got < head {
+		t.Fatalf("b's position %d after the reload, want the head %d", got, head)
+	}
+}
+
+// nopIntake holds no row: every row waits in the outbox.
+type nopIntake struct{}
+
+func (nopIntake) reserve(*Delivery, bool) bool { return false }
+func (nopIntake) submit(*job)                  {}
+
+// The evaluator catches its registry up on a state change before it
+// evaluates the changes after it, without waiting for follow: a trigger
+// registered through another node fires for the very next change, whether
+// the evaluator was idle (no trigger known: it skips to the head) or not.
+func TestEvaluatorAppliesStateChangesInOrder(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	b := loadedRegistry(t, st) // evaluates; follow does not run
+	a := loadedRegistry(t, st)
+	m, err := newMetrics(b.cfg.Registerer, st, func() int { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &evaluator{cfg: b.cfg, store: st, reg: b, intake: nopIntake{}, log: b.log, m: m, epoch: "e"}
+	ev := &evalState{}
+	registerThenWrite := func(id string) int64 {
+		t.Helper()
+		if _, _, err := a.register(ctx, noteTrigger(id)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "notes/after-" + id, Data: map[string]any{}}}, collections.CommitOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0].Doc.Seq
+	}
+
+	// Idle: b knows no trigger, so the evaluator would skip to the head.
+	head := registerThenWrite("x")
+	for i := 0; ev.pos < head && i < 3; i++ {
+		if err := v.evaluateBatch(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.takeDeltas()["x"]; got == nil || got.Matched != 1 {
+		t.Fatalf("x matched %v on b, want 1 change (notes/after-x)", got)
+	}
+
+	// Busy: b evaluates every change; the registration is in the batch.
+	registerThenWrite("y")
+	if err := v.evaluateBatch(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.takeDeltas()["y"]; got == nil || got.Matched != 1 {
+		t.Fatalf("y matched %v on b in the batch that registered it, want 1 change (notes/after-y)", got)
+	}
+}
+
+// A node setting up its file triggers from states it read before another
+// node changed them takes the stored state: it does not switch back on a
+// trigger the other node disabled, nor replace its secret.
+func TestFileSetupKeepsAnotherNodesState(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	cfg := &Config{Store: st}
+	cfg.setDefaults()
+	c, err := Compile(noteTrigger("f"), cfg.Expand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newRegistry(cfg, st, cfg.Logger)
+	if err := a.load(ctx, []*Compiled{c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	states, err := loadStates(ctx, st) // b starts: it reads the states...
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.setEnabled(ctx, "f", false, "off through a"); err != nil { // ...a disables f...
+		t.Fatal(err)
+	}
+	b := newRegistry(cfg, st, cfg.Logger)
+	if err := b.setFileTriggers(ctx, []*Compiled{c}, states, 0, true); err != nil { // ...b sets f up from what it read
+		t.Fatal(err)
+	}
+	s := storedState(t, st, "f")
+	if s.Enabled == nil || *s.Enabled || s.Secret != a.entry("f").st.Secret {
+		t.Fatalf("stored after b's setup: enabled=%v, secret kept=%v; want off and a's secret", s.Enabled, s.Secret == a.entry("f").st.Secret)
+	}
+	if b.entry("f").enabled() {
+		t.Fatal("b has f enabled after its setup met a's disable")
+	}
+}
