@@ -665,7 +665,7 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 			return collections.WriteResult{}, err
 		}
 	}
-	if logged(w.Path) {
+	if collections.IsLogged(w.Path) {
 		c := &changeRecord{DB: db, Op: string(op), Path: w.Path, Time: now,
 			After: snapshot{Version: next.Version, CreatedAt: next.CreatedAt, UpdatedAt: now, Deleted: next.Deleted, Data: string(data)}}
 		if curDoc != nil {

@@ -412,11 +412,6 @@ func (s *Store) maxBytes(path string) int {
 	return s.cfg.MaxDocumentBytes
 }
 
-// logged reports whether a write to path appends to the change log.
-func logged(path string) bool {
-	return !collections.IsSystemPath(path) || strings.HasPrefix(path, "_triggers/")
-}
-
 // Ready reports nil while the engine is open, the primary answers and the
 // change stream is live.
 func (s *Store) Ready(ctx context.Context) error {
