@@ -146,17 +146,16 @@ func Database(t testing.TB) (uri, name string) {
 	return uri, name
 }
 
-// redact removes the password of uri from msg (errors may quote the URI;
-// collections/mongo.RedactURI cannot be used here: its tests import this
-// package).
+// redact replaces the credentials of uri in msg (errors may quote the
+// URI) with the user name and "xxxxx"; collections/mongo.RedactURI cannot
+// be used here: its tests import this package.
 func redact(msg, uri string) string {
 	u, err := url.Parse(uri)
 	if err != nil || u.User == nil {
 		return msg
 	}
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		msg = strings.ReplaceAll(msg, url.QueryEscape(pw), "xxxxx")
+	if _, ok := u.User.Password(); !ok {
+		return msg
 	}
-	return msg
+	return strings.ReplaceAll(msg, u.User.String()+"@", url.UserPassword(u.User.Username(), "xxxxx").String()+"@")
 }
