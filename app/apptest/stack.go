@@ -34,6 +34,13 @@ const (
 	WebhookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	// Password is the password SignUp gives every user.
 	Password = "correct horse battery"
+	// JWTSecret signs the access tokens of a node on MongoDB ([auth]
+	// jwt_secret), and CursorKey its query cursors ([security]
+	// cursor_key): nodes on one database must share them (loom serve
+	// --engine mongo refuses to start without them), so every node the kit
+	// starts on MongoDB has these.
+	JWTSecret = "test-jwt-secret-shared-by-every-node-0123456789"
+	CursorKey = "test-cursor-key-shared-by-every-node-0123456789"
 )
 
 // WaitTimeout bounds every wait of the kit: a condition that does not hold
@@ -78,6 +85,19 @@ type Options struct {
 	// finish (0: the triggers default, 10 s); restart tests that leave a
 	// receiver hanging shorten it.
 	DrainTimeout time.Duration
+	// Mongo runs the node on MongoDB (engine mongo) with its own Store on
+	// that database, as loom serve --engine mongo does, instead of SQLite
+	// in the data directory; the shared settings are the kit's fixed
+	// AdminKey, WebhookSecret, JWTSecret and CursorKey. Nodes started with
+	// the same Mongo are nodes of one deployment. nil: SQLite (or Store).
+	Mongo *Mongo
+}
+
+// Mongo names the database a node runs on: collections/mongo/mongotest's
+// Database gives a fresh one (or skips the test when there is no server).
+type Mongo struct {
+	URI      string
+	Database string
 }
 
 // Stack is one whole Loom node built by the composition root (app.New)
@@ -166,8 +186,21 @@ func testConfig(t testing.TB, dir string, o Options) (config.Config, string) {
 	if o.Rules != "" {
 		cfg.Security.RulesFile = writeFile(t, dir, "security.toml", o.Rules)
 	}
+	if o.Mongo != nil {
+		cfg.Engine = "mongo"
+		cfg.Mongo.URI = o.Mongo.URI
+		cfg.Mongo.Database = o.Mongo.Database
+		cfg.Auth.JWTSecret = JWTSecret
+		cfg.Security.CursorKey = CursorKey
+	}
 	if o.Config != nil {
 		o.Config(&cfg)
+	}
+	if cfg.Engine == "mongo" {
+		// What loom serve checks before it starts a node on MongoDB.
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("node configuration: %v", err)
+		}
 	}
 	return cfg, trigFile
 }
