@@ -452,3 +452,47 @@ func TestHub_NoSystemChanges(t *testing.T) {
 		}
 	}
 }
+
+// laggingLog is a real store whose change log answers empty for its first
+// reads, as a MongoDB replica does for a moment after a failover while it
+// has not yet seen what the old primary reported.
+type laggingLog struct {
+	collections.Store
+	mu    sync.Mutex
+	empty int // reads still to answer empty
+}
+
+func (l *laggingLog) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	l.mu.Lock()
+	lag := l.empty > 0
+	if lag {
+		l.empty--
+	}
+	l.mu.Unlock()
+	if lag {
+		return nil, nil
+	}
+	return l.Store.ReadChanges(ctx, after, limit)
+}
+
+// A resume whose catch-up finds the log behind the head waits for it
+// instead of skipping ahead: every change arrives, in order.
+func TestHub_ResumeWaitsForALaggingLog(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	start := put(t, st, "c/first", nil)
+	var want []int64
+	for i := range 5 {
+		want = append(want, put(t, st, fmt.Sprintf("c/d%d", i), nil))
+	}
+	lag := &laggingLog{Store: st}
+	h := mustHub(t, lag, realtime.Config{})
+	lag.mu.Lock()
+	lag.empty = 3
+	lag.mu.Unlock()
+	r := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Resume: true, After: start})
+	for i, seq := range want {
+		if g := nextChange(t, r); g.seq != seq || g.path != fmt.Sprintf("c/d%d", i) {
+			t.Fatalf("event %d=%v, want c/d%d @%d", i, g, i, seq)
+		}
+	}
+}

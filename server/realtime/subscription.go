@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -407,15 +408,40 @@ func (s *Subscription) acceptUpdate(ctx context.Context, ev Event) (Event, bool,
 	return ev, true, nil
 }
 
+// logLagRecheck bounds a wait for changes the log does not show yet.
+const logLagRecheck = 100 * time.Millisecond
+
+// waitForLog waits until the store commits again, logLagRecheck passes or
+// ctx ends (the caller reads again; only ctx's end is an error).
+func waitForLog(ctx context.Context, wake <-chan struct{}) error {
+	t := time.NewTimer(logLagRecheck)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
 // catchUp reads the next batch of changes up to the registration position
 // from the store; when there are none left it switches to live delivery
 // (or, after an overflow, moves the registration position and goes on).
 func (s *Subscription) catchUp(ctx context.Context) error {
 	h := s.hub
 	if s.scanned < s.regP {
+		wake := h.store.Notify()
 		changes, err := h.store.ReadChanges(ctx, s.scanned, h.readBatch)
 		if err != nil {
 			return err
+		}
+		if len(changes) == 0 {
+			// The log is behind the position this subscription registered
+			// at: a replica that has not yet seen what another reported
+			// (MongoDB right after a failover). Skipping ahead would drop
+			// those changes for good; wait for them instead.
+			return waitForLog(ctx, wake)
 		}
 		for i := range changes {
 			c := &changes[i]
@@ -435,7 +461,7 @@ func (s *Subscription) catchUp(ctx context.Context) error {
 				s.pending = append(s.pending, ev)
 			}
 		}
-		if len(changes) == 0 || changes[len(changes)-1].Seq >= s.regP {
+		if changes[len(changes)-1].Seq >= s.regP {
 			s.scanned = max(s.scanned, s.regP)
 		}
 		return nil
