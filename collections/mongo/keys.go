@@ -35,10 +35,17 @@ const (
 	keyEnd = "7"
 )
 
-// maxKeyBytes bounds the order keys of one document (names and values).
+// maxKeyBytes bounds the order keys of one document as BSON (names, values
+// and bsonKeyOverhead per key).
 // A document over it is stored without keys and marked (fieldNoKeys); a
 // query over a collection holding such a document runs in Go.
 const maxKeyBytes = 4 << 20
+
+// bsonKeyOverhead is what one string element costs in BSON beyond its name
+// and value: the type byte, the name's terminator, the value's length and
+// its terminator. A document of many small fields spends more on it than
+// on names and values.
+const bsonKeyOverhead = 7
 
 // orderKey returns the order key of a present value, and false for a value
 // of no JSON class (never stored).
@@ -215,11 +222,11 @@ func keyPath(field string) string { return fieldKeys + "." + fieldName(field) }
 // maxKeyBytes.
 func docKeys(d *collections.Document) (map[string]string, bool) {
 	keys := make(map[string]string, 8+len(d.Data))
-	size := 0
+	size := 5 // the subdocument's length and terminator
 	add := func(field, key string) {
 		name := fieldName(field)
 		keys[name] = key
-		size += len(name) + len(key)
+		size += len(name) + len(key) + bsonKeyOverhead
 	}
 	add(collections.FieldID, keyString+d.ID)
 	add(collections.FieldCollection, keyString+d.Collection)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/loomdb/loom/collections"
 )
 
@@ -241,5 +243,30 @@ func TestDocKeys_Bounded(t *testing.T) {
 	}
 	if !r.NoKeys || r.Keys != nil {
 		t.Errorf("record of an oversized document: NoKeys=%v keys=%d, want the marker and no keys", r.NoKeys, len(r.Keys))
+	}
+}
+
+// TestDocKeys_BSONBound checks that maxKeyBytes bounds the order keys as
+// MongoDB stores them: each key costs its name and value plus 7 bytes of
+// BSON (type, name terminator, length, value terminator). Counting names
+// and values alone let a document of many small fields store several times
+// maxKeyBytes, and a system document near its bound then exceeds MongoDB's
+// 16 MiB limit instead of being stored without keys.
+func TestDocKeys_BSONBound(t *testing.T) {
+	data := map[string]any{}
+	for i := 0; i < 400000; i++ {
+		data["x"+strconv.FormatInt(int64(i), 36)] = []any{}
+	}
+	d := &collections.Document{Path: "_outbox/a", Collection: "_outbox", ID: "a", Data: data}
+	keys, ok := docKeys(d)
+	if !ok {
+		return // stored without keys: within every bound
+	}
+	b, err := bson.Marshal(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > maxKeyBytes {
+		t.Errorf("order keys of %d fields encode to %d bytes of BSON, above maxKeyBytes=%d", len(keys), len(b), maxKeyBytes)
 	}
 }
