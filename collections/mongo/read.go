@@ -408,21 +408,45 @@ func (s *Store) queryPushed(ctx context.Context, db string, q *collections.Query
 		return nil, err
 	}
 	defer closeCursor(ctx, cur)
-	var out []*collections.Document
-	for len(out) <= limit && cur.Next(ctx) {
+	return collectPushed(q, after, limit, func() (*collections.Document, bool, error) {
+		if !cur.Next(ctx) {
+			return nil, false, cur.Err()
+		}
 		var rec docRecord
 		if err := cur.Decode(&rec); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		d, err := rec.decode()
 		if err != nil {
+			return nil, false, err
+		}
+		return d, true, nil
+	})
+}
+
+// collectPushed keeps the first limit+1 candidates that match, in the order
+// next yields them. A MongoDB cursor is not isolated: a document updated
+// during an index scan on its sort key can come back at its new position
+// too, so a path already kept is skipped (the page keeps the version first
+// seen, in its place).
+func collectPushed(q *collections.Query, after *collections.Cursor, limit int,
+	next func() (*collections.Document, bool, error)) ([]*collections.Document, error) {
+	var out []*collections.Document
+	seen := map[string]bool{}
+	for len(out) <= limit {
+		d, ok, err := next()
+		if err != nil {
 			return nil, err
 		}
-		if keep(q, after, d) {
+		if !ok {
+			break
+		}
+		if !seen[d.Path] && keep(q, after, d) {
+			seen[d.Path] = true
 			out = append(out, d)
 		}
 	}
-	return out, cur.Err()
+	return out, nil
 }
 
 // queryGo reads every document of the collection (or pattern) and filters
