@@ -56,3 +56,30 @@ func TestCollectPushed_Duplicates(t *testing.T) {
 		}
 	}
 }
+
+// ChangedSince scans the (seq, id) index, which a concurrent update moves
+// a document forward in: the scan may return it at its old and its new
+// seq. The batch keeps the newer version only: keeping the older one and
+// checkpointing past the newer would hide it from the client for good.
+func TestLatest(t *testing.T) {
+	d := func(id string, seq int64) *collections.Document {
+		return &collections.Document{Path: "c/" + id, Collection: "c", ID: id, Seq: seq}
+	}
+	for _, tc := range []struct {
+		in   []*collections.Document
+		want []string
+	}{
+		{nil, nil},
+		{[]*collections.Document{d("a", 1), d("b", 2)}, []string{"a@1", "b@2"}},
+		{[]*collections.Document{d("a", 1), d("b", 2), d("a", 3), d("c", 4)}, []string{"b@2", "a@3", "c@4"}},
+		{[]*collections.Document{d("a", 1), d("a", 2), d("a", 3)}, []string{"a@3"}},
+	} {
+		var got []string
+		for _, x := range latest(tc.in) {
+			got = append(got, x.ID+"@"+strconv.FormatInt(x.Seq, 10))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("latest=%v, want %v", got, tc.want)
+		}
+	}
+}

@@ -105,7 +105,29 @@ func (s *Store) ChangedSince(ctx context.Context, db, collection string, cp coll
 	if err != nil {
 		return nil, s.readErr("changed since", err)
 	}
-	return out, nil
+	return latest(out), nil
+}
+
+// latest keeps, of a document returned more than once, only its last (its
+// newest) version. The cursor is not isolated: an update during the scan
+// moves a document forward in the (seq, id) index, where the scan meets it
+// again. Keeping the older version while the batch's checkpoint passes the
+// newer one would hide the newer from the client for good.
+func latest(docs []*collections.Document) []*collections.Document {
+	last := make(map[string]int, len(docs))
+	for i, d := range docs {
+		last[d.Path] = i
+	}
+	if len(last) == len(docs) {
+		return docs
+	}
+	out := docs[:0]
+	for i, d := range docs {
+		if last[d.Path] == i {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // maxReadBytes bounds the stored changes one ReadChanges returns beyond
