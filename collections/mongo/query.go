@@ -121,7 +121,10 @@ func filterCond(f collections.Filter) bson.D {
 	case collections.OpPrefix:
 		p, _ := f.Value.(string)
 		r := bson.D{{Key: "$gte", Value: keyString + p}}
-		if hi, ok := prefixEnd(p); ok {
+		// Trailing U+10FFFF has no successor: every string that starts
+		// with p also lies below the bound of p without it.
+		base := strings.TrimRight(p, "\U0010ffff")
+		if hi, ok := prefixEnd(base); ok {
 			r = append(r, bson.E{Key: "$lt", Value: keyString + hi})
 		} else {
 			r = append(r, bson.E{Key: "$lt", Value: keyArray})

@@ -269,3 +269,19 @@ func TestSortSpec_RepeatedField(t *testing.T) {
 		}
 	}
 }
+
+// prefix is exact (docs/mongo.md): a prefix ending in U+10FFFF, which has
+// no successor rune, bounds its range by the rune before it, not by the
+// end of the string class.
+func TestFilterCond_PrefixExact(t *testing.T) {
+	for _, p := range []string{"a\U0010ffff", "a\U0010ffff\U0010ffff", "\U0010ffff", "", "ab", "é\U0010ffff"} {
+		f := collections.Filter{Field: "s", Op: collections.OpPrefix, Value: p}
+		cond := filterCond(f)
+		for _, s := range []string{"", "a", "a\U0010ffff", "a\U0010ffffz", "a\U0010ffff\U0010ffff", "ab", "abc", "b", "é", "é\U0010ffff!", "ê", "\U0010ffff", "\U0010ffffx"} {
+			m := model{keyPath("s"): keyString + s}
+			if got, want := m.match(t, cond), strings.HasPrefix(s, p); got != want {
+				t.Errorf("prefix %q on %q: filter %v selects=%v, want %v", p, s, cond, got, want)
+			}
+		}
+	}
+}
