@@ -1,6 +1,7 @@
 package mongo
 
 import (
+	"math"
 	"strings"
 	"unicode/utf8"
 
@@ -60,6 +61,11 @@ func classRange(key string) (lo, hi string) {
 // or nil when the filter cannot narrow the candidates (then Go alone
 // decides).
 func filterCond(f collections.Filter) bson.D {
+	if hasNaN(f.Value) {
+		// Only a Go caller can send NaN; Compare ranks it equal to every
+		// number, which no key range expresses.
+		return nil
+	}
 	k := keyPath(f.Field)
 	switch f.Op {
 	case collections.OpEq:
@@ -132,6 +138,23 @@ func filterCond(f collections.Filter) bson.D {
 		return bson.D{{Key: k, Value: r}}
 	}
 	return nil
+}
+
+// hasNaN reports whether a filter value, or an entry of its list, is NaN.
+func hasNaN(v any) bool {
+	switch t := v.(type) {
+	case float64:
+		return math.IsNaN(t)
+	case float32:
+		return math.IsNaN(float64(t))
+	case []any:
+		for _, e := range t {
+			if hasNaN(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func isContainer(v any) bool {

@@ -1,6 +1,8 @@
 package mongo
 
 import (
+	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -281,6 +283,32 @@ func TestFilterCond_PrefixExact(t *testing.T) {
 			m := model{keyPath("s"): keyString + s}
 			if got, want := m.match(t, cond), strings.HasPrefix(s, p); got != want {
 				t.Errorf("prefix %q on %q: filter %v selects=%v, want %v", p, s, cond, got, want)
+			}
+		}
+	}
+}
+
+// NaN cannot come from JSON, but a Go caller may filter on it, and
+// collections.Compare ranks it equal to every number: the filter must not
+// drop a document that Matches selects (Go then decides).
+func TestFilterCond_NaN(t *testing.T) {
+	nan := math.NaN()
+	values := []any{json.Number("5"), json.Number("0"), json.Number("-1.5"), "x", nil, true}
+	for _, f := range []collections.Filter{
+		{Field: "n", Op: collections.OpEq, Value: nan},
+		{Field: "n", Op: collections.OpLe, Value: nan},
+		{Field: "n", Op: collections.OpGe, Value: float32(nan)},
+		{Field: "n", Op: collections.OpIn, Value: []any{nan}},
+		{Field: "n", Op: collections.OpNe, Value: nan},
+		{Field: "n", Op: collections.OpNotIn, Value: []any{nan, "y"}},
+	} {
+		cond := filterCond(f)
+		for _, v := range values {
+			d := &collections.Document{Path: "c/a", Collection: "c", ID: "a", Data: map[string]any{"n": v}}
+			key, _ := orderKey(v)
+			m := model{keyPath("n"): key}
+			if collections.MatchFilters(d, []collections.Filter{f}) && cond != nil && !m.match(t, cond) {
+				t.Errorf("filter n %s %v: value %v matches, but the MongoDB filter %v drops it", f.Op, f.Value, v, cond)
 			}
 		}
 	}
