@@ -240,8 +240,8 @@ func docKeys(d *collections.Document) (map[string]string, bool) {
 	walk = func(prefix string, m map[string]any, top bool) bool {
 		for k, v := range m {
 			// Lookup splits fields on "." and never yields an empty
-			// segment, and envelope names at the top are the envelope's.
-			if k == "" || strings.Contains(k, ".") || top && collections.IsEnvelopeField(k) {
+			// segment.
+			if k == "" || strings.Contains(k, ".") {
 				continue
 			}
 			field := k
@@ -252,9 +252,13 @@ func docKeys(d *collections.Document) (map[string]string, bool) {
 			if !ok {
 				continue
 			}
-			add(field, key)
-			if size > maxKeyBytes {
-				return false
+			// An envelope name at the top is the envelope's, but Lookup
+			// still reads the data below it ("version.x").
+			if !top || !collections.IsEnvelopeField(k) {
+				add(field, key)
+				if size > maxKeyBytes {
+					return false
+				}
 			}
 			if sub, isMap := v.(map[string]any); isMap {
 				if !walk(field, sub, false) {

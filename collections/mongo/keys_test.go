@@ -270,3 +270,26 @@ func TestDocKeys_BSONBound(t *testing.T) {
 		t.Errorf("order keys of %d fields encode to %d bytes of BSON, above maxKeyBytes=%d", len(keys), len(b), maxKeyBytes)
 	}
 }
+
+// Lookup shadows only the envelope field itself: "version.x" reads the data
+// under a top-level "version" object (data that skipped CleanInput, as a Go
+// caller may store). Its keys must be there too, or a filter on it drops
+// the document that Matches selects.
+func TestDocKeys_UnderEnvelopeName(t *testing.T) {
+	d := &collections.Document{Path: "c/a", Collection: "c", ID: "a", Version: 2, Data: map[string]any{
+		"version": map[string]any{"x": json.Number("1"), "y": map[string]any{"z": "s"}},
+		"id":      "other",
+	}}
+	keys, ok := docKeys(d)
+	if !ok {
+		t.Fatal("docKeys failed")
+	}
+	for _, f := range []string{"version", "version.x", "version.y", "version.y.z", "id", "id.x"} {
+		v, present := collections.Lookup(d, f)
+		k, has := keys[fieldName(f)]
+		want, _ := orderKey(v)
+		if has != present || present && k != want {
+			t.Errorf("field %s: key %q (present %v), Lookup %v (present %v)", f, k, has, v, present)
+		}
+	}
+}
