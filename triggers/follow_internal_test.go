@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -211,5 +212,38 @@ func TestFileSetupKeepsAnotherNodesState(t *testing.T) {
 	}
 	if b.entry("f").enabled() {
 		t.Fatal("b has f enabled after its setup met a's disable")
+	}
+}
+
+// A node that has not read another node's registration yet must not take
+// over its state document: a second registration of the id, or a file
+// trigger of that id appearing on a reload, is refused (the first admin
+// got a secret for it), not written over the registered definition.
+func TestNoNodeReplacesAnotherNodesRegistration(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	a := loadedRegistry(t, st)
+	b := loadedRegistry(t, st) // at the head: has not read a's registration
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	other := noteTrigger("x")
+	other.URL = "https://example.org/b"
+	if _, _, err := b.register(ctx, other); !errors.Is(err, ErrConflict) {
+		t.Fatalf("b registers x again: err=%v, want ErrConflict", err)
+	}
+	c, err := Compile(noteTrigger("x"), b.cfg.Expand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.setFileTriggers(ctx, []*Compiled{c}, nil, 0, false); err == nil {
+		t.Fatal("b reloads a file with x: no error, want x refused as a registered trigger's id")
+	}
+	s := storedState(t, st, "x")
+	if s.Source != SourceAPI || s.Def == nil || s.Def.URL != "https://example.com/x" || s.Secret != a.entry("x").st.Secret {
+		t.Fatalf("stored x after b's attempts: source=%q def=%+v, secret kept=%v; want a's registration", s.Source, s.Def, s.Secret == a.entry("x").st.Secret)
+	}
+	if e := b.entry("x"); e != nil {
+		t.Fatalf("b has x as %s before it read a's registration", e.source)
 	}
 }

@@ -152,6 +152,39 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 		}
 	}
 	list = kept
+	// The stored states of the triggers this node does not know yet. One
+	// another node registered and this node has not read yet (or cannot
+	// compile) is not taken over, as a known one is not.
+	fresh := map[string]*stored{}
+	kept = list[:0:0]
+	for _, c := range list {
+		id := c.Def.ID
+		if r.entries[id] != nil {
+			kept = append(kept, c)
+			continue
+		}
+		sd := states[id]
+		if !startup || sd == nil {
+			st, ver, err := readState(ctx, r.store, id)
+			if err != nil {
+				return err
+			}
+			sd = &stored{version: ver}
+			if st != nil {
+				sd.st = *st
+			}
+			fresh[id] = sd
+		}
+		if sd.st.registered() {
+			if r.cfg.builtinSet() {
+				r.log.Warn("a registered trigger replaces the built-in one of the same id", "trigger", id)
+				continue
+			}
+			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", r.cfg.File, id)
+		}
+		kept = append(kept, c)
+	}
+	list = kept
 	keep := map[string]bool{}
 	for _, c := range list {
 		id := c.Def.ID
@@ -164,10 +197,8 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 		case startup && states[id] != nil:
 			e.st, e.ver = states[id].st, states[id].version
 		default:
-			if st, ver, err := readState(ctx, r.store, id); err != nil {
-				return err
-			} else if st != nil {
-				e.st, e.ver = *st, ver
+			if sd := fresh[id]; sd.version > 0 {
+				e.st, e.ver = sd.st, sd.version
 			}
 			e.st.ActiveFrom = head
 		}

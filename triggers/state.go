@@ -65,6 +65,12 @@ type state struct {
 
 func statePath(id string) string { return triggerColl + "/" + id }
 
+// registered reports whether st is the state of a registered trigger (nil:
+// no state).
+func (st *state) registered() bool {
+	return st != nil && st.Source == SourceAPI && st.Def != nil
+}
+
 // loadStates reads every _triggers document.
 func loadStates(ctx context.Context, s collections.Store) (map[string]*stored, error) {
 	out := map[string]*stored{}
