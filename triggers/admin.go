@@ -80,6 +80,9 @@ func (r *registry) list(ctx context.Context) (list []Info, secrets map[string]st
 func (r *registry) get(ctx context.Context, id string) (Info, string, error) {
 	var secret string
 	e, err := r.updateEntry(ctx, id, func(e *entry) error {
+		// fn runs again on another node's newer state (updateLocked): one
+		// that has shown the secret meanwhile shows it here no more.
+		secret = ""
 		if e.c.Def.Secret == "" && !e.st.SecretShown {
 			secret = e.st.Secret
 			e.st.SecretShown = true

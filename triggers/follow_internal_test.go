@@ -247,3 +247,34 @@ func TestNoNodeReplacesAnotherNodesRegistration(t *testing.T) {
 		t.Fatalf("b has x as %s before it read a's registration", e.source)
 	}
 }
+
+// A generated secret is shown once across the nodes: a node that has not
+// read another node's showing yet finds it when it stores its own, and
+// shows nothing.
+func TestGeneratedSecretShownOnceAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	cfg := &Config{Store: st}
+	cfg.setDefaults()
+	c, err := Compile(noteTrigger("f"), cfg.Expand) // no secret: one is generated
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newRegistry(cfg, st, cfg.Logger)
+	if err := a.load(ctx, []*Compiled{c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	b := newRegistry(cfg, st, cfg.Logger)
+	if err := b.load(ctx, []*Compiled{c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, secret, err := a.get(ctx, "f"); err != nil || secret == "" {
+		t.Fatalf("a shows f: secret=%q, %v, want the generated secret", secret, err)
+	}
+	if _, secret, err := b.get(ctx, "f"); err != nil || secret != "" {
+		t.Fatalf("b shows f after a did: secret shown=%v, %v, want none", secret != "", err)
+	}
+	if !storedState(t, st, "f").SecretShown {
+		t.Fatal("f's stored state does not record the showing")
+	}
+}
