@@ -278,3 +278,36 @@ func TestGeneratedSecretShownOnceAcrossNodes(t *testing.T) {
 		t.Fatal("f's stored state does not record the showing")
 	}
 }
+
+// A store write that finds another node's newer state applies it to the
+// entries and to what the evaluator and the deliveries read, even when the
+// write then fails: a counter flush of a trigger deleted through another
+// node, then following the log (which skips what the write already
+// applied), leaves no trace of the trigger.
+func TestRefreshedStateIsPublished(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	a := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	b := loadedRegistry(t, st)
+	if err := a.remove(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	b.count("x", Counts{Delivered: 1})
+	b.flushCounts(ctx) // finds x gone
+	head, err := st.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.syncTo(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.entry("x"); e != nil {
+		t.Fatal("b's deliveries still see x, deleted through a")
+	}
+	if act := b.activeTriggers(); len(act) != 0 {
+		t.Fatalf("b's evaluator still has %d active triggers, want none", len(act))
+	}
+}

@@ -334,11 +334,16 @@ func (r *registry) updateLocked(ctx context.Context, id string, fn func(e *entry
 	}
 }
 
-// refreshLocked applies id's stored state to its entry.
+// refreshLocked applies id's stored state to its entry and publishes it:
+// the update that called it may fail after all (the trigger is gone, or
+// fn refuses the new state), and following the log will not apply this
+// state again (a tombstone finds no entry; seen skips the rest).
 func (r *registry) refreshLocked(ctx context.Context, id string) error {
 	doc, err := r.store.Get(ctx, SystemDB, statePath(id))
 	if errors.Is(err, collections.ErrNotFound) {
-		r.applyLocked(id, nil, 0)
+		if r.applyLocked(id, nil, 0) {
+			r.publishLocked()
+		}
 		return nil
 	}
 	if err != nil {
@@ -348,7 +353,9 @@ func (r *registry) refreshLocked(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	r.applyLocked(id, &st, doc.Version)
+	if r.applyLocked(id, &st, doc.Version) {
+		r.publishLocked()
+	}
 	r.noteSeqLocked(id, doc.Seq)
 	return nil
 }
