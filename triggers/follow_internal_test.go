@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,5 +310,60 @@ func TestRefreshedStateIsPublished(t *testing.T) {
 	}
 	if act := b.activeTriggers(); len(act) != 0 {
 		t.Fatalf("b's evaluator still has %d active triggers, want none", len(act))
+	}
+}
+
+// commitCounter counts the commits made through it.
+type commitCounter struct {
+	collections.Store
+	n atomic.Int64
+}
+
+func (c *commitCounter) Commit(ctx context.Context, db string, ws []collections.Write, o collections.CommitOptions) ([]collections.WriteResult, error) {
+	c.n.Add(1)
+	return c.Store.Commit(ctx, db, ws, o)
+}
+
+// A counter flush stores every trigger's counters in one commit: the
+// flushes are logged for the nodes to follow, and each commit wakes every
+// consumer of the log on every node (and costs a sync). When another node
+// changed one of the states meanwhile, each is flushed on its own, taking
+// the other node's change.
+func TestFlushIsOneCommit(t *testing.T) {
+	ctx := context.Background()
+	st := &commitCounter{Store: openFollowStore(t, sqlite.Config{})}
+	a := loadedRegistry(t, st)
+	ids := []string{"x", "y", "z"}
+	for _, id := range ids {
+		if _, _, err := a.register(ctx, noteTrigger(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := loadedRegistry(t, st)
+	for round, want := range []int64{1, 5} { // then: the batch fails, y takes two tries
+		for _, id := range ids {
+			a.count(id, Counts{Delivered: 1})
+		}
+		st.n.Store(0)
+		a.flushCounts(ctx)
+		if got := st.n.Load(); got != want {
+			t.Fatalf("round %d: the flush of 3 triggers made %d commits, want %d", round, got, want)
+		}
+		for _, id := range ids {
+			if s := storedState(t, st, id); s.Counts.Delivered != int64(round+1) {
+				t.Fatalf("round %d: %s stored delivered=%d, want %d", round, id, s.Counts.Delivered, round+1)
+			}
+		}
+		if round == 0 {
+			if err := b.setEnabled(ctx, "y", false, "off through b"); err != nil { // a has not read it
+				t.Fatal(err)
+			}
+		}
+	}
+	if s := storedState(t, st, "y"); s.Enabled == nil || *s.Enabled {
+		t.Fatal("a's flush switched y back on")
+	}
+	if len(a.takeDeltas()) != 0 {
+		t.Fatal("deltas left after the flushes")
 	}
 }

@@ -713,8 +713,12 @@ func (r *registry) flushLoop(ctx context.Context) {
 	}
 }
 
-// flushCounts adds the counter deltas to the stored states. Deltas that
-// fail to save are put back for the next flush.
+// flushCounts adds the counter deltas to the stored states, all in one
+// commit (a flush is logged, for the nodes to follow: one commit wakes
+// every consumer of the log once, and costs one sync). When another node
+// changed one of the states meanwhile, each state is updated on its own,
+// taking the other node's change (updateLocked). Deltas that fail to save
+// are put back for the next flush.
 func (r *registry) flushCounts(ctx context.Context) {
 	deltas := r.takeDeltas()
 	if len(deltas) == 0 {
@@ -722,7 +726,7 @@ func (r *registry) flushCounts(ctx context.Context) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	changed := false
+	changed := len(deltas) > 1 && r.flushTogetherLocked(ctx, deltas)
 	for id, d := range deltas {
 		_, err := r.updateLocked(ctx, id, func(e *entry) error {
 			e.st.Counts.add(*d)
@@ -740,4 +744,41 @@ func (r *registry) flushCounts(ctx context.Context) {
 	if changed {
 		r.publishLocked()
 	}
+}
+
+// flushTogetherLocked stores the deltas of every known trigger in one
+// commit, version-checked, and removes them from deltas; false (deltas
+// untouched) when the commit fails. Deltas of unknown triggers stay, for
+// flushCounts to drop.
+func (r *registry) flushTogetherLocked(ctx context.Context, deltas map[string]*Counts) bool {
+	ids := make([]string, 0, len(deltas))
+	news := make([]*entry, 0, len(deltas))
+	writes := make([]collections.Write, 0, len(deltas))
+	for id, d := range deltas {
+		cur := r.entries[id]
+		if cur == nil {
+			continue
+		}
+		ne := *cur
+		ne.st.Counts.add(*d)
+		w, err := stateWrite(id, &ne.st, ne.ver)
+		if err != nil {
+			return false
+		}
+		ids, news, writes = append(ids, id), append(news, &ne), append(writes, w)
+	}
+	if len(writes) < 2 {
+		return false
+	}
+	res, err := r.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{})
+	if err != nil {
+		return false // each on its own: a state another node changed is refreshed
+	}
+	for i, id := range ids {
+		news[i].ver = res[i].Doc.Version
+		r.noteSeqLocked(id, res[i].Doc.Seq)
+		r.entries[id] = news[i]
+		delete(deltas, id)
+	}
+	return true
 }
