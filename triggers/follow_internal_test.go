@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -365,5 +366,45 @@ func TestFlushIsOneCommit(t *testing.T) {
 	}
 	if len(a.takeDeltas()) != 0 {
 		t.Fatal("deltas left after the flushes")
+	}
+}
+
+// changeReads records the changes read from the log through it.
+type changeReads struct {
+	collections.Store
+	n atomic.Int64
+}
+
+func (c *changeReads) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	cs, err := c.Store.ReadChanges(ctx, after, limit)
+	c.n.Add(int64(len(cs)))
+	return cs, err
+}
+
+// Following reads the state documents, never a change of the log: the
+// change after the registry's position is any document's, up to twice
+// the largest document size, and following reads on every commit of
+// every node.
+func TestFollowReadsNoChange(t *testing.T) {
+	ctx := context.Background()
+	st := &changeReads{Store: openFollowStore(t, sqlite.Config{})}
+	a := loadedRegistry(t, st)
+	b := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "notes/big", Data: map[string]any{"text": strings.Repeat("x", 1<<16)}}}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // one notify round each
+		if _, err := b.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.entry("x") == nil {
+		t.Fatal("b did not follow a's registration")
+	}
+	if n := st.n.Load(); n != 0 {
+		t.Fatalf("following read %d changes of the log, want none", n)
 	}
 }

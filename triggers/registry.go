@@ -481,7 +481,9 @@ const followBatch = 256
 // the state changes. A position past the change-log retention (deleted
 // triggers' tombstones may be purged too) reloads every state instead.
 func (r *registry) step(ctx context.Context) (bool, error) {
-	if _, err := r.store.ReadChanges(ctx, r.pos, 1); err != nil {
+	// Limit 0: only the position is checked. The change after pos may be
+	// any document's, and this runs on every commit.
+	if _, err := r.store.ReadChanges(ctx, r.pos, 0); err != nil {
 		var pe *collections.PositionExpiredError
 		if !errors.As(err, &pe) {
 			return false, err
