@@ -117,7 +117,8 @@ type Store interface {
 
 	// ReadChanges returns up to limit changes with Seq > after, in Seq
 	// order, across all databases. It returns *PositionExpiredError when
-	// changes after `after` were already purged by retention.
+	// changes after `after` were already purged by retention. A limit of 0
+	// reads no change and only checks the position.
 	ReadChanges(ctx context.Context, after int64, limit int) ([]Change, error)
 
 	// Head returns the Seq of the last committed change (0 when none).

@@ -80,6 +80,9 @@ func (r *registry) list(ctx context.Context) (list []Info, secrets map[string]st
 func (r *registry) get(ctx context.Context, id string) (Info, string, error) {
 	var secret string
 	e, err := r.updateEntry(ctx, id, func(e *entry) error {
+		// fn runs again on another node's newer state (updateLocked): one
+		// that has shown the secret meanwhile shows it here no more.
+		secret = ""
 		if e.c.Def.Secret == "" && !e.st.SecretShown {
 			secret = e.st.Secret
 			e.st.SecretShown = true
@@ -129,10 +132,15 @@ func (r *registry) register(ctx context.Context, def Trigger) (Info, string, err
 	if _, ok := r.entries[c.Def.ID]; ok {
 		return Info{}, "", fmt.Errorf("%w: trigger %q exists", ErrConflict, c.Def.ID)
 	}
-	// A state left by a deleted trigger of the same id is replaced.
-	_, ver, err := readState(ctx, r.store, c.Def.ID)
+	// A state left by a deleted trigger of the same id is replaced; that
+	// of a trigger another node registered, which this node has not read
+	// yet, is not.
+	cur, ver, err := readState(ctx, r.store, c.Def.ID)
 	if err != nil {
 		return Info{}, "", err
+	}
+	if cur.registered() {
+		return Info{}, "", fmt.Errorf("%w: trigger %q exists", ErrConflict, c.Def.ID)
 	}
 	if ver > 0 {
 		e.ver = ver

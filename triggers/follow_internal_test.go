@@ -2,7 +2,10 @@ package triggers
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,5 +214,197 @@ func TestFileSetupKeepsAnotherNodesState(t *testing.T) {
 	}
 	if b.entry("f").enabled() {
 		t.Fatal("b has f enabled after its setup met a's disable")
+	}
+}
+
+// A node that has not read another node's registration yet must not take
+// over its state document: a second registration of the id, or a file
+// trigger of that id appearing on a reload, is refused (the first admin
+// got a secret for it), not written over the registered definition.
+func TestNoNodeReplacesAnotherNodesRegistration(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	a := loadedRegistry(t, st)
+	b := loadedRegistry(t, st) // at the head: has not read a's registration
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	other := noteTrigger("x")
+	other.URL = "https://example.org/b"
+	if _, _, err := b.register(ctx, other); !errors.Is(err, ErrConflict) {
+		t.Fatalf("b registers x again: err=%v, want ErrConflict", err)
+	}
+	c, err := Compile(noteTrigger("x"), b.cfg.Expand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.setFileTriggers(ctx, []*Compiled{c}, nil, 0, false); err == nil {
+		t.Fatal("b reloads a file with x: no error, want x refused as a registered trigger's id")
+	}
+	s := storedState(t, st, "x")
+	if s.Source != SourceAPI || s.Def == nil || s.Def.URL != "https://example.com/x" || s.Secret != a.entry("x").st.Secret {
+		t.Fatalf("stored x after b's attempts: source=%q def=%+v, secret kept=%v; want a's registration", s.Source, s.Def, s.Secret == a.entry("x").st.Secret)
+	}
+	if e := b.entry("x"); e != nil {
+		t.Fatalf("b has x as %s before it read a's registration", e.source)
+	}
+}
+
+// A generated secret is shown once across the nodes: a node that has not
+// read another node's showing yet finds it when it stores its own, and
+// shows nothing.
+func TestGeneratedSecretShownOnceAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	cfg := &Config{Store: st}
+	cfg.setDefaults()
+	c, err := Compile(noteTrigger("f"), cfg.Expand) // no secret: one is generated
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newRegistry(cfg, st, cfg.Logger)
+	if err := a.load(ctx, []*Compiled{c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	b := newRegistry(cfg, st, cfg.Logger)
+	if err := b.load(ctx, []*Compiled{c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, secret, err := a.get(ctx, "f"); err != nil || secret == "" {
+		t.Fatalf("a shows f: secret=%q, %v, want the generated secret", secret, err)
+	}
+	if _, secret, err := b.get(ctx, "f"); err != nil || secret != "" {
+		t.Fatalf("b shows f after a did: secret shown=%v, %v, want none", secret != "", err)
+	}
+	if !storedState(t, st, "f").SecretShown {
+		t.Fatal("f's stored state does not record the showing")
+	}
+}
+
+// A store write that finds another node's newer state applies it to the
+// entries and to what the evaluator and the deliveries read, even when the
+// write then fails: a counter flush of a trigger deleted through another
+// node, then following the log (which skips what the write already
+// applied), leaves no trace of the trigger.
+func TestRefreshedStateIsPublished(t *testing.T) {
+	ctx := context.Background()
+	st := openFollowStore(t, sqlite.Config{})
+	a := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	b := loadedRegistry(t, st)
+	if err := a.remove(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	b.count("x", Counts{Delivered: 1})
+	b.flushCounts(ctx) // finds x gone
+	head, err := st.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.syncTo(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.entry("x"); e != nil {
+		t.Fatal("b's deliveries still see x, deleted through a")
+	}
+	if act := b.activeTriggers(); len(act) != 0 {
+		t.Fatalf("b's evaluator still has %d active triggers, want none", len(act))
+	}
+}
+
+// commitCounter counts the commits made through it.
+type commitCounter struct {
+	collections.Store
+	n atomic.Int64
+}
+
+func (c *commitCounter) Commit(ctx context.Context, db string, ws []collections.Write, o collections.CommitOptions) ([]collections.WriteResult, error) {
+	c.n.Add(1)
+	return c.Store.Commit(ctx, db, ws, o)
+}
+
+// A counter flush stores every trigger's counters in one commit: the
+// flushes are logged for the nodes to follow, and each commit wakes every
+// consumer of the log on every node (and costs a sync). When another node
+// changed one of the states meanwhile, each is flushed on its own, taking
+// the other node's change.
+func TestFlushIsOneCommit(t *testing.T) {
+	ctx := context.Background()
+	st := &commitCounter{Store: openFollowStore(t, sqlite.Config{})}
+	a := loadedRegistry(t, st)
+	ids := []string{"x", "y", "z"}
+	for _, id := range ids {
+		if _, _, err := a.register(ctx, noteTrigger(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := loadedRegistry(t, st)
+	for round, want := range []int64{1, 5} { // then: the batch fails, y takes two tries
+		for _, id := range ids {
+			a.count(id, Counts{Delivered: 1})
+		}
+		st.n.Store(0)
+		a.flushCounts(ctx)
+		if got := st.n.Load(); got != want {
+			t.Fatalf("round %d: the flush of 3 triggers made %d commits, want %d", round, got, want)
+		}
+		for _, id := range ids {
+			if s := storedState(t, st, id); s.Counts.Delivered != int64(round+1) {
+				t.Fatalf("round %d: %s stored delivered=%d, want %d", round, id, s.Counts.Delivered, round+1)
+			}
+		}
+		if round == 0 {
+			if err := b.setEnabled(ctx, "y", false, "off through b"); err != nil { // a has not read it
+				t.Fatal(err)
+			}
+		}
+	}
+	if s := storedState(t, st, "y"); s.Enabled == nil || *s.Enabled {
+		t.Fatal("a's flush switched y back on")
+	}
+	if len(a.takeDeltas()) != 0 {
+		t.Fatal("deltas left after the flushes")
+	}
+}
+
+// changeReads records the changes read from the log through it.
+type changeReads struct {
+	collections.Store
+	n atomic.Int64
+}
+
+func (c *changeReads) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	cs, err := c.Store.ReadChanges(ctx, after, limit)
+	c.n.Add(int64(len(cs)))
+	return cs, err
+}
+
+// Following reads the state documents, never a change of the log: the
+// change after the registry's position is any document's, up to twice
+// the largest document size, and following reads on every commit of
+// every node.
+func TestFollowReadsNoChange(t *testing.T) {
+	ctx := context.Background()
+	st := &changeReads{Store: openFollowStore(t, sqlite.Config{})}
+	a := loadedRegistry(t, st)
+	b := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "notes/big", Data: map[string]any{"text": strings.Repeat("x", 1<<16)}}}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // one notify round each
+		if _, err := b.step(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.entry("x") == nil {
+		t.Fatal("b did not follow a's registration")
+	}
+	if n := st.n.Load(); n != 0 {
+		t.Fatalf("following read %d changes of the log, want none", n)
 	}
 }

@@ -152,6 +152,39 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 		}
 	}
 	list = kept
+	// The stored states of the triggers this node does not know yet. One
+	// another node registered and this node has not read yet (or cannot
+	// compile) is not taken over, as a known one is not.
+	fresh := map[string]*stored{}
+	kept = list[:0:0]
+	for _, c := range list {
+		id := c.Def.ID
+		if r.entries[id] != nil {
+			kept = append(kept, c)
+			continue
+		}
+		sd := states[id]
+		if !startup || sd == nil {
+			st, ver, err := readState(ctx, r.store, id)
+			if err != nil {
+				return err
+			}
+			sd = &stored{version: ver}
+			if st != nil {
+				sd.st = *st
+			}
+			fresh[id] = sd
+		}
+		if sd.st.registered() {
+			if r.cfg.builtinSet() {
+				r.log.Warn("a registered trigger replaces the built-in one of the same id", "trigger", id)
+				continue
+			}
+			return fmt.Errorf("triggers: %s: triggerId %q is already used by a registered trigger", r.cfg.File, id)
+		}
+		kept = append(kept, c)
+	}
+	list = kept
 	keep := map[string]bool{}
 	for _, c := range list {
 		id := c.Def.ID
@@ -164,10 +197,8 @@ func (r *registry) setFileTriggers(ctx context.Context, list []*Compiled, states
 		case startup && states[id] != nil:
 			e.st, e.ver = states[id].st, states[id].version
 		default:
-			if st, ver, err := readState(ctx, r.store, id); err != nil {
-				return err
-			} else if st != nil {
-				e.st, e.ver = *st, ver
+			if sd := fresh[id]; sd.version > 0 {
+				e.st, e.ver = sd.st, sd.version
 			}
 			e.st.ActiveFrom = head
 		}
@@ -303,11 +334,16 @@ func (r *registry) updateLocked(ctx context.Context, id string, fn func(e *entry
 	}
 }
 
-// refreshLocked applies id's stored state to its entry.
+// refreshLocked applies id's stored state to its entry and publishes it:
+// the update that called it may fail after all (the trigger is gone, or
+// fn refuses the new state), and following the log will not apply this
+// state again (a tombstone finds no entry; seen skips the rest).
 func (r *registry) refreshLocked(ctx context.Context, id string) error {
 	doc, err := r.store.Get(ctx, SystemDB, statePath(id))
 	if errors.Is(err, collections.ErrNotFound) {
-		r.applyLocked(id, nil, 0)
+		if r.applyLocked(id, nil, 0) {
+			r.publishLocked()
+		}
 		return nil
 	}
 	if err != nil {
@@ -317,7 +353,9 @@ func (r *registry) refreshLocked(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	r.applyLocked(id, &st, doc.Version)
+	if r.applyLocked(id, &st, doc.Version) {
+		r.publishLocked()
+	}
 	r.noteSeqLocked(id, doc.Seq)
 	return nil
 }
@@ -443,7 +481,9 @@ const followBatch = 256
 // the state changes. A position past the change-log retention (deleted
 // triggers' tombstones may be purged too) reloads every state instead.
 func (r *registry) step(ctx context.Context) (bool, error) {
-	if _, err := r.store.ReadChanges(ctx, r.pos, 1); err != nil {
+	// Limit 0: only the position is checked. The change after pos may be
+	// any document's, and this runs on every commit.
+	if _, err := r.store.ReadChanges(ctx, r.pos, 0); err != nil {
 		var pe *collections.PositionExpiredError
 		if !errors.As(err, &pe) {
 			return false, err
@@ -675,8 +715,12 @@ func (r *registry) flushLoop(ctx context.Context) {
 	}
 }
 
-// flushCounts adds the counter deltas to the stored states. Deltas that
-// fail to save are put back for the next flush.
+// flushCounts adds the counter deltas to the stored states, all in one
+// commit (a flush is logged, for the nodes to follow: one commit wakes
+// every consumer of the log once, and costs one sync). When another node
+// changed one of the states meanwhile, each state is updated on its own,
+// taking the other node's change (updateLocked). Deltas that fail to save
+// are put back for the next flush.
 func (r *registry) flushCounts(ctx context.Context) {
 	deltas := r.takeDeltas()
 	if len(deltas) == 0 {
@@ -684,7 +728,7 @@ func (r *registry) flushCounts(ctx context.Context) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	changed := false
+	changed := len(deltas) > 1 && r.flushTogetherLocked(ctx, deltas)
 	for id, d := range deltas {
 		_, err := r.updateLocked(ctx, id, func(e *entry) error {
 			e.st.Counts.add(*d)
@@ -702,4 +746,41 @@ func (r *registry) flushCounts(ctx context.Context) {
 	if changed {
 		r.publishLocked()
 	}
+}
+
+// flushTogetherLocked stores the deltas of every known trigger in one
+// commit, version-checked, and removes them from deltas; false (deltas
+// untouched) when the commit fails. Deltas of unknown triggers stay, for
+// flushCounts to drop.
+func (r *registry) flushTogetherLocked(ctx context.Context, deltas map[string]*Counts) bool {
+	ids := make([]string, 0, len(deltas))
+	news := make([]*entry, 0, len(deltas))
+	writes := make([]collections.Write, 0, len(deltas))
+	for id, d := range deltas {
+		cur := r.entries[id]
+		if cur == nil {
+			continue
+		}
+		ne := *cur
+		ne.st.Counts.add(*d)
+		w, err := stateWrite(id, &ne.st, ne.ver)
+		if err != nil {
+			return false
+		}
+		ids, news, writes = append(ids, id), append(news, &ne), append(writes, w)
+	}
+	if len(writes) < 2 {
+		return false
+	}
+	res, err := r.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{})
+	if err != nil {
+		return false // each on its own: a state another node changed is refreshed
+	}
+	for i, id := range ids {
+		news[i].ver = res[i].Doc.Version
+		r.noteSeqLocked(id, res[i].Doc.Seq)
+		r.entries[id] = news[i]
+		delete(deltas, id)
+	}
+	return true
 }

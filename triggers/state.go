@@ -65,6 +65,12 @@ type state struct {
 
 func statePath(id string) string { return triggerColl + "/" + id }
 
+// registered reports whether st is the state of a registered trigger (nil:
+// no state).
+func (st *state) registered() bool {
+	return st != nil && st.Source == SourceAPI && st.Def != nil
+}
+
 // loadStates reads every _triggers document.
 func loadStates(ctx context.Context, s collections.Store) (map[string]*stored, error) {
 	out := map[string]*stored{}
@@ -124,14 +130,9 @@ var errStateConflict = errors.New("trigger state changed concurrently")
 // version (0 = must not exist) and returns the new version and the seq of
 // its change (the registries follow _triggers in the change log).
 func saveState(ctx context.Context, s collections.Store, id string, st *state, version int64) (newVersion, seq int64, err error) {
-	data, err := encodeState(st)
+	w, err := stateWrite(id, st, version)
 	if err != nil {
 		return 0, 0, err
-	}
-	w := collections.Write{Type: collections.WriteCreate, Path: statePath(id), Data: data}
-	if version > 0 {
-		w.Type = collections.WriteReplace
-		w.IfMatch = []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: version}}
 	}
 	res, err := s.Commit(ctx, SystemDB, []collections.Write{w}, collections.CommitOptions{})
 	if err != nil {
@@ -141,6 +142,21 @@ func saveState(ctx context.Context, s collections.Store, id string, st *state, v
 		return 0, 0, fmt.Errorf("triggers: save state %s: %w", id, err)
 	}
 	return res[0].Doc.Version, res[0].Doc.Seq, nil
+}
+
+// stateWrite is the write that stores st for trigger id if its stored
+// version is still version (0 = must not exist).
+func stateWrite(id string, st *state, version int64) (collections.Write, error) {
+	data, err := encodeState(st)
+	if err != nil {
+		return collections.Write{}, err
+	}
+	w := collections.Write{Type: collections.WriteCreate, Path: statePath(id), Data: data}
+	if version > 0 {
+		w.Type = collections.WriteReplace
+		w.IfMatch = []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: version}}
+	}
+	return w, nil
 }
 
 // readState reads one state document (nil, 0 when absent).

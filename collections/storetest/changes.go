@@ -227,6 +227,9 @@ func testChangeLog(t *testing.T, f Factory) {
 	if page := h.mustReadChanges(head, 10); len(page) != 0 {
 		t.Errorf("ReadChanges(head, 10)=%v, want none", changePaths(page))
 	}
+	if page := h.mustReadChanges(first, 0); len(page) != 0 {
+		t.Errorf("ReadChanges(%d, 0)=%v, want none (limit 0 only checks the position)", first, changePaths(page))
+	}
 
 	// Notify wakes a waiter after a later commit.
 	ch = h.s.Notify()

@@ -50,6 +50,11 @@ func (h *harness) wantExpired(after int64) int64 {
 	if pe.After != after || pe.Oldest <= after {
 		h.t.Errorf("PositionExpiredError after=%d oldest=%d, want after %d and oldest > %d", pe.After, pe.Oldest, after, after)
 	}
+	// Limit 0 checks the position alone (the trigger registries do, on
+	// every commit).
+	if cs, err := h.readChanges(after, 0); !errors.As(err, &pe) || len(cs) != 0 || pe.Oldest <= after {
+		h.t.Errorf("ReadChanges(%d, 0) after retention=%v, %v, want no change and a *PositionExpiredError", after, changePaths(cs), err)
+	}
 	return pe.Oldest
 }
 
