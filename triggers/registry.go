@@ -488,7 +488,10 @@ func (r *registry) step(ctx context.Context) (bool, error) {
 		if !errors.As(err, &pe) {
 			return false, err
 		}
-		r.log.Warn("the trigger registry fell behind the change-log retention; reloading every trigger state", "pos", r.pos, "oldest", pe.Oldest)
+		// Also the normal course when no trigger state changed for a
+		// whole retention period (the position moves only on state
+		// changes): not worth a warning.
+		r.log.Info("the trigger registry's position is past the change-log retention; reloading every trigger state", "pos", r.pos, "oldest", pe.Oldest)
 		return true, r.reloadStates(ctx)
 	}
 	// The checkpoint (pos, "") also returns the document of seq pos: seen

@@ -247,7 +247,10 @@ func (h *Hub) tail() {
 // it. Filters are evaluated here (cheap, no I/O); rules later, by the
 // consumer.
 func (h *Hub) dispatchLocked(c *Change) {
-	if h.count == 0 {
+	// System changes (the trigger state every node follows) are never
+	// anyone's event: drop them once here rather than in every
+	// subscription a "*" pattern holds.
+	if h.count == 0 || collections.IsSystemPath(c.Path) {
 		return
 	}
 	coll := c.After.Collection
