@@ -44,64 +44,64 @@ func classOf(v any, present bool) int {
 	return classOther
 }
 
-// number is a JSON number kept exact when it is an integer that fits int64.
-type number struct {
-	i     int64
-	f     float64
-	isInt bool
-}
-
-func toNumber(v any) number {
+// NumberValue reads v as Compare orders numbers: an integer that fits int64
+// (json.Number, int, int32, int64, uint32, uint64 up to MaxInt64) is exact in
+// i with isInt set and f = float64(i); any other number is f (a json.Number
+// out of float64 range is ±Inf by its sign, so ordering stays sane). ok is
+// false, and the rest zero, when v is not a number (TypeClass other than 3).
+// Code that must order numbers the way Compare does (such as a store's
+// order keys) reads them through this one function.
+func NumberValue(v any) (i int64, f float64, isInt bool, ok bool) {
 	switch t := v.(type) {
 	case json.Number:
 		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return number{i: i, f: float64(i), isInt: true}
+			return i, float64(i), true, true
 		}
 		f, err := strconv.ParseFloat(string(t), 64)
 		if err != nil {
-			// Out of float64 range: keep the sign so ordering stays sane.
 			if strings.HasPrefix(string(t), "-") {
 				f = math.Inf(-1)
 			} else {
 				f = math.Inf(1)
 			}
 		}
-		return number{f: f}
+		return 0, f, false, true
 	case float64:
-		return number{f: t}
+		return 0, t, false, true
 	case float32:
-		return number{f: float64(t)}
+		return 0, float64(t), false, true
 	case int:
-		return number{i: int64(t), f: float64(t), isInt: true}
+		return int64(t), float64(t), true, true
 	case int64:
-		return number{i: t, f: float64(t), isInt: true}
+		return t, float64(t), true, true
 	case int32:
-		return number{i: int64(t), f: float64(t), isInt: true}
+		return int64(t), float64(t), true, true
 	case uint32:
-		return number{i: int64(t), f: float64(t), isInt: true}
+		return int64(t), float64(t), true, true
 	case uint64:
 		if t <= math.MaxInt64 {
-			return number{i: int64(t), f: float64(t), isInt: true}
+			return int64(t), float64(t), true, true
 		}
-		return number{f: float64(t)}
+		return 0, float64(t), false, true
 	}
-	return number{}
+	return 0, 0, false, false
 }
 
 func compareNumbers(a, b any) int {
-	x, y := toNumber(a), toNumber(b)
+	xi, xf, xInt, _ := NumberValue(a)
+	yi, yf, yInt, _ := NumberValue(b)
 	switch {
-	case x.isInt && y.isInt:
-		return cmpInt64(x.i, y.i)
-	case x.isInt:
-		return cmpIntFloat(x.i, y.f)
-	case y.isInt:
-		return -cmpIntFloat(y.i, x.f)
+	case xInt && yInt:
+		return cmpInt64(xi, yi)
+	case xInt:
+		return cmpIntFloat(xi, yf)
+	case yInt:
+		return -cmpIntFloat(yi, xf)
 	}
 	switch {
-	case x.f < y.f:
+	case xf < yf:
 		return -1
-	case x.f > y.f:
+	case xf > yf:
 		return 1
 	}
 	return 0

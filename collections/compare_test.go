@@ -173,3 +173,27 @@ func TestCompareDocs(t *testing.T) {
 		}
 	}
 }
+
+func TestNumberValue(t *testing.T) {
+	cases := []struct {
+		v         any
+		i         int64
+		f         float64
+		isInt, ok bool
+	}{
+		{json.Number("9007199254740993"), 9007199254740993, 9007199254740992, true, true},
+		{json.Number("1.5"), 0, 1.5, false, true},
+		{json.Number("-1e400"), 0, math.Inf(-1), false, true},
+		{uint64(math.MaxUint64), 0, math.MaxUint64, false, true},
+		{int32(-7), -7, -7, true, true},
+		{"7", 0, 0, false, false},
+		{nil, 0, 0, false, false},
+	}
+	for _, tc := range cases {
+		i, f, isInt, ok := collections.NumberValue(tc.v)
+		if i != tc.i || f != tc.f || isInt != tc.isInt || ok != tc.ok {
+			t.Errorf("NumberValue(%#v) = %d, %v, %v, %v; want %d, %v, %v, %v",
+				tc.v, i, f, isInt, ok, tc.i, tc.f, tc.isInt, tc.ok)
+		}
+	}
+}

@@ -1,10 +1,8 @@
 package mongo
 
 import (
-	"encoding/json"
 	"math"
 	"math/bits"
-	"strconv"
 	"strings"
 
 	"github.com/loomdb/loom/collections"
@@ -71,50 +69,6 @@ func orderKey(v any) (string, bool) {
 	return "", false
 }
 
-// numeric is a number as collections.Compare reads it: an exact int64, or
-// a float64 (±Inf for a json.Number out of range).
-type numeric struct {
-	i     int64
-	f     float64
-	isInt bool
-}
-
-func toNumeric(v any) numeric {
-	switch t := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(string(t), 10, 64); err == nil {
-			return numeric{i: i, isInt: true}
-		}
-		f, err := strconv.ParseFloat(string(t), 64)
-		if err != nil {
-			if strings.HasPrefix(string(t), "-") {
-				f = math.Inf(-1)
-			} else {
-				f = math.Inf(1)
-			}
-		}
-		return numeric{f: f}
-	case float64:
-		return numeric{f: t}
-	case float32:
-		return numeric{f: float64(t)}
-	case int:
-		return numeric{i: int64(t), isInt: true}
-	case int64:
-		return numeric{i: t, isInt: true}
-	case int32:
-		return numeric{i: int64(t), isInt: true}
-	case uint32:
-		return numeric{i: int64(t), isInt: true}
-	case uint64:
-		if t <= math.MaxInt64 {
-			return numeric{i: int64(t), isInt: true}
-		}
-		return numeric{f: float64(t)}
-	}
-	return numeric{}
-}
-
 // numberKey encodes a number so that byte order is numeric order, exact for
 // int64 and float64 alike (2^53+1 > 2^53 = 2^53.0): the value is written as
 // sign, binary exponent and the 64 bits that follow the leading one, which
@@ -128,17 +82,17 @@ func toNumeric(v any) numeric {
 // followed by 4 hex digits of exponent+offset (ffff = infinity) and 16 hex
 // digits of mantissa. Hex digits keep byte order and keep NUL out of keys.
 func numberKey(v any) string {
-	n := toNumeric(v)
+	ni, nf, isInt, _ := collections.NumberValue(v)
 	var neg bool
 	var exp int
 	var mant uint64 // bits after the leading one, left-aligned
 	inf := false
-	if n.isInt {
-		if n.i == 0 {
+	if isInt {
+		if ni == 0 {
 			return "1"
 		}
-		neg = n.i < 0
-		mag := uint64(n.i)
+		neg = ni < 0
+		mag := uint64(ni)
 		if neg {
 			mag = -mag // two's complement: exact for MinInt64 too
 		}
@@ -146,7 +100,7 @@ func numberKey(v any) string {
 		exp = l - 1
 		mant = mag << (64 - l) << 1
 	} else {
-		f := n.f
+		f := nf
 		switch {
 		case f == 0 || math.IsNaN(f):
 			return "1"
