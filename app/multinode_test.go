@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -46,26 +45,11 @@ func startMongoNodes(t *testing.T, o apptest.Options) *mongoNodes {
 	o.Mongo = &apptest.Mongo{URI: uri, Database: db}
 	n := &mongoNodes{b: apptest.Start(t, o)}
 	apptest.WaitFor(t, "node b to take the evaluator lease", func() bool {
-		n.bID = evaluatorOwner(t, n.b.Store)
+		n.bID = apptest.EvaluatorOwner(t, n.b.Store)
 		return n.bID != ""
 	})
 	n.a = apptest.Start(t, o)
 	return n
-}
-
-// evaluatorOwner is the node holding the evaluator lease ("" before any).
-func evaluatorOwner(t testing.TB, st collections.Store) string {
-	t.Helper()
-	doc, err := st.Get(context.Background(), triggers.SystemDB, "_trigger_meta/evaluator-lease")
-	if errors.Is(err, collections.ErrNotFound) {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := collections.Lookup(doc, collections.FieldLeaseOwner)
-	s, _ := v.(string)
-	return s
 }
 
 // messageTrigger is a trigger on every message creation, signed with
@@ -374,7 +358,7 @@ func TestMongoNodes_AdminChangesReachBothNodes(t *testing.T) {
 		t.Fatal("registering through a returned no secret")
 	}
 	putMessage(t, n.a, "m1")
-	apptest.Verify(t, reg.Secret, requestFor(t, rc, "m1"))
+	apptest.Verify(t, reg.Secret, rc.RequestFor(t, "m1"))
 	shows("x enabled", func(v *triggerView) bool { return v != nil && v.Status == "enabled" })
 
 	adminCall(t, n.a, "POST", "/admin/v1/triggers/x/disable", "")
@@ -388,7 +372,7 @@ func TestMongoNodes_AdminChangesReachBothNodes(t *testing.T) {
 	adminCall(t, n.a, "POST", "/admin/v1/triggers/x/enable", "")
 	putMessage(t, n.a, "m3")
 	shows("x enabled again", func(v *triggerView) bool { return v != nil && v.Status == "enabled" })
-	apptest.Verify(t, reg.Secret, requestFor(t, rc, "m3"))
+	apptest.Verify(t, reg.Secret, rc.RequestFor(t, "m3"))
 
 	rot := adminCall(t, n.a, "POST", "/admin/v1/triggers/x/rotate-secret", "")
 	if rot.Secret == "" || rot.Secret == reg.Secret {
@@ -396,7 +380,7 @@ func TestMongoNodes_AdminChangesReachBothNodes(t *testing.T) {
 	}
 	putMessage(t, n.a, "m4")
 	shows("the rotation", func(v *triggerView) bool { return v != nil && v.SecretRotatingUntil > 0 })
-	r := requestFor(t, rc, "m4")
+	r := rc.RequestFor(t, "m4")
 	apptest.Verify(t, rot.Secret, r) // b signs with the secret rotated on a...
 	apptest.Verify(t, reg.Secret, r) // ...and the previous one during the overlap
 
@@ -412,21 +396,9 @@ func TestMongoNodes_AdminChangesReachBothNodes(t *testing.T) {
 			t.Fatalf("x delivered %s", id)
 		}
 	}
-	if owner := evaluatorOwner(t, n.a.Store); owner != n.bID {
+	if owner := apptest.EvaluatorOwner(t, n.a.Store); owner != n.bID {
 		t.Fatalf("evaluator lease owner=%q, want node b (%q): b must have evaluated every change", owner, n.bID)
 	}
-}
-
-// requestFor waits for the delivery of message id.
-func requestFor(t *testing.T, rc *apptest.Receiver, id string) apptest.Request {
-	t.Helper()
-	for _, r := range rc.WaitFor(t, "the delivery of "+id, apptest.HasDoc(id)) {
-		if r.DocID() == id {
-			return r
-		}
-	}
-	t.Fatalf("no request for %s", id)
-	return apptest.Request{}
 }
 
 // A node stopped with a request in flight leaves its row leased to it; the
@@ -466,7 +438,7 @@ func TestMongoNodes_StoppedNodeIsTakenOver(t *testing.T) {
 	}
 	seq2 := putMessage(t, n.a, "m2")
 	rc.WaitWithin(t, 2*apptest.WaitTimeout, "m2, evaluated by a once b's evaluator lease ran out", apptest.HasDoc("m2"))
-	if owner := evaluatorOwner(t, n.a.Store); owner != aID {
+	if owner := apptest.EvaluatorOwner(t, n.a.Store); owner != aID {
 		t.Fatalf("evaluator lease owner=%q, want node a (%q)", owner, aID)
 	}
 	var ds []*triggers.Delivery

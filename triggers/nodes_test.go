@@ -38,7 +38,7 @@ func startNodes(t *testing.T, triggersJSON string) *nodes {
 	opts := apptest.Options{Store: st, Triggers: triggersJSON}
 	n := &nodes{store: st, b: apptest.Start(t, opts)}
 	apptest.WaitFor(t, "node b to take the evaluator lease", func() bool {
-		n.bID = evaluatorOwner(t, st)
+		n.bID = apptest.EvaluatorOwner(t, st)
 		return n.bID != ""
 	})
 	n.a = apptest.Start(t, opts)
@@ -49,24 +49,9 @@ func startNodes(t *testing.T, triggersJSON string) *nodes {
 // (so b evaluated every change of the test).
 func (n *nodes) checkBEvaluated(t *testing.T) {
 	t.Helper()
-	if got := evaluatorOwner(t, n.store); got != n.bID {
+	if got := apptest.EvaluatorOwner(t, n.store); got != n.bID {
 		t.Fatalf("evaluator lease owner=%q, want node b (%q)", got, n.bID)
 	}
-}
-
-// evaluatorOwner is the node holding the evaluator lease ("" before any).
-func evaluatorOwner(t testing.TB, st collections.Store) string {
-	t.Helper()
-	doc, err := st.Get(context.Background(), triggers.SystemDB, "_trigger_meta/evaluator-lease")
-	if errors.Is(err, collections.ErrNotFound) {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := collections.Lookup(doc, collections.FieldLeaseOwner)
-	s, _ := v.(string)
-	return s
 }
 
 // registered is the definition of a trigger to register (no secret: the
@@ -226,7 +211,7 @@ func TestNodes_RotatedSecretSignsOnEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, n.store, "m2")
-	r := requestFor(t, rc, "m2")
+	r := rc.RequestFor(t, "m2")
 	apptest.Verify(t, s2, r) // b signs with a's new secret...
 	apptest.Verify(t, s1, r) // ...and the previous one during the overlap
 	n.checkBEvaluated(t)
@@ -248,24 +233,11 @@ func TestNodes_RotatedSecretSignsOnEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, n.store, "m3") // evaluated by a once b's evaluator lease ran out
-	r = requestFor(t, rc, "m3")
+	r = rc.RequestFor(t, "m3")
 	apptest.Verify(t, s3, r)
-	if owner := evaluatorOwner(t, n.store); owner == n.bID || owner == "" {
+	if owner := apptest.EvaluatorOwner(t, n.store); owner == n.bID || owner == "" {
 		t.Fatalf("evaluator lease owner=%q after b stopped, want node a", owner)
 	}
-}
-
-// requestFor waits for the delivery of message id.
-func requestFor(t *testing.T, rc *apptest.Receiver, id string) apptest.Request {
-	t.Helper()
-	got := rc.WaitFor(t, "the delivery of "+id, apptest.HasDoc(id))
-	for _, r := range got {
-		if r.DocID() == id {
-			return r
-		}
-	}
-	t.Fatalf("no request for %s among %d", id, len(got))
-	return apptest.Request{}
 }
 
 // A node that dies with a request in flight leaves its row leased; the
@@ -294,7 +266,7 @@ func TestNodes_KilledNodeIsTakenOver(t *testing.T) {
 		return e
 	}
 	b := node("node-b")
-	apptest.WaitFor(t, "node b to take the evaluator lease", func() bool { return evaluatorOwner(t, st) == "node-b" })
+	apptest.WaitFor(t, "node b to take the evaluator lease", func() bool { return apptest.EvaluatorOwner(t, st) == "node-b" })
 	a := node("node-a")
 
 	seq1 := put(t, st, "m1")
@@ -306,7 +278,7 @@ func TestNodes_KilledNodeIsTakenOver(t *testing.T) {
 	}
 	seq2 := put(t, st, "m2")
 	rc.WaitFor(t, "m2, evaluated by a once b's evaluator lease ran out", apptest.HasDoc("m2"))
-	if owner := evaluatorOwner(t, st); owner != "node-a" {
+	if owner := apptest.EvaluatorOwner(t, st); owner != "node-a" {
 		t.Fatalf("evaluator lease owner=%q, want node-a", owner)
 	}
 	ds := waitDeliveries(t, a.svc, triggers.DeliveryQuery{}, func(ds []*triggers.Delivery) bool {

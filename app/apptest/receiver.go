@@ -159,6 +159,20 @@ func (rc *Receiver) WaitWithin(t testing.TB, timeout time.Duration, what string,
 	}
 }
 
+// RequestFor waits for the delivery of the document with id (up to
+// WaitTimeout) and returns its first request.
+func (rc *Receiver) RequestFor(t testing.TB, id string) Request {
+	t.Helper()
+	got := rc.WaitFor(t, "the delivery of "+id, HasDoc(id))
+	for _, r := range got {
+		if r.DocID() == id {
+			return r
+		}
+	}
+	t.Fatalf("no request for %s among %d", id, len(got))
+	return Request{}
+}
+
 // AtLeast holds once n requests arrived.
 func AtLeast(n int) func([]Request) bool {
 	return func(rs []Request) bool { return len(rs) >= n }
