@@ -48,6 +48,14 @@ func noteTrigger(id string) Trigger {
 	return Trigger{ID: id, Collection: "notes", Events: []string{"create"}, URL: "https://example.com/" + id}
 }
 
+// mustRegister registers noteTrigger(id) through r.
+func mustRegister(t *testing.T, r *registry, id string) {
+	t.Helper()
+	if _, _, err := r.register(context.Background(), noteTrigger(id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func storedState(t *testing.T, st collections.Store, id string) *state {
 	t.Helper()
 	s, _, err := readState(context.Background(), st, id)
@@ -64,9 +72,7 @@ func TestFlushKeepsAnotherNodesSwitch(t *testing.T) {
 	ctx := context.Background()
 	st := openFollowStore(t, sqlite.Config{})
 	a := loadedRegistry(t, st)
-	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
-		t.Fatal(err)
-	}
+	mustRegister(t, a, "x")
 	b := loadedRegistry(t, st)
 	if err := b.setEnabled(ctx, "x", false, "off through b"); err != nil {
 		t.Fatal(err)
@@ -89,13 +95,9 @@ func TestFollowPastRetentionReloads(t *testing.T) {
 	ctx := context.Background()
 	st := openFollowStore(t, sqlite.Config{Retention: time.Millisecond, PurgeInterval: -1})
 	a := loadedRegistry(t, st)
-	if _, _, err := a.register(ctx, noteTrigger("gone")); err != nil {
-		t.Fatal(err)
-	}
+	mustRegister(t, a, "gone")
 	b := loadedRegistry(t, st) // knows "gone", at the head
-	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
-		t.Fatal(err)
-	}
+	mustRegister(t, a, "x")
 	if err := a.setEnabled(ctx, "x", false, "off"); err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +152,7 @@ func TestEvaluatorAppliesStateChangesInOrder(t *testing.T) {
 	ev := &evalState{}
 	registerThenWrite := func(id string) int64 {
 		t.Helper()
-		if _, _, err := a.register(ctx, noteTrigger(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustRegister(t, a, id)
 		res, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "notes/after-" + id, Data: map[string]any{}}}, collections.CommitOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -226,9 +226,7 @@ func TestNoNodeReplacesAnotherNodesRegistration(t *testing.T) {
 	st := openFollowStore(t, sqlite.Config{})
 	a := loadedRegistry(t, st)
 	b := loadedRegistry(t, st) // at the head: has not read a's registration
-	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
-		t.Fatal(err)
-	}
+	mustRegister(t, a, "x")
 	other := noteTrigger("x")
 	other.URL = "https://example.org/b"
 	if _, _, err := b.register(ctx, other); !errors.Is(err, ErrConflict) {
@@ -290,9 +288,7 @@ func TestRefreshedStateIsPublished(t *testing.T) {
 	ctx := context.Background()
 	st := openFollowStore(t, sqlite.Config{})
 	a := loadedRegistry(t, st)
-	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
-		t.Fatal(err)
-	}
+	mustRegister(t, a, "x")
 	b := loadedRegistry(t, st)
 	if err := a.remove(ctx, "x"); err != nil {
 		t.Fatal(err)
@@ -336,9 +332,7 @@ func TestFlushIsOneCommit(t *testing.T) {
 	a := loadedRegistry(t, st)
 	ids := []string{"x", "y", "z"}
 	for _, id := range ids {
-		if _, _, err := a.register(ctx, noteTrigger(id)); err != nil {
-			t.Fatal(err)
-		}
+		mustRegister(t, a, id)
 	}
 	b := loadedRegistry(t, st)
 	for round, want := range []int64{1, 5} { // then: the batch fails, y takes two tries
@@ -390,9 +384,7 @@ func TestFollowReadsNoChange(t *testing.T) {
 	st := &changeReads{Store: openFollowStore(t, sqlite.Config{})}
 	a := loadedRegistry(t, st)
 	b := loadedRegistry(t, st)
-	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
-		t.Fatal(err)
-	}
+	mustRegister(t, a, "x")
 	if _, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "notes/big", Data: map[string]any{"text": strings.Repeat("x", 1<<16)}}}, collections.CommitOptions{}); err != nil {
 		t.Fatal(err)
 	}
