@@ -2,7 +2,6 @@ package mongo
 
 import (
 	"context"
-	"errors"
 	"os"
 	"testing"
 	"time"
@@ -25,16 +24,7 @@ func testConfig(t *testing.T) Config {
 
 func mustOpen(t testing.TB, cfg Config) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil && !errors.Is(err, collections.ErrClosed) {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
+	return storetest.MustOpen(t, func() (*Store, error) { return Open(context.Background(), cfg) })
 }
 
 // TestConformance runs the engine-neutral suite, each store on a fresh

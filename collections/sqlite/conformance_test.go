@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 
@@ -31,14 +30,5 @@ func TestConformance(t *testing.T) {
 
 func mustOpen(t testing.TB, cfg Config) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil && !errors.Is(err, collections.ErrClosed) {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
+	return storetest.MustOpen(t, func() (*Store, error) { return Open(context.Background(), cfg) })
 }

@@ -446,3 +446,20 @@ func scale(n, small int) int {
 	}
 	return n
 }
+
+// MustOpen returns the store open makes, failing the test on its error, and
+// closes it when the test ends (a store already closed, as by a crash, is
+// no error). Engines' tests open their stores through it.
+func MustOpen[S collections.Store](t testing.TB, open func() (S, error)) S {
+	t.Helper()
+	s, err := open()
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil && !errors.Is(err, collections.ErrClosed) {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
