@@ -167,10 +167,9 @@ func TestParseOrderTerm(t *testing.T) {
 	}
 }
 
-// TestServer_PanicRecovery checks that a panicking handler becomes a 500
-// INTERNAL JSON response that leaks nothing.
-func TestServer_PanicRecovery(t *testing.T) {
-	t.Parallel()
+// newTestServer is a server with admin key "k" on a fresh SQLite store.
+func newTestServer(t *testing.T) *Server {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +179,14 @@ func TestServer_PanicRecovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestServer_PanicRecovery checks that a panicking handler becomes a 500
+// INTERNAL JSON response that leaks nothing.
+func TestServer_PanicRecovery(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t)
 	s.engine.GET("/panic", func(*gin.Context) { panic("secret internals") })
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/panic", nil))
@@ -196,15 +203,7 @@ func TestServer_PanicRecovery(t *testing.T) {
 // every such panic would shrink the budget for good).
 func TestServer_PanicGivesBackBodyBudget(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	s, err := New(st, Config{AdminKey: "k"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newTestServer(t)
 	s.engine.POST("/panic", func(c *gin.Context) {
 		if _, err := s.readBody(c); err != nil {
 			t.Errorf("readBody: %v", err)
