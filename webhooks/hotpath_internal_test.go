@@ -12,6 +12,22 @@ import (
 	"github.com/loomdb/loom/webhooks/tools"
 )
 
+// offlineHandlers is New(cfg) with the offline model, the built-in tools,
+// a fixed secret and no roles.
+func offlineHandlers(t *testing.T, cfg Config) *Handlers {
+	t.Helper()
+	reg, err := tools.New(nil, tools.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Model, cfg.Tools, cfg.Secret, cfg.Roles = llm.Offline(), reg, "whsec_dGVzdHRlc3R0ZXN0dGVzdA==", map[string]Role{}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // queryLog is a Docs that records the queries it is asked and answers
 // them from tasks (matching as the store would).
 type queryLog struct {
@@ -36,14 +52,7 @@ func (q *queryLog) Query(_ context.Context, qq collections.Query) ([]*collection
 // only), so they read the user's active tasks, never every user's tasks.
 func TestCheckRuns_QueriesRunOnAnIndex(t *testing.T) {
 	docs := &queryLog{}
-	reg, err := tools.New(nil, tools.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(Config{Docs: docs, Model: llm.Offline(), Tools: reg, Secret: "whsec_dGVzdHRlc3R0ZXN0dGVzdA==", Roles: map[string]Role{}, UserConcurrentRuns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := offlineHandlers(t, Config{Docs: docs, UserConcurrentRuns: 2})
 	c := chat{uid: "u1", id: "c1"}
 	for i, st := range []string{"pending", "running", "success"} {
 		m := string(rune('a' + i))
@@ -51,7 +60,7 @@ func TestCheckRuns_QueriesRunOnAnIndex(t *testing.T) {
 		docs.tasks = append(docs.tasks, &collections.Document{Path: path, Collection: c.tasks(), ID: taskID(m, 0),
 			Data: h.seals.seal(path, map[string]any{"userId": c.uid, "status": st, "triggerMessageId": m, "type": "agent"}, taskSeal)})
 	}
-	err = h.checkRuns(context.Background(), c, &collections.Document{ID: "new"})
+	err := h.checkRuns(context.Background(), c, &collections.Document{ID: "new"})
 	if _, ok := asLimit(err); !ok {
 		t.Fatalf("checkRuns=%v, want the limit (2 runs in progress)", err)
 	}
@@ -123,14 +132,7 @@ func (m *memDocs) Update(_ context.Context, path string, data map[string]any, if
 // makes the swap read again, and no tokens are lost.
 func TestComplete_ReadsUsageOnce(t *testing.T) {
 	docs := &memDocs{docs: map[string]*collections.Document{}}
-	reg, err := tools.New(nil, tools.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(Config{Docs: docs, Model: llm.Offline(), Tools: reg, Secret: "whsec_dGVzdHRlc3R0ZXN0dGVzdA==", Roles: map[string]Role{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := offlineHandlers(t, Config{Docs: docs})
 	ctx := context.Background()
 	req := llm.Request{Messages: []llm.Message{{Role: "user", Content: "hello there"}}}
 	var want int64
@@ -166,14 +168,7 @@ func TestComplete_ReadsUsageOnce(t *testing.T) {
 // (userId, status) index: the user's waiting tasks, not every user's.
 func TestRouteToWaiting_SeeksTheUsersWaitingTasks(t *testing.T) {
 	docs := &queryLog{}
-	reg, err := tools.New(nil, tools.Deps{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(Config{Docs: docs, Model: llm.Offline(), Tools: reg, Secret: "whsec_dGVzdHRlc3R0ZXN0dGVzdA==", Roles: map[string]Role{}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := offlineHandlers(t, Config{Docs: docs})
 	if routed, err := h.routeToWaiting(context.Background(), chat{uid: "u1", id: "c1"}, &collections.Document{ID: "m1"}); routed || err != nil {
 		t.Fatalf("routed=%v err=%v with no task", routed, err)
 	}
