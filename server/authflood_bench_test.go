@@ -74,6 +74,19 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 	}
 
 	stop := make(chan struct{})
+	// untilStop calls f until stop is closed or f returns false.
+	untilStop := func(f func() bool) {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !f() {
+				return
+			}
+		}
+	}
 	var statuses sync.Map // status → *atomic.Int64
 	count := func(status int) {
 		v, _ := statuses.LoadOrStore(status, new(atomic.Int64))
@@ -84,12 +97,7 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 	if flood {
 		for range flooders {
 			wg.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				untilStop(func() bool {
 					n := next.Add(1)
 					addr := "198.18.0.1"
 					if !oneAddr {
@@ -97,7 +105,8 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 					}
 					r := env.Do(b, "POST", "/auth/v1/signup", fmt.Sprintf(`{"username":"flood%d","password":"correct horse battery"}`, n), from(addr))
 					count(r.Status)
-				}
+					return true
+				})
 			})
 		}
 	}
@@ -105,20 +114,16 @@ func runSignupFlood(b *testing.B, edit func(*auth.Config), scfg server.Config, f
 	start := time.Now()
 	for i := range readers {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			untilStop(func() bool {
 				t0 := time.Now()
 				r := env.Do(b, "GET", doc, "", reader.h())
 				if r.Status != http.StatusOK {
 					b.Errorf("reader: %d %s", r.Status, r.Body)
-					return
+					return false
 				}
 				lat[i] = append(lat[i], time.Since(t0))
-			}
+				return true
+			})
 		})
 	}
 	time.Sleep(d)
