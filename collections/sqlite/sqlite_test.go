@@ -877,7 +877,7 @@ func TestCloseFlushesQueuedCommits(t *testing.T) {
 // hang (and stays inside SQLite's 10s busy timeout).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
