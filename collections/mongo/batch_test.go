@@ -85,7 +85,7 @@ func TestDataBytes(t *testing.T) {
 // request by request, so a poison request fails alone; a failure of the
 // commit itself (outcome maybe unknown) is not re-run.
 func TestRunBatch_SplitsPoison(t *testing.T) {
-	s := &Store{cfg: Config{MaxDocumentBytes: 1 << 20}, log: slog.New(slog.DiscardHandler), notify: make(chan struct{})}
+	s := &Store{cfg: Config{MaxDocumentBytes: 1 << 20}, log: slog.New(slog.DiscardHandler)}
 	good1 := commitReq(w(collections.WriteCreate, "a/1", `{}`))
 	poison := commitReq(w(collections.WriteCreate, "a/poison", `{}`))
 	good2 := commitReq(w(collections.WriteCreate, "a/2", `{}`))

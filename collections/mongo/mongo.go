@@ -27,6 +27,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/notify"
 )
 
 // Config configures an engine. Only URI is required.
@@ -140,8 +141,7 @@ type Store struct {
 
 	streamUp atomic.Bool // the change stream is open
 
-	notifyMu sync.Mutex
-	notify   chan struct{}
+	notify notify.Broadcaster
 
 	metrics *metrics
 }
@@ -301,7 +301,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		queue:   make(chan *request, 4*cfg.MaxBatch),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
-		notify:  make(chan struct{}),
 	}
 	if err := s.setup(ctx, indexes); err != nil {
 		return fail(fmt.Errorf("mongo: set up database %q on %s: %w", cfg.Database, where, scrub(err, cfg.URI)))

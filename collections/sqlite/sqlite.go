@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/notify"
 )
 
 // Config configures an engine. Only Path is required.
@@ -89,8 +90,7 @@ type Store struct {
 
 	head atomic.Int64 // last committed seq
 
-	notifyMu sync.Mutex
-	notify   chan struct{}
+	notify notify.Broadcaster
 
 	metrics *metrics
 }
@@ -181,7 +181,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		queue:   make(chan *request, 4*cfg.MaxBatch),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
-		notify:  make(chan struct{}),
 	}
 	if s.wdb, err = openDB(cfg.Path, true); err != nil {
 		return nil, err
@@ -371,18 +370,9 @@ func (s *Store) Ready(ctx context.Context) error {
 
 // Notify returns a channel closed after the next commit that appends to the
 // change log.
-func (s *Store) Notify() <-chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	return s.notify
-}
+func (s *Store) Notify() <-chan struct{} { return s.notify.C() }
 
-func (s *Store) wake() {
-	s.notifyMu.Lock()
-	close(s.notify)
-	s.notify = make(chan struct{})
-	s.notifyMu.Unlock()
-}
+func (s *Store) wake() { s.notify.Wake() }
 
 // Close stops accepting writes, commits everything already queued and closes
 // the database.
