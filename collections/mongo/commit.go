@@ -228,7 +228,7 @@ func (s *Store) runBatch(batch []*request, run func(context.Context, *txn) error
 	t := &txn{s: s, batch: batch}
 	err := run(ctx, t)
 	if s.metrics != nil {
-		s.metrics.observe(len(batch), time.Since(start))
+		s.metrics.Observe(len(batch), time.Since(start))
 	}
 	if err != nil {
 		var aborted *callbackError

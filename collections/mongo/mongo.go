@@ -27,6 +27,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
 	"github.com/loomdb/loom/collections/internal/notify"
 )
 
@@ -143,7 +144,7 @@ type Store struct {
 
 	notify notify.Broadcaster
 
-	metrics *metrics
+	metrics *groupcommit.Metrics
 }
 
 var _ collections.Store = (*Store)(nil)
@@ -436,7 +437,7 @@ func (s *Store) Close() error {
 	<-s.done
 	s.cancel()
 	s.bg.Wait()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.client.Disconnect(ctx)
@@ -458,7 +459,7 @@ func (s *Store) crash() {
 	<-s.done
 	s.cancel()
 	s.bg.Wait()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.client.Disconnect(ctx) //nolint:errcheck // abandoned
@@ -482,46 +483,14 @@ func (s *Store) purgeLoop(every time.Duration) {
 	}
 }
 
-// metrics describe the committer; they are registered only when the
-// configuration names a Registerer.
-type metrics struct {
-	reg     prometheus.Registerer
-	batch   prometheus.Histogram
-	seconds prometheus.Histogram
-}
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		reg: reg,
-		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "loom_mongo_commit_batch_requests",
-			Help:    "Requests committed together in one MongoDB transaction (group commit).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
-		}),
-		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "loom_mongo_commit_seconds",
-			Help:    "Time to run and majority-commit one MongoDB transaction, retries included.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.batch, m.seconds} {
-			// An earlier Open on the same registry may hold it: keep going
-			// unregistered.
-			_ = reg.Register(c)
-		}
-	}
-	return m
-}
-
-func (m *metrics) observe(requests int, d time.Duration) {
-	m.batch.Observe(float64(requests))
-	m.seconds.Observe(d.Seconds())
-}
-
-func (m *metrics) unregister() {
-	if m.reg != nil {
-		m.reg.Unregister(m.batch)
-		m.reg.Unregister(m.seconds)
-	}
+// newMetrics describes the committer; the histograms are registered only
+// when the configuration names a Registerer.
+func newMetrics(reg prometheus.Registerer) *groupcommit.Metrics {
+	return groupcommit.NewMetrics(reg, groupcommit.MetricsOpts{
+		BatchName:      "loom_mongo_commit_batch_requests",
+		BatchHelp:      "Requests committed together in one MongoDB transaction (group commit).",
+		SecondsName:    "loom_mongo_commit_seconds",
+		SecondsHelp:    "Time to run and majority-commit one MongoDB transaction, retries included.",
+		SecondsBuckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
 }

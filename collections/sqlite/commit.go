@@ -249,7 +249,7 @@ func (c *committer) commit(batch []*request) {
 		s.head.Store(c.seq)
 		s.wake()
 	}
-	s.metrics.observe(len(batch), time.Since(start))
+	s.metrics.Observe(len(batch), time.Since(start))
 	for _, r := range batch {
 		close(r.done)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
 	"github.com/loomdb/loom/collections/internal/notify"
 )
 
@@ -92,7 +93,7 @@ type Store struct {
 
 	notify notify.Broadcaster
 
-	metrics *metrics
+	metrics *groupcommit.Metrics
 }
 
 var _ collections.Store = (*Store)(nil)
@@ -387,7 +388,7 @@ func (s *Store) Close() error {
 	s.queries.close()
 	rerr := s.rdb.Close()
 	werr := s.wdb.Close()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 	s.log.Info("closed", "path", s.cfg.Path, "head", s.head.Load())
 	return errors.Join(rerr, werr)
 }
@@ -407,7 +408,7 @@ func (s *Store) crash() {
 	s.queries.close()
 	s.rdb.Close()
 	s.wdb.Close()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 }
 
 func (s *Store) purgeLoop(every time.Duration) {
