@@ -131,9 +131,7 @@ type Store struct {
 	meta    *mongo.Collection
 	cursors *mongo.Collection
 
-	queue   chan *request
-	stop    chan struct{} // closed by Close / crash
-	done    chan struct{} // closed when the committer exits
+	q       *groupcommit.Queue[*request]
 	ctx     context.Context
 	cancel  context.CancelFunc // stops the background goroutines' calls
 	closed  atomic.Bool
@@ -299,10 +297,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		changes: db.Collection(collChanges),
 		meta:    db.Collection(collMeta),
 		cursors: db.Collection(collCursors),
-		queue:   make(chan *request, 4*cfg.MaxBatch),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
 	}
+	s.q = groupcommit.New[*request](cfg.MaxBatch, maxBatchBytes, &s.closed, &s.abandon)
 	if err := s.setup(ctx, indexes); err != nil {
 		return fail(fmt.Errorf("mongo: set up database %q on %s: %w", cfg.Database, where, scrub(err, cfg.URI)))
 	}
@@ -313,7 +309,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(fmt.Errorf("mongo: open change stream on %s: %w", where, scrub(err, cfg.URI)))
 	}
 	s.metrics = newMetrics(cfg.Registerer)
-	go s.commitLoop(s.commit)
+	go s.q.Run(s.commit, nil)
 	s.bg.Add(1)
 	go s.watch(stream)
 	if cfg.PurgeInterval > 0 {
@@ -433,8 +429,8 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return collections.ErrClosed
 	}
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.cancel()
 	s.bg.Wait()
 	s.metrics.Unregister()
@@ -455,8 +451,8 @@ func (s *Store) crash() {
 		return
 	}
 	s.abandon.Store(true)
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.cancel()
 	s.bg.Wait()
 	s.metrics.Unregister()

@@ -81,9 +81,7 @@ type Store struct {
 	queries stmtCache
 	indexes []indexDef
 
-	queue   chan *request
-	stop    chan struct{} // closed by Close / crash
-	done    chan struct{} // closed when the committer exits
+	q       *groupcommit.Queue[*request]
 	closing sync.Once
 	closed  atomic.Bool
 	abandon atomic.Bool // set by crash: the committer drops queued work
@@ -179,10 +177,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		indexes: indexes,
-		queue:   make(chan *request, 4*cfg.MaxBatch),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
 	}
+	s.q = groupcommit.New[*request](cfg.MaxBatch, 0, &s.closed, &s.abandon)
 	if s.wdb, err = openDB(cfg.Path, true); err != nil {
 		return nil, err
 	}
@@ -381,8 +377,8 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return collections.ErrClosed
 	}
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.bg.Wait()
 	s.reads.close()
 	s.queries.close()
@@ -401,8 +397,8 @@ func (s *Store) crash() {
 		return
 	}
 	s.abandon.Store(true)
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.bg.Wait()
 	s.reads.close()
 	s.queries.close()
@@ -417,7 +413,7 @@ func (s *Store) purgeLoop(every time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-s.q.Stop:
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
