@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/docwrite"
 	"github.com/loomdb/loom/collections/internal/groupcommit"
 )
 
@@ -510,62 +511,18 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 		cur = t.docs[k]
 	}
 	var curDoc *collections.Document
+	var curData []byte
 	if cur != nil {
-		curDoc = cur.doc
+		curDoc, curData = cur.doc, cur.data
 	}
-	live := curDoc != nil && !curDoc.Deleted
-	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(curDoc, w.IfMatch)) {
-		pe := &collections.PreconditionError{Path: w.Path}
-		if live {
-			pe.Current = curDoc // cloned once the batch has its seqs
-		}
-		return collections.WriteResult{}, pe
+	// The overlay's document stays as it was (clone): a failing request
+	// must leave it untouched, and a retried attempt re-reads it anyway. A
+	// precondition's Current is cloned once the batch has its seqs.
+	o, err := docwrite.Apply(w, curDoc, curData, now, t.s.maxBytes(w.Path), true)
+	if err != nil {
+		return collections.WriteResult{}, err
 	}
-	coll, id := collections.SplitDocPath(w.Path)
-	next := &collections.Document{Path: w.Path, Collection: coll, ID: id, Version: 1, CreatedAt: now, UpdatedAt: now}
-	if curDoc != nil {
-		next.Version = curDoc.Version + 1
-	}
-	if live {
-		next.CreatedAt = curDoc.CreatedAt
-	}
-	op := collections.OpUpdate
-	var data []byte
-	var err error
-	switch w.Type {
-	case collections.WriteCreate, collections.WriteReplace:
-		if w.Type == collections.WriteCreate && live {
-			return collections.WriteResult{}, collections.ErrAlreadyExists
-		}
-		if !live {
-			op = collections.OpCreate
-		}
-		next.Data = w.Data
-		if next.Data == nil {
-			next.Data = map[string]any{}
-		}
-	case collections.WriteUpdate:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		// The overlay's document stays as it was: a failing request must
-		// leave it untouched, and a retried attempt re-reads it anyway.
-		if next.Data, err = collections.ApplyPatch(collections.CloneValue(curDoc.Data).(map[string]any), w.Data); err != nil {
-			return collections.WriteResult{}, err
-		}
-	case collections.WriteDelete:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		next.Data, data, next.Deleted, op = collections.CloneValue(curDoc.Data).(map[string]any), cur.data, true, collections.OpDelete
-	default:
-		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
-	}
-	if data == nil {
-		if data, err = collections.EncodeData(next.Data, t.s.maxBytes(w.Path)); err != nil {
-			return collections.WriteResult{}, err
-		}
-	}
+	next, op, data := o.Next, o.Op, o.Data
 	if collections.IsLogged(w.Path) {
 		c := &changeRecord{DB: db, Op: string(op), Path: w.Path, Time: now,
 			After: snapshot{Version: next.Version, CreatedAt: next.CreatedAt, UpdatedAt: now, Deleted: next.Deleted, Data: string(data)}}
@@ -577,5 +534,5 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 		p.changes = append(p.changes, c)
 	}
 	p.docs[k] = &state{doc: next, data: data, dirty: true, db: db, base: cur.base}
-	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
+	return o.Result(w), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/docwrite"
 	"github.com/loomdb/loom/collections/internal/groupcommit"
 )
 
@@ -316,56 +317,17 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 	if err != nil {
 		return collections.WriteResult{}, err
 	}
-	live := cur != nil && !cur.doc.Deleted
-	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(cur.doc, w.IfMatch)) {
-		pe := &collections.PreconditionError{Path: w.Path}
-		if live {
-			pe.Current = cur.doc
-		}
-		return collections.WriteResult{}, pe
-	}
-	coll, id := collections.SplitDocPath(w.Path)
-	next := &collections.Document{Path: w.Path, Collection: coll, ID: id, Version: 1, CreatedAt: now, UpdatedAt: now}
+	var curDoc *collections.Document
+	var curData []byte
 	if cur != nil {
-		next.Version = cur.doc.Version + 1
+		curDoc, curData = cur.doc, cur.data
 	}
-	if live {
-		next.CreatedAt = cur.doc.CreatedAt
+	o, err := docwrite.Apply(w, curDoc, curData, now, c.s.maxBytes(w.Path), false)
+	if err != nil {
+		return collections.WriteResult{}, err
 	}
-	op := collections.OpUpdate
-	var data []byte
-	switch w.Type {
-	case collections.WriteCreate, collections.WriteReplace:
-		if w.Type == collections.WriteCreate && live {
-			return collections.WriteResult{}, collections.ErrAlreadyExists
-		}
-		if !live {
-			op = collections.OpCreate
-		}
-		next.Data = w.Data
-		if next.Data == nil {
-			next.Data = map[string]any{}
-		}
-	case collections.WriteUpdate:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		if next.Data, err = collections.ApplyPatch(cur.doc.Data, w.Data); err != nil {
-			return collections.WriteResult{}, err
-		}
-	case collections.WriteDelete:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		next.Data, data, next.Deleted, op = cur.doc.Data, cur.data, true, collections.OpDelete
-	default:
-		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
-	}
-	if data == nil {
-		if data, err = collections.EncodeData(next.Data, c.s.maxBytes(w.Path)); err != nil {
-			return collections.WriteResult{}, err
-		}
-	}
+	next, op, data := o.Next, o.Op, o.Data
+	coll, id := next.Collection, next.ID
 	logged := collections.IsLogged(w.Path)
 	if logged {
 		c.seq++
@@ -392,7 +354,7 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 			return collections.WriteResult{}, err
 		}
 	}
-	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
+	return o.Result(w), nil
 }
 
 func valid(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: true} }
