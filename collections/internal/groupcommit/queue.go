@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/lifecycle"
 )
 
 // Call is the part of an engine's request the queue handles; requests
@@ -56,11 +57,8 @@ func New[R Request](maxBatch, maxBytes int, closed, abandon *atomic.Bool) *Queue
 // first the caller gets ctx.Err(); the request may still commit, which is
 // the documented contract of Store.Commit.
 func (q *Queue[R]) Submit(ctx context.Context, r R) error {
-	if err := ctx.Err(); err != nil {
+	if err := lifecycle.Begin(ctx, q.closed); err != nil {
 		return err
-	}
-	if q.closed.Load() {
-		return collections.ErrClosed
 	}
 	c := r.call()
 	c.Done = make(chan struct{})
