@@ -1,5 +1,6 @@
 // Package groupcommit holds what the storage engines' group committers
-// share: the batch-size and commit-time histograms.
+// share: the request queue with its committer loop, and the batch-size and
+// commit-time histograms.
 package groupcommit
 
 import (
