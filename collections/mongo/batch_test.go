@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
 )
 
 // The committer takes at most MaxBatch requests and, beyond the first,
@@ -21,7 +22,9 @@ func TestCommitLoop_BatchBounds(t *testing.T) {
 
 func testBatchBounds(t *testing.T, closeFirst bool) {
 	const maxBatch = 4
-	s := &Store{cfg: Config{MaxBatch: maxBatch}, queue: make(chan *request, 64), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{cfg: Config{MaxBatch: maxBatch}}
+	s.q = groupcommit.New[*request](maxBatch, maxBatchBytes, &s.closed, &s.abandon)
+	s.q.C = make(chan *request, 64)
 	big := strings.Repeat("x", maxBatchBytes/3)
 	var sizes []int
 	for i := 0; i < 10; i++ {
@@ -31,33 +34,33 @@ func testBatchBounds(t *testing.T, closeFirst bool) {
 		}
 		r := &request{ctx: context.Background(), kind: kindCommit, db: "db", writes: []collections.Write{{Type: collections.WriteCreate, Path: "c/x", Data: data}}}
 		for _, w := range r.writes {
-			r.size += len(w.Path) + dataBytes(w.Data)
+			r.Size += len(w.Path) + dataBytes(w.Data)
 		}
-		r.done = make(chan struct{})
-		sizes = append(sizes, r.size)
-		s.queue <- r
+		r.Done = make(chan struct{})
+		sizes = append(sizes, r.Size)
+		s.q.C <- r
 	}
 	if closeFirst {
-		close(s.stop) // the Close path drains the queue
+		close(s.q.Stop) // the Close path drains the queue
 	}
 	var batches [][]int
 	committed := 0
-	s.commitLoop(func(b []*request) {
+	s.q.Run(func(b []*request) {
 		var got []int
 		size := 0
 		for _, r := range b {
-			got = append(got, r.size)
-			size += r.size
-			close(r.done)
+			got = append(got, r.Size)
+			size += r.Size
+			close(r.Done)
 		}
 		if len(b) > maxBatch || len(b) > 1 && size >= maxBatchBytes {
 			t.Errorf("batch of %d requests and %d bytes", len(b), size)
 		}
 		batches = append(batches, got)
 		if committed += len(b); committed == len(sizes) && !closeFirst {
-			close(s.stop)
+			close(s.q.Stop)
 		}
-	})
+	}, nil)
 	n := 0
 	for _, b := range batches {
 		n += len(b)
@@ -85,7 +88,7 @@ func TestDataBytes(t *testing.T) {
 // request by request, so a poison request fails alone; a failure of the
 // commit itself (outcome maybe unknown) is not re-run.
 func TestRunBatch_SplitsPoison(t *testing.T) {
-	s := &Store{cfg: Config{MaxDocumentBytes: 1 << 20}, log: slog.New(slog.DiscardHandler), notify: make(chan struct{})}
+	s := &Store{cfg: Config{MaxDocumentBytes: 1 << 20}, log: slog.New(slog.DiscardHandler)}
 	good1 := commitReq(w(collections.WriteCreate, "a/1", `{}`))
 	poison := commitReq(w(collections.WriteCreate, "a/poison", `{}`))
 	good2 := commitReq(w(collections.WriteCreate, "a/2", `{}`))
@@ -112,11 +115,11 @@ func TestRunBatch_SplitsPoison(t *testing.T) {
 	if len(runs) != 4 {
 		t.Errorf("runs %v, want the batch then each request alone", runs)
 	}
-	if good1.err != nil || good2.err != nil || len(good1.results) != 1 || len(good2.results) != 1 {
-		t.Errorf("good requests: %v %v, want committed", good1.err, good2.err)
+	if good1.Err != nil || good2.Err != nil || len(good1.results) != 1 || len(good2.results) != 1 {
+		t.Errorf("good requests: %v %v, want committed", good1.Err, good2.Err)
 	}
-	if !errors.Is(poison.err, refused) || poison.results != nil {
-		t.Errorf("poison err=%v results=%v, want its own error", poison.err, poison.results)
+	if !errors.Is(poison.Err, refused) || poison.results != nil {
+		t.Errorf("poison err=%v results=%v, want its own error", poison.Err, poison.results)
 	}
 
 	// A commit error (not a callback error) is everyone's.
@@ -124,7 +127,7 @@ func TestRunBatch_SplitsPoison(t *testing.T) {
 	a, b := commitReq(w(collections.WriteCreate, "a/3", `{}`)), commitReq(w(collections.WriteCreate, "a/4", `{}`))
 	unknown := errors.New("commit outcome unknown")
 	s.runBatch([]*request{a, b}, func(context.Context, *txn) error { runs = append(runs, nil); return unknown }, true)
-	if len(runs) != 1 || !errors.Is(a.err, unknown) || !errors.Is(b.err, unknown) {
-		t.Errorf("runs=%d a=%v b=%v, want one run and the error for both", len(runs), a.err, b.err)
+	if len(runs) != 1 || !errors.Is(a.Err, unknown) || !errors.Is(b.Err, unknown) {
+		t.Errorf("runs=%d a=%v b=%v, want one run and the error for both", len(runs), a.Err, b.Err)
 	}
 }

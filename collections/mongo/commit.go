@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/docwrite"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
 )
 
 type requestKind uint8
@@ -37,46 +39,11 @@ type request struct {
 	name   string // cursor name
 	seq    int64  // cursor position
 
-	// size estimates the bytes the request writes (dataBytes of its
-	// writes), so a batch stays a bounded transaction.
-	size int
-
 	results []collections.WriteResult
-	err     error
-	done    chan struct{}
-}
 
-// submit hands r to the committer and waits for its outcome. When ctx ends
-// first the caller gets ctx.Err(); the request may still commit, which is
-// the documented contract of Store.Commit.
-func (s *Store) submit(r *request) error {
-	if err := r.ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return collections.ErrClosed
-	}
-	r.done = make(chan struct{})
-	select {
-	case s.queue <- r:
-	case <-s.stop:
-		return collections.ErrClosed
-	case <-r.ctx.Done():
-		return r.ctx.Err()
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-r.ctx.Done():
-		return r.ctx.Err()
-	case <-s.done:
-		select {
-		case <-r.done:
-			return r.err
-		default:
-			return collections.ErrClosed
-		}
-	}
+	// Call.Size estimates the bytes the request writes (dataBytes of its
+	// writes), so a batch stays a bounded transaction.
+	groupcommit.Call
 }
 
 // Commit applies writes atomically through the group committer. The
@@ -88,9 +55,9 @@ func (s *Store) Commit(ctx context.Context, db string, writes []collections.Writ
 	}
 	r := &request{ctx: ctx, kind: kindCommit, db: db, writes: writes, opts: opts}
 	for i := range writes {
-		r.size += len(writes[i].Path) + dataBytes(writes[i].Data)
+		r.Size += len(writes[i].Path) + dataBytes(writes[i].Data)
 	}
-	if err := s.submit(r); err != nil {
+	if err := s.q.Submit(ctx, r); err != nil {
 		return nil, err
 	}
 	return r.results, nil
@@ -98,12 +65,12 @@ func (s *Store) Commit(ctx context.Context, db string, writes []collections.Writ
 
 // SetCursor creates or moves a durable cursor.
 func (s *Store) SetCursor(ctx context.Context, name string, seq int64) error {
-	return s.submit(&request{ctx: ctx, kind: kindSetCursor, name: name, seq: seq})
+	return s.q.Submit(ctx, &request{ctx: ctx, kind: kindSetCursor, name: name, seq: seq})
 }
 
 // DeleteCursor removes a durable cursor.
 func (s *Store) DeleteCursor(ctx context.Context, name string) error {
-	return s.submit(&request{ctx: ctx, kind: kindDeleteCursor, name: name})
+	return s.q.Submit(ctx, &request{ctx: ctx, kind: kindDeleteCursor, name: name})
 }
 
 // maxBatchBytes bounds the estimated data of the requests one transaction
@@ -114,71 +81,6 @@ func (s *Store) DeleteCursor(ctx context.Context, name string) error {
 // (TransactionTooLargeForCache, transactionLifetimeLimitSeconds), failing
 // every request batched with it.
 const maxBatchBytes = 8 << 20
-
-// batchFull reports whether a batch of n requests and size bytes takes no
-// more requests.
-func (s *Store) batchFull(n, size int) bool {
-	return n >= s.cfg.MaxBatch || size >= maxBatchBytes
-}
-
-// commitLoop is the committer: take one request, drain whatever else is
-// queued (up to MaxBatch requests and about maxBatchBytes), run them all
-// in one transaction (commit), answer all.
-func (s *Store) commitLoop(commit func([]*request)) {
-	defer close(s.done)
-	batch := make([]*request, 0, s.cfg.MaxBatch)
-	var next *request // taken from the queue but left for the next batch
-	for {
-		batch = batch[:0]
-		size := 0
-		if next != nil {
-			batch, size, next = append(batch, next), next.size, nil
-		} else {
-			select {
-			case r := <-s.queue:
-				batch, size = append(batch, r), r.size
-			case <-s.stop:
-				// Close commits what is already queued; crash drops it.
-				for {
-					select {
-					case r := <-s.queue:
-						if s.abandon.Load() {
-							r.err = collections.ErrClosed
-							close(r.done)
-							continue
-						}
-						if len(batch) > 0 && s.batchFull(len(batch), size+r.size) {
-							commit(batch)
-							batch, size = batch[:0], 0
-						}
-						batch, size = append(batch, r), size+r.size
-						continue
-					default:
-					}
-					break
-				}
-				if len(batch) > 0 {
-					commit(batch)
-				}
-				return
-			}
-		}
-	drain:
-		for !s.batchFull(len(batch), size) {
-			select {
-			case r := <-s.queue:
-				if s.batchFull(len(batch), size+r.size) {
-					next = r
-					break drain
-				}
-				batch, size = append(batch, r), size+r.size
-			default:
-				break drain
-			}
-		}
-		commit(batch)
-	}
-}
 
 // dataBytes estimates the encoded size of a value (its JSON length, about).
 func dataBytes(v any) int {
@@ -211,7 +113,7 @@ const commitTimeout = 2 * time.Minute
 func (s *Store) commit(batch []*request) {
 	s.runBatch(batch, s.runTx, true)
 	for _, r := range batch {
-		close(r.done)
+		close(r.Done)
 	}
 }
 
@@ -228,7 +130,7 @@ func (s *Store) runBatch(batch []*request, run func(context.Context, *txn) error
 	t := &txn{s: s, batch: batch}
 	err := run(ctx, t)
 	if s.metrics != nil {
-		s.metrics.observe(len(batch), time.Since(start))
+		s.metrics.Observe(len(batch), time.Since(start))
 	}
 	if err != nil {
 		var aborted *callbackError
@@ -243,8 +145,8 @@ func (s *Store) runBatch(batch []*request, run func(context.Context, *txn) error
 		// the deadline) may have: either way the caller gets an error.
 		s.log.Error("commit failed", "err", scrub(err, s.cfg.URI), "requests", len(batch))
 		for _, r := range batch {
-			if r.err == nil {
-				r.err = fmt.Errorf("mongo: commit: %w", scrub(err, s.cfg.URI))
+			if r.Err == nil {
+				r.Err = fmt.Errorf("mongo: commit: %w", scrub(err, s.cfg.URI))
 			}
 			r.results = nil
 		}
@@ -254,7 +156,7 @@ func (s *Store) runBatch(batch []*request, run func(context.Context, *txn) error
 		// A precondition may have failed on a document an earlier
 		// request of the batch wrote: its seq is known only now.
 		var pe *collections.PreconditionError
-		if errors.As(r.err, &pe) && pe.Current != nil {
+		if errors.As(r.Err, &pe) && pe.Current != nil {
 			pe.Current = pe.Current.Clone()
 		}
 	}
@@ -364,7 +266,7 @@ func (t *txn) attempt(ctx context.Context) error {
 func (t *txn) reset() {
 	t.docs, t.cursors, t.changes, t.logged = map[string]*state{}, map[string]*cursorS{}, nil, 0
 	for _, r := range t.batch {
-		r.err, r.results = nil, nil
+		r.Err, r.results = nil, nil
 	}
 }
 
@@ -376,12 +278,12 @@ func (t *txn) plan(now int64) int {
 	applied := 0
 	for _, r := range t.batch {
 		if err := r.ctx.Err(); err != nil {
-			r.err = err // the caller has gone; do not write on its behalf
+			r.Err = err // the caller has gone; do not write on its behalf
 			continue
 		}
 		p := &pending{docs: map[string]*state{}, cursors: map[string]*cursorS{}}
 		if err := t.apply(r, p, now); err != nil {
-			r.err = err
+			r.Err = err
 			continue
 		}
 		for k, v := range p.docs {
@@ -609,62 +511,18 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 		cur = t.docs[k]
 	}
 	var curDoc *collections.Document
+	var curData []byte
 	if cur != nil {
-		curDoc = cur.doc
+		curDoc, curData = cur.doc, cur.data
 	}
-	live := curDoc != nil && !curDoc.Deleted
-	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(curDoc, w.IfMatch)) {
-		pe := &collections.PreconditionError{Path: w.Path}
-		if live {
-			pe.Current = curDoc // cloned once the batch has its seqs
-		}
-		return collections.WriteResult{}, pe
+	// The overlay's document stays as it was (clone): a failing request
+	// must leave it untouched, and a retried attempt re-reads it anyway. A
+	// precondition's Current is cloned once the batch has its seqs.
+	o, err := docwrite.Apply(w, curDoc, curData, now, t.s.maxBytes(w.Path), true)
+	if err != nil {
+		return collections.WriteResult{}, err
 	}
-	coll, id := collections.SplitDocPath(w.Path)
-	next := &collections.Document{Path: w.Path, Collection: coll, ID: id, Version: 1, CreatedAt: now, UpdatedAt: now}
-	if curDoc != nil {
-		next.Version = curDoc.Version + 1
-	}
-	if live {
-		next.CreatedAt = curDoc.CreatedAt
-	}
-	op := collections.OpUpdate
-	var data []byte
-	var err error
-	switch w.Type {
-	case collections.WriteCreate, collections.WriteReplace:
-		if w.Type == collections.WriteCreate && live {
-			return collections.WriteResult{}, collections.ErrAlreadyExists
-		}
-		if !live {
-			op = collections.OpCreate
-		}
-		next.Data = w.Data
-		if next.Data == nil {
-			next.Data = map[string]any{}
-		}
-	case collections.WriteUpdate:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		// The overlay's document stays as it was: a failing request must
-		// leave it untouched, and a retried attempt re-reads it anyway.
-		if next.Data, err = collections.ApplyPatch(collections.CloneValue(curDoc.Data).(map[string]any), w.Data); err != nil {
-			return collections.WriteResult{}, err
-		}
-	case collections.WriteDelete:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		next.Data, data, next.Deleted, op = collections.CloneValue(curDoc.Data).(map[string]any), cur.data, true, collections.OpDelete
-	default:
-		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
-	}
-	if data == nil {
-		if data, err = collections.EncodeData(next.Data, t.s.maxBytes(w.Path)); err != nil {
-			return collections.WriteResult{}, err
-		}
-	}
+	next, op, data := o.Next, o.Op, o.Data
 	if collections.IsLogged(w.Path) {
 		c := &changeRecord{DB: db, Op: string(op), Path: w.Path, Time: now,
 			After: snapshot{Version: next.Version, CreatedAt: next.CreatedAt, UpdatedAt: now, Deleted: next.Deleted, Data: string(data)}}
@@ -676,5 +534,5 @@ func (t *txn) write(db string, w *collections.Write, p *pending, now int64) (col
 		p.changes = append(p.changes, c)
 	}
 	p.docs[k] = &state{doc: next, data: data, dirty: true, db: db, base: cur.base}
-	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
+	return o.Result(w), nil
 }

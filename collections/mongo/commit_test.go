@@ -54,8 +54,8 @@ func w(typ collections.WriteType, path, data string, ifMatch ...collections.Filt
 func wantWriteErr(t *testing.T, r *request, index int, target error) {
 	t.Helper()
 	var we *collections.WriteError
-	if !errors.As(r.err, &we) || we.Index != index || !errors.Is(r.err, target) {
-		t.Errorf("request err=%v, want a WriteError at %d wrapping %v", r.err, index, target)
+	if !errors.As(r.Err, &we) || we.Index != index || !errors.Is(r.Err, target) {
+		t.Errorf("request err=%v, want a WriteError at %d wrapping %v", r.Err, index, target)
 	}
 	if r.results != nil {
 		t.Errorf("failed request has results %v", r.results)
@@ -92,11 +92,11 @@ func TestPlan_Batch(t *testing.T) {
 		t.Errorf("b/1 of a failed request was staged: %+v", d)
 	}
 	var pe *collections.PreconditionError
-	if !errors.As(r6.err, &pe) || pe.Current != nil {
-		t.Errorf("r6 err=%v, want a PreconditionError without Current (a/1 is a tombstone by then)", r6.err)
+	if !errors.As(r6.Err, &pe) || pe.Current != nil {
+		t.Errorf("r6 err=%v, want a PreconditionError without Current (a/1 is a tombstone by then)", r6.Err)
 	}
-	if !errors.Is(r9.err, context.Canceled) || r9.results != nil || tx.docs[docKey("db", "c/1")].dirty {
-		t.Errorf("cancelled request: err=%v results=%v, want context.Canceled and nothing staged", r9.err, r9.results)
+	if !errors.Is(r9.Err, context.Canceled) || r9.results != nil || tx.docs[docKey("db", "c/1")].dirty {
+		t.Errorf("cancelled request: err=%v results=%v, want context.Canceled and nothing staged", r9.Err, r9.results)
 	}
 
 	if d := r3.results[0].Doc; d.Version != 2 || d.Data["n"] == nil || d.Data["m"] == nil || d.Seq != 12 {
@@ -164,8 +164,8 @@ func TestPlan_Cursor(t *testing.T) {
 	if n := tx.plan(1000); n != 4 {
 		t.Errorf("plan applied %d, want 4", n)
 	}
-	if !errors.Is(r2.err, collections.ErrCursorConflict) || tx.docs[docKey("db", "_outbox/2")].dirty {
-		t.Errorf("r2 err=%v, want ErrCursorConflict with nothing staged", r2.err)
+	if !errors.Is(r2.Err, collections.ErrCursorConflict) || tx.docs[docKey("db", "_outbox/2")].dirty {
+		t.Errorf("r2 err=%v, want ErrCursorConflict with nothing staged", r2.Err)
 	}
 	wantWriteErr(t, r5, 0, collections.ErrAlreadyExists)
 	if c := tx.cursors["trig"]; c.seq != 10 || !c.present || !c.dirty {
@@ -186,8 +186,8 @@ func TestPlan_TooLarge(t *testing.T) {
 	tx := newTxn(t, 100, nil, nil, r1, r2)
 	tx.plan(1)
 	wantWriteErr(t, r1, 0, collections.ErrTooLarge)
-	if r2.err != nil {
-		t.Errorf("system document of %d bytes with a 100-byte limit: %v, want the system allowance", len(big), r2.err)
+	if r2.Err != nil {
+		t.Errorf("system document of %d bytes with a 100-byte limit: %v, want the system allowance", len(big), r2.Err)
 	}
 }
 

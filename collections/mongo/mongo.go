@@ -27,6 +27,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
+	"github.com/loomdb/loom/collections/internal/notify"
 )
 
 // Config configures an engine. Only URI is required.
@@ -129,9 +131,7 @@ type Store struct {
 	meta    *mongo.Collection
 	cursors *mongo.Collection
 
-	queue   chan *request
-	stop    chan struct{} // closed by Close / crash
-	done    chan struct{} // closed when the committer exits
+	q       *groupcommit.Queue[*request]
 	ctx     context.Context
 	cancel  context.CancelFunc // stops the background goroutines' calls
 	closed  atomic.Bool
@@ -140,10 +140,9 @@ type Store struct {
 
 	streamUp atomic.Bool // the change stream is open
 
-	notifyMu sync.Mutex
-	notify   chan struct{}
+	notify notify.Broadcaster
 
-	metrics *metrics
+	metrics *groupcommit.Metrics
 }
 
 var _ collections.Store = (*Store)(nil)
@@ -298,11 +297,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		changes: db.Collection(collChanges),
 		meta:    db.Collection(collMeta),
 		cursors: db.Collection(collCursors),
-		queue:   make(chan *request, 4*cfg.MaxBatch),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		notify:  make(chan struct{}),
 	}
+	s.q = groupcommit.New[*request](cfg.MaxBatch, maxBatchBytes, &s.closed, &s.abandon)
 	if err := s.setup(ctx, indexes); err != nil {
 		return fail(fmt.Errorf("mongo: set up database %q on %s: %w", cfg.Database, where, scrub(err, cfg.URI)))
 	}
@@ -313,7 +309,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(fmt.Errorf("mongo: open change stream on %s: %w", where, scrub(err, cfg.URI)))
 	}
 	s.metrics = newMetrics(cfg.Registerer)
-	go s.commitLoop(s.commit)
+	go s.q.Run(s.commit, nil)
 	s.bg.Add(1)
 	go s.watch(stream)
 	if cfg.PurgeInterval > 0 {
@@ -433,11 +429,11 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return collections.ErrClosed
 	}
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.cancel()
 	s.bg.Wait()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.client.Disconnect(ctx)
@@ -455,11 +451,11 @@ func (s *Store) crash() {
 		return
 	}
 	s.abandon.Store(true)
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.cancel()
 	s.bg.Wait()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s.client.Disconnect(ctx) //nolint:errcheck // abandoned
@@ -483,46 +479,14 @@ func (s *Store) purgeLoop(every time.Duration) {
 	}
 }
 
-// metrics describe the committer; they are registered only when the
-// configuration names a Registerer.
-type metrics struct {
-	reg     prometheus.Registerer
-	batch   prometheus.Histogram
-	seconds prometheus.Histogram
-}
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		reg: reg,
-		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "loom_mongo_commit_batch_requests",
-			Help:    "Requests committed together in one MongoDB transaction (group commit).",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
-		}),
-		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "loom_mongo_commit_seconds",
-			Help:    "Time to run and majority-commit one MongoDB transaction, retries included.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.batch, m.seconds} {
-			// An earlier Open on the same registry may hold it: keep going
-			// unregistered.
-			_ = reg.Register(c)
-		}
-	}
-	return m
-}
-
-func (m *metrics) observe(requests int, d time.Duration) {
-	m.batch.Observe(float64(requests))
-	m.seconds.Observe(d.Seconds())
-}
-
-func (m *metrics) unregister() {
-	if m.reg != nil {
-		m.reg.Unregister(m.batch)
-		m.reg.Unregister(m.seconds)
-	}
+// newMetrics describes the committer; the histograms are registered only
+// when the configuration names a Registerer.
+func newMetrics(reg prometheus.Registerer) *groupcommit.Metrics {
+	return groupcommit.NewMetrics(reg, groupcommit.MetricsOpts{
+		BatchName:      "loom_mongo_commit_batch_requests",
+		BatchHelp:      "Requests committed together in one MongoDB transaction (group commit).",
+		SecondsName:    "loom_mongo_commit_seconds",
+		SecondsHelp:    "Time to run and majority-commit one MongoDB transaction, retries included.",
+		SecondsBuckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+	})
 }

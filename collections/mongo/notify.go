@@ -11,18 +11,9 @@ import (
 
 // Notify returns a channel closed after the next commit that appends to the
 // change log, on this node or any other.
-func (s *Store) Notify() <-chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	return s.notify
-}
+func (s *Store) Notify() <-chan struct{} { return s.notify.C() }
 
-func (s *Store) wake() {
-	s.notifyMu.Lock()
-	close(s.notify)
-	s.notify = make(chan struct{})
-	s.notifyMu.Unlock()
-}
+func (s *Store) wake() { s.notify.Wake() }
 
 // openStream opens the change stream on the change log's inserts, resuming
 // after token when it is not nil.

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/lifecycle"
 )
 
 // Reads outside transactions use the client's majority read concern: they
@@ -21,19 +22,11 @@ import (
 var noKeys = bson.D{{Key: fieldKeys, Value: 0}}
 
 // begin checks the context and that the store is open.
-func (s *Store) begin(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return collections.ErrClosed
-	}
-	return nil
-}
+func (s *Store) begin(ctx context.Context) error { return lifecycle.Begin(ctx, &s.closed) }
 
 // readErr maps errors of a read that raced with Close.
 func (s *Store) readErr(op string, err error) error {
-	if s.closed.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if lifecycle.RacedClose(&s.closed, err) {
 		return collections.ErrClosed
 	}
 	return fmt.Errorf("mongo: %s: %w", op, scrub(err, s.cfg.URI))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/docwrite"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
 )
 
 type requestKind uint8
@@ -33,43 +35,8 @@ type request struct {
 
 	results []collections.WriteResult
 	more    bool // purge: another round is needed
-	err     error
-	done    chan struct{}
-}
 
-// submit hands r to the committer and waits for its outcome. When ctx ends
-// first the caller gets ctx.Err(); the request may still commit, which is
-// the documented contract of Store.Commit.
-func (s *Store) submit(r *request) error {
-	if err := r.ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return collections.ErrClosed
-	}
-	r.done = make(chan struct{})
-	select {
-	case s.queue <- r:
-	case <-s.stop:
-		return collections.ErrClosed
-	case <-r.ctx.Done():
-		return r.ctx.Err()
-	}
-	select {
-	case <-r.done:
-		return r.err
-	case <-r.ctx.Done():
-		return r.ctx.Err()
-	case <-s.done:
-		// The committer exited; r was either finished before that or was
-		// never taken from the queue.
-		select {
-		case <-r.done:
-			return r.err
-		default:
-			return collections.ErrClosed
-		}
-	}
+	groupcommit.Call
 }
 
 // Commit applies writes atomically through the group committer. The
@@ -79,7 +46,7 @@ func (s *Store) Commit(ctx context.Context, db string, writes []collections.Writ
 		return []collections.WriteResult{}, ctx.Err()
 	}
 	r := &request{ctx: ctx, kind: kindCommit, db: db, writes: writes, opts: opts}
-	if err := s.submit(r); err != nil {
+	if err := s.q.Submit(ctx, r); err != nil {
 		return nil, err
 	}
 	return r.results, nil
@@ -87,12 +54,12 @@ func (s *Store) Commit(ctx context.Context, db string, writes []collections.Writ
 
 // SetCursor creates or moves a durable cursor.
 func (s *Store) SetCursor(ctx context.Context, name string, seq int64) error {
-	return s.submit(&request{ctx: ctx, kind: kindSetCursor, name: name, seq: seq})
+	return s.q.Submit(ctx, &request{ctx: ctx, kind: kindSetCursor, name: name, seq: seq})
 }
 
 // DeleteCursor removes a durable cursor.
 func (s *Store) DeleteCursor(ctx context.Context, name string) error {
-	return s.submit(&request{ctx: ctx, kind: kindDeleteCursor, name: name})
+	return s.q.Submit(ctx, &request{ctx: ctx, kind: kindDeleteCursor, name: name})
 }
 
 // Purge drops changes older than the retention that no durable cursor needs,
@@ -101,7 +68,7 @@ func (s *Store) DeleteCursor(ctx context.Context, name string) error {
 func (s *Store) Purge(ctx context.Context) error {
 	for {
 		r := &request{ctx: ctx, kind: kindPurge}
-		if err := s.submit(r); err != nil {
+		if err := s.q.Submit(ctx, r); err != nil {
 			return err
 		}
 		if !r.more {
@@ -181,51 +148,7 @@ func (c *committer) close() {
 // answer all. Concurrency therefore raises throughput instead of queueing
 // fsyncs.
 func (c *committer) run() {
-	s := c.s
-	defer close(s.done)
-	defer c.close()
-	batch := make([]*request, 0, s.cfg.MaxBatch)
-	for {
-		batch = batch[:0]
-		select {
-		case r := <-s.queue:
-			batch = append(batch, r)
-		case <-s.stop:
-			// Close commits what is already queued; crash drops it.
-			for {
-				select {
-				case r := <-s.queue:
-					if s.abandon.Load() {
-						r.err = collections.ErrClosed
-						close(r.done)
-						continue
-					}
-					batch = append(batch, r)
-					if len(batch) == cap(batch) {
-						c.commit(batch)
-						batch = batch[:0]
-					}
-					continue
-				default:
-				}
-				break
-			}
-			if len(batch) > 0 {
-				c.commit(batch)
-			}
-			return
-		}
-	drain:
-		for len(batch) < cap(batch) {
-			select {
-			case r := <-s.queue:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
-		c.commit(batch)
-	}
+	c.s.q.Run(c.commit, c.close)
 }
 
 // commit runs one batch in one transaction and answers every request in it.
@@ -240,8 +163,8 @@ func (c *committer) commit(batch []*request) {
 		c.reloadMeta()
 		s.log.Error("commit failed", "err", err, "requests", len(batch))
 		for _, r := range batch {
-			if r.err == nil {
-				r.err = fmt.Errorf("sqlite: commit: %w", err)
+			if r.Err == nil {
+				r.Err = fmt.Errorf("sqlite: commit: %w", err)
 				r.results = nil
 			}
 		}
@@ -249,9 +172,9 @@ func (c *committer) commit(batch []*request) {
 		s.head.Store(c.seq)
 		s.wake()
 	}
-	s.metrics.observe(len(batch), time.Since(start))
+	s.metrics.Observe(len(batch), time.Since(start))
 	for _, r := range batch {
-		close(r.done)
+		close(r.Done)
 	}
 }
 
@@ -279,7 +202,7 @@ func (c *committer) runTx(batch []*request) error {
 	applied := 0
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.err = err // the caller has gone; do not write on its behalf
+			r.Err = err // the caller has gone; do not write on its behalf
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
@@ -287,7 +210,7 @@ func (c *committer) runTx(batch []*request) error {
 		}
 		seq, lt := c.seq, c.lastTime
 		if err := t.apply(r); err != nil {
-			r.err, r.results = err, nil
+			r.Err, r.results = err, nil
 			c.seq, c.lastTime = seq, lt
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO req"); err != nil {
 				return err
@@ -394,56 +317,17 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 	if err != nil {
 		return collections.WriteResult{}, err
 	}
-	live := cur != nil && !cur.doc.Deleted
-	if len(w.IfMatch) > 0 && (!live || !collections.MatchFilters(cur.doc, w.IfMatch)) {
-		pe := &collections.PreconditionError{Path: w.Path}
-		if live {
-			pe.Current = cur.doc
-		}
-		return collections.WriteResult{}, pe
-	}
-	coll, id := collections.SplitDocPath(w.Path)
-	next := &collections.Document{Path: w.Path, Collection: coll, ID: id, Version: 1, CreatedAt: now, UpdatedAt: now}
+	var curDoc *collections.Document
+	var curData []byte
 	if cur != nil {
-		next.Version = cur.doc.Version + 1
+		curDoc, curData = cur.doc, cur.data
 	}
-	if live {
-		next.CreatedAt = cur.doc.CreatedAt
+	o, err := docwrite.Apply(w, curDoc, curData, now, c.s.maxBytes(w.Path), false)
+	if err != nil {
+		return collections.WriteResult{}, err
 	}
-	op := collections.OpUpdate
-	var data []byte
-	switch w.Type {
-	case collections.WriteCreate, collections.WriteReplace:
-		if w.Type == collections.WriteCreate && live {
-			return collections.WriteResult{}, collections.ErrAlreadyExists
-		}
-		if !live {
-			op = collections.OpCreate
-		}
-		next.Data = w.Data
-		if next.Data == nil {
-			next.Data = map[string]any{}
-		}
-	case collections.WriteUpdate:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		if next.Data, err = collections.ApplyPatch(cur.doc.Data, w.Data); err != nil {
-			return collections.WriteResult{}, err
-		}
-	case collections.WriteDelete:
-		if !live {
-			return collections.WriteResult{}, collections.ErrNotFound
-		}
-		next.Data, data, next.Deleted, op = cur.doc.Data, cur.data, true, collections.OpDelete
-	default:
-		return collections.WriteResult{}, fmt.Errorf("%w: unknown write type %q", collections.ErrInvalidDocument, w.Type)
-	}
-	if data == nil {
-		if data, err = collections.EncodeData(next.Data, c.s.maxBytes(w.Path)); err != nil {
-			return collections.WriteResult{}, err
-		}
-	}
+	next, op, data := o.Next, o.Op, o.Data
+	coll, id := next.Collection, next.ID
 	logged := collections.IsLogged(w.Path)
 	if logged {
 		c.seq++
@@ -470,7 +354,7 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 			return collections.WriteResult{}, err
 		}
 	}
-	return collections.WriteResult{Doc: next, Created: !live && w.Type != collections.WriteDelete}, nil
+	return o.Result(w), nil
 }
 
 func valid(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: true} }

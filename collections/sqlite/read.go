@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/lifecycle"
 )
 
 // docColumns are the columns scanDoc reads, in order.
@@ -71,19 +72,11 @@ func (r *readStmts) close() {
 }
 
 // begin checks the context and that the store is open.
-func (s *Store) begin(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return collections.ErrClosed
-	}
-	return nil
-}
+func (s *Store) begin(ctx context.Context) error { return lifecycle.Begin(ctx, &s.closed) }
 
 // readErr maps errors of a read that raced with Close.
 func (s *Store) readErr(op string, err error) error {
-	if s.closed.Load() && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if lifecycle.RacedClose(&s.closed, err) {
 		return collections.ErrClosed
 	}
 	return fmt.Errorf("sqlite: %s: %w", op, err)

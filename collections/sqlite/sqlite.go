@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/collections/internal/groupcommit"
+	"github.com/loomdb/loom/collections/internal/notify"
 )
 
 // Config configures an engine. Only Path is required.
@@ -79,9 +81,7 @@ type Store struct {
 	queries stmtCache
 	indexes []indexDef
 
-	queue   chan *request
-	stop    chan struct{} // closed by Close / crash
-	done    chan struct{} // closed when the committer exits
+	q       *groupcommit.Queue[*request]
 	closing sync.Once
 	closed  atomic.Bool
 	abandon atomic.Bool // set by crash: the committer drops queued work
@@ -89,10 +89,9 @@ type Store struct {
 
 	head atomic.Int64 // last committed seq
 
-	notifyMu sync.Mutex
-	notify   chan struct{}
+	notify notify.Broadcaster
 
-	metrics *metrics
+	metrics *groupcommit.Metrics
 }
 
 var _ collections.Store = (*Store)(nil)
@@ -178,11 +177,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		indexes: indexes,
-		queue:   make(chan *request, 4*cfg.MaxBatch),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		notify:  make(chan struct{}),
 	}
+	s.q = groupcommit.New[*request](cfg.MaxBatch, 0, &s.closed, &s.abandon)
 	if s.wdb, err = openDB(cfg.Path, true); err != nil {
 		return nil, err
 	}
@@ -371,18 +367,9 @@ func (s *Store) Ready(ctx context.Context) error {
 
 // Notify returns a channel closed after the next commit that appends to the
 // change log.
-func (s *Store) Notify() <-chan struct{} {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	return s.notify
-}
+func (s *Store) Notify() <-chan struct{} { return s.notify.C() }
 
-func (s *Store) wake() {
-	s.notifyMu.Lock()
-	close(s.notify)
-	s.notify = make(chan struct{})
-	s.notifyMu.Unlock()
-}
+func (s *Store) wake() { s.notify.Wake() }
 
 // Close stops accepting writes, commits everything already queued and closes
 // the database.
@@ -390,14 +377,14 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return collections.ErrClosed
 	}
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.bg.Wait()
 	s.reads.close()
 	s.queries.close()
 	rerr := s.rdb.Close()
 	werr := s.wdb.Close()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 	s.log.Info("closed", "path", s.cfg.Path, "head", s.head.Load())
 	return errors.Join(rerr, werr)
 }
@@ -410,14 +397,14 @@ func (s *Store) crash() {
 		return
 	}
 	s.abandon.Store(true)
-	close(s.stop)
-	<-s.done
+	close(s.q.Stop)
+	<-s.q.Done
 	s.bg.Wait()
 	s.reads.close()
 	s.queries.close()
 	s.rdb.Close()
 	s.wdb.Close()
-	s.metrics.unregister()
+	s.metrics.Unregister()
 }
 
 func (s *Store) purgeLoop(every time.Duration) {
@@ -426,7 +413,7 @@ func (s *Store) purgeLoop(every time.Duration) {
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-s.q.Stop:
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

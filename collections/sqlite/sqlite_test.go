@@ -833,7 +833,7 @@ func TestCloseFlushesQueuedCommits(t *testing.T) {
 	cfg := Config{Path: tempPath(t), PurgeInterval: -1, MaxBatch: 1}
 	s := mustOpen(t, cfg)
 	release := holdWriteLock(t, cfg.Path)
-	n := 1 + cap(s.queue) // one in the blocked batch, the queue full
+	n := 1 + cap(s.q.C) // one in the blocked batch, the queue full
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -841,7 +841,7 @@ func TestCloseFlushesQueuedCommits(t *testing.T) {
 			_, errs[i] = s.Commit(ctx, testDB, []collections.Write{create(fmt.Sprintf("q/%d", i), nil)}, collections.CommitOptions{})
 		})
 	}
-	waitFor(t, "requests queued behind the blocked committer", func() bool { return len(s.queue) == n-1 })
+	waitFor(t, "requests queued behind the blocked committer", func() bool { return len(s.q.C) == n-1 })
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
@@ -851,7 +851,7 @@ func TestCloseFlushesQueuedCommits(t *testing.T) {
 	}()
 	waitFor(t, "Close to stop the committer", func() bool {
 		select {
-		case <-s.stop:
+		case <-s.q.Stop:
 			return true
 		default:
 			return false
@@ -980,7 +980,7 @@ func TestGroupCommit(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "writers to queue behind the blocked committer", func() bool { return len(s.queue) >= 2 })
+	waitFor(t, "writers to queue behind the blocked committer", func() bool { return len(s.q.C) >= 2 })
 	release()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
