@@ -969,18 +969,26 @@ func TestGroupCommit(t *testing.T) {
 
 	const writers, each = 64, 50
 	var wg sync.WaitGroup
+	var started atomic.Int32 // writers inside their first Commit
 	errs := make(chan error, writers*each)
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
 				p := fmt.Sprintf("gc/w%02d-%02d", w, i)
+				if i == 0 {
+					started.Add(1)
+				}
 				if _, err := s.Commit(ctx, testDB, []collections.Write{create(p, nil)}, collections.CommitOptions{}); err != nil {
 					errs <- fmt.Errorf("%s: %w", p, err)
 				}
 			}
 		})
 	}
-	waitFor(t, "writers to queue behind the blocked committer", func() bool { return len(s.q.C) >= 2 })
+	// No commit can finish while the lock is held, so every writer's first
+	// request waits on the blocked committer, in its batch or queued behind
+	// it. (Waiting for a queue length instead hung until the busy timeout
+	// when one batch took them all.)
+	waitFor(t, "every writer to start its first commit", func() bool { return started.Load() == writers })
 	release()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
