@@ -3,6 +3,7 @@ package triggers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -389,7 +390,7 @@ func TestFollowReadsNoChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 { // one notify round each
-		if _, err := b.step(ctx); err != nil {
+		if _, err := b.stepToHead(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -398,5 +399,71 @@ func TestFollowReadsNoChange(t *testing.T) {
 	}
 	if n := st.n.Load(); n != 0 {
 		t.Fatalf("following read %d changes of the log, want none", n)
+	}
+}
+
+// stateReads counts the reads of the trigger state documents.
+type stateReads struct {
+	collections.Store
+	n atomic.Int64
+}
+
+func (c *stateReads) ChangedSince(ctx context.Context, db, coll string, cp collections.Checkpoint, limit int) ([]*collections.Document, error) {
+	c.n.Add(1)
+	return c.Store.ChangedSince(ctx, db, coll, cp, limit)
+}
+
+// A commit of another document wakes both follow and the idle evaluator
+// (syncTo the head): the state documents are read once for it, not once
+// per reader, and not at all by a reader that comes after.
+func TestFollowReadsStatesOncePerCommit(t *testing.T) {
+	ctx := context.Background()
+	st := &stateReads{Store: openFollowStore(t, sqlite.Config{})}
+	a := loadedRegistry(t, st)
+	b := loadedRegistry(t, st)
+	if _, _, err := a.register(ctx, noteTrigger("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.stepToHead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.entry("x") == nil {
+		t.Fatal("b did not follow a's registration")
+	}
+	for i := range 3 {
+		if _, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: fmt.Sprintf("notes/n%d", i), Data: map[string]any{}}}, collections.CommitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		head, err := st.Head(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := st.n.Load()
+		if _, err := b.stepToHead(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.syncTo(ctx, head); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.stepToHead(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := st.n.Load() - before; n != 1 {
+			t.Fatalf("commit %d: the state documents were read %d times, want 1", i, n)
+		}
+	}
+	// A state change past the checked head is still read.
+	if err := a.setEnabled(ctx, "x", false, "test"); err != nil {
+		t.Fatal(err)
+	}
+	head, err := st.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.syncTo(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.entry("x"); e == nil || e.enabled() {
+		t.Fatal("b did not follow a's disable")
 	}
 }

@@ -66,6 +66,11 @@ type registry struct {
 	// newest state document read, or the head at load or reload (guarded
 	// by followMu; load sets it before Run).
 	pos int64
+	// checked is a seq up to which no state change is left to apply past
+	// pos: the head known to be committed before a read that found none.
+	// A commit of any other document then costs no read (guarded by
+	// followMu).
+	checked int64
 	// active is the evaluator's view: enabled triggers sorted by id.
 	active atomic.Pointer[[]activeTrigger]
 	// snap is a copy of entries for lock-free lookups.
@@ -431,9 +436,7 @@ func (r *registry) applyLocked(id string, st *state, ver int64) bool {
 func (r *registry) follow(ctx context.Context) {
 	for ctx.Err() == nil {
 		wake := r.store.Notify()
-		r.followMu.Lock()
-		moved, err := r.step(ctx)
-		r.followMu.Unlock()
+		moved, err := r.stepToHead(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -457,13 +460,24 @@ func (r *registry) position() int64 {
 	return r.pos
 }
 
+// stepToHead is one step of follow: up to the head read first.
+func (r *registry) stepToHead(ctx context.Context) (bool, error) {
+	head, err := r.store.Head(ctx)
+	if err != nil {
+		return false, err
+	}
+	r.followMu.Lock()
+	defer r.followMu.Unlock()
+	return r.step(ctx, head)
+}
+
 // syncTo applies the state changes up to seq at least (fewer only when
-// none is left to read).
+// none is left to read); seq is committed.
 func (r *registry) syncTo(ctx context.Context, seq int64) error {
 	r.followMu.Lock()
 	defer r.followMu.Unlock()
-	for r.pos < seq {
-		moved, err := r.step(ctx)
+	for max(r.pos, r.checked) < seq {
+		moved, err := r.step(ctx, seq)
 		if err != nil || !moved {
 			return err
 		}
@@ -475,12 +489,18 @@ func (r *registry) syncTo(ctx context.Context, seq int64) error {
 const followBatch = 256
 
 // step applies the trigger states changed after pos and reports whether
-// pos moved; followMu is held. It reads the _triggers documents changed
+// pos moved; followMu is held. known is a seq committed before the call:
+// when the state changes up to it are applied already (checked), step
+// reads nothing, so the commits of other documents, which wake follow and
+// the idle evaluator alike, cost one read per node, not one per reader. It reads the _triggers documents changed
 // since pos (Store.ChangedSince: each one's latest state, a deleted one's
 // tombstone, in seq order), not the whole log, so a node pays only for
 // the state changes. A position past the change-log retention (deleted
 // triggers' tombstones may be purged too) reloads every state instead.
-func (r *registry) step(ctx context.Context) (bool, error) {
+func (r *registry) step(ctx context.Context, known int64) (bool, error) {
+	if known <= max(r.pos, r.checked) {
+		return false, nil
+	}
 	// Limit 0: only the position is checked. The change after pos may be
 	// any document's, and this runs on every commit.
 	if _, err := r.store.ReadChanges(ctx, r.pos, 0); err != nil {
@@ -502,6 +522,9 @@ func (r *registry) step(ctx context.Context) (bool, error) {
 	}
 	from := r.pos
 	r.applyDocs(docs)
+	if len(docs) < followBatch {
+		r.checked = max(r.checked, known) // every state change up to known is read
+	}
 	return r.pos > from, nil
 }
 
