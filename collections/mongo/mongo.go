@@ -429,14 +429,7 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return collections.ErrClosed
 	}
-	close(s.q.Stop)
-	<-s.q.Done
-	s.cancel()
-	s.bg.Wait()
-	s.metrics.Unregister()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := s.client.Disconnect(ctx)
+	err := s.shutdown()
 	s.log.Info("closed", "uri", RedactURI(s.cfg.URI), "database", s.cfg.Database)
 	if err != nil {
 		return fmt.Errorf("mongo: disconnect: %w", err)
@@ -451,6 +444,12 @@ func (s *Store) crash() {
 		return
 	}
 	s.abandon.Store(true)
+	_ = s.shutdown() // abandoned: a disconnect error changes nothing
+}
+
+// shutdown stops the committer (which commits or, after crash, fails what
+// is queued), the background goroutines and the metrics, and disconnects.
+func (s *Store) shutdown() error {
 	close(s.q.Stop)
 	<-s.q.Done
 	s.cancel()
@@ -458,7 +457,7 @@ func (s *Store) crash() {
 	s.metrics.Unregister()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s.client.Disconnect(ctx) //nolint:errcheck // abandoned
+	return s.client.Disconnect(ctx)
 }
 
 func (s *Store) purgeLoop(every time.Duration) {
