@@ -16,6 +16,7 @@ import (
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/plugins"
 	"github.com/loomdb/loom/webhooks/tools"
 )
 
@@ -25,6 +26,8 @@ const (
 	DefaultTokenBudget   = 8000
 	DefaultHistory       = 20
 	DefaultMaxBody       = 4 << 20
+	// DefaultRuleLogRetention is how long the rules' execution log is kept.
+	DefaultRuleLogRetention = 24 * time.Hour
 )
 
 // Role is a sub-agent role: its system prompt and the tools it is offered
@@ -74,6 +77,15 @@ type Config struct {
 	// UserConcurrentRuns bounds a user's queries in progress at once (0:
 	// DefaultUserConcurrentRuns; negative: no limit).
 	UserConcurrentRuns int
+
+	// Rules evaluates the lifecycle rules at the hook points (nil: none).
+	Rules *plugins.Engine
+	// LoadRules re-reads the rule and plugin files for ReloadRules (nil:
+	// nothing to reload).
+	LoadRules func() (*plugins.Set, error)
+	// RuleLogRetention is how long execution-log documents are kept
+	// (default DefaultRuleLogRetention).
+	RuleLogRetention time.Duration
 
 	Logger *slog.Logger
 	// Registerer receives the runtime's metrics (nil: not exported).
