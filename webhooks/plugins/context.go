@@ -47,8 +47,8 @@ type Turn struct {
 
 // History is what happened before (seed HistoryState).
 type History struct {
-	Messages []Message `cel:"messages"` // recent messages, oldest first
-	Tools    []ToolCall `cel:"tools"`  // recent tool calls, oldest first
+	Messages []Message  `cel:"messages"` // recent messages, oldest first
+	Tools    []ToolCall `cel:"tools"`    // recent tool calls, oldest first
 	// Failures counts failed calls per tool name.
 	Failures map[string]int64 `cel:"failures"`
 }
