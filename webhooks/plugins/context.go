@@ -94,7 +94,43 @@ type ToolResult struct {
 
 // Map returns the context as nested maps with the snake_case names (what
 // templates and Lua scripts see). Slices are []any, maps map[string]any,
-// times RFC 3339 strings.
+// times RFC 3339 strings. The maps it shares with c (settings, state,
+// arguments) must be treated as read-only.
 func (c *Context) Map() map[string]any {
-	panic("plugins: Context.Map not written yet")
+	msgs := make([]any, len(c.History.Messages))
+	for i, m := range c.History.Messages {
+		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
+	}
+	tools := make([]any, len(c.History.Tools))
+	for i, t := range c.History.Tools {
+		tools[i] = map[string]any{"name": t.Name, "arguments": orEmpty(t.Arguments), "result": t.Result,
+			"success": t.Success, "timestamp": t.Timestamp.UTC().Format(time.RFC3339Nano)}
+	}
+	failures := make(map[string]any, len(c.History.Failures))
+	for k, v := range c.History.Failures {
+		failures[k] = v
+	}
+	return map[string]any{
+		"turn": map[string]any{
+			"number": c.Turn.Number, "token_usage": c.Turn.TokenUsage,
+			"context_usage": c.Turn.ContextUsage, "iteration_count": c.Turn.IterationCount,
+		},
+		"history":  map[string]any{"messages": msgs, "tools": tools, "failures": failures},
+		"user":     map[string]any{"id": c.User.ID, "settings": orEmpty(c.User.Settings)},
+		"project":  map[string]any{"id": c.Project.ID, "settings": orEmpty(c.Project.Settings)},
+		"state":    orEmpty(c.State),
+		"settings": orEmpty(c.Settings),
+		"event":    orEmpty(c.Event),
+		"result": map[string]any{
+			"name": c.Result.Name, "arguments": orEmpty(c.Result.Arguments), "result": c.Result.Result,
+			"success": c.Result.Success, "error": c.Result.Error, "duration_ms": c.Result.DurationMs,
+		},
+	}
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
 }
