@@ -147,6 +147,9 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	// A redelivery after the step was written: finish its follow-ups.
 	if str(last, "role") == "assistant" {
 		if str(last, "inReplyTo") == ev.ID {
+			if err := h.afterStep(ctx, c, sa, agent, last, msgs); err != nil {
+				return err
+			}
 			return h.followUp(ctx, c, sa, agent, last)
 		}
 		return nil
@@ -179,18 +182,42 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	if failure != "" {
 		return h.finishTask(ctx, c, sa, agent, task, "", failure)
 	}
-	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs)
+	// on_turn_start, then the notifications of the sub-agent's earlier
+	// hooks (on_turn_end, on_tool_*): both go into this step's prompt.
+	notes, err := h.turnStartHook(ctx, c, sa, agent, msgs)
+	if err != nil {
+		return err
+	}
+	pending, err := h.pendingNotices(ctx, c, sa)
+	if err != nil {
+		return err
+	}
+	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, append(notes, pending...))
 	if err != nil {
 		return err
 	}
 	if failure != "" {
 		return h.finishTask(ctx, c, sa, agent, task, "", failure)
 	}
-	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res)
+	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(pending))
 	if err != nil || step == nil {
 		return err
 	}
+	if err := h.afterStep(ctx, c, sa, agent, step, append(msgs[:len(msgs):len(msgs)], step)); err != nil {
+		return err
+	}
 	return h.followUp(ctx, c, sa, agent, step)
+}
+
+// afterStep settles a written step's rule work: the pending notifications
+// it carried are marked delivered, and on_turn_end runs (msgs end with the
+// step). Both are idempotent: a redelivery of the step's trigger does them
+// again.
+func (h *Handlers) afterStep(ctx context.Context, c chat, sa string, agent, step *collections.Document, msgs []*collections.Document) error {
+	if err := h.markDelivered(ctx, c, step); err != nil {
+		return err
+	}
+	return h.turnEndHook(ctx, c, sa, agent, step, msgs)
 }
 
 // makeRoom checks the step limit and compresses the context once it
@@ -215,13 +242,14 @@ func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *colle
 	return compressed, "", nil
 }
 
-// askModel asks the model for the step with the role's tools. It returns
+// askModel asks the model for the step with the role's tools (and the
+// rules' notifications, placed by withNotices). It returns
 // the answer, or why the task must end: a budget reached, or an error a
 // retry of the same request cannot fix (so the user hears about it
 // instead of waiting on dead deliveries). Other errors are returned for
 // the delivery to retry.
-func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document) (*llm.Response, string, error) {
-	res, err := h.complete(ctx, uid, llm.Request{Messages: buildContext(agent, msgs), Tools: h.roleTools(role)})
+func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice) (*llm.Response, string, error) {
+	res, err := h.complete(ctx, uid, llm.Request{Messages: withNotices(buildContext(agent, msgs), notes), Tools: h.roleTools(role)})
 	if le, ok := asLimit(err); ok {
 		return nil, le.msg, nil
 	}
@@ -248,8 +276,9 @@ func (h *Handlers) roleTools(role string) []llm.Tool {
 
 // writeStep writes the model's answer as the assistant message after the
 // last one, then counts the step and its tokens on the sub-agent. The step
-// is nil when another delivery already wrote it.
-func (h *Handlers) writeStep(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document, inReplyTo string, res *llm.Response) (step, updated *collections.Document, err error) {
+// is nil when another delivery already wrote it. notified are the ids of
+// the pending notifications its prompt carried (marked delivered after).
+func (h *Handlers) writeStep(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document, inReplyTo string, res *llm.Response, notified []any) (step, updated *collections.Document, err error) {
 	seq := num(msgs[len(msgs)-1], "seq") + 1
 	calls := make([]any, len(res.ToolCalls))
 	for i, tc := range res.ToolCalls {
@@ -261,6 +290,9 @@ func (h *Handlers) writeStep(ctx context.Context, c chat, sa string, agent *coll
 	}
 	if len(calls) > 0 {
 		data["toolCalls"] = calls
+	}
+	if len(notified) > 0 {
+		data["notifications"] = notified
 	}
 	stepPath := c.subMessages(sa) + "/" + msgID(seq)
 	step, err = h.docs.Create(ctx, stepPath, h.seals.seal(stepPath, data, subMessageSeal))
@@ -435,6 +467,12 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	}
 	if st := str(task, "status"); st == "success" || st == "failed" {
 		return nil
+	}
+	// on_session_end before the task's end is written: a delivery retried
+	// for a hook's failed read runs it again, while once the task has
+	// ended nothing would.
+	if err := h.sessionEndHook(ctx, c, sa, agent, task, result, failure); err != nil {
+		return err
 	}
 	if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0); err != nil {
 		return err

@@ -69,6 +69,11 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		h.log.Warn("orchestrator: ignoring a reply the runtime did not write", "path", reply.Path)
 		return nil
 	}
+	// The pending notifications the decision carried (again on a
+	// redelivery, in case the first one stopped before).
+	if err := h.markDelivered(ctx, c, reply); err != nil {
+		return err
+	}
 	plan, _ := reply.Data["plan"].([]any)
 	for i, p := range plan {
 		call, _ := p.(map[string]any)
@@ -88,7 +93,17 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if err != nil {
 		return nil, err
 	}
-	res, err := h.askOrchestrator(ctx, c, msg, history)
+	// on_query_start, then the notifications of the chat's finished tasks
+	// (on_session_end): both go into this decision's prompt.
+	notes, err := h.queryStartHook(ctx, c, msg, history)
+	if err != nil {
+		return nil, err
+	}
+	pending, err := h.pendingNotices(ctx, c, orchestratorTarget)
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.askOrchestrator(ctx, c, msg, history, append(notes, pending...))
 	if le, ok := asLimit(err); ok {
 		// A limit of the user's: say so once, in the chat, and stop.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
@@ -116,20 +131,24 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if len(plan) > 0 {
 		status = "delegated"
 	}
-	return h.createOnce(ctx, replyPath, h.seals.seal(replyPath, map[string]any{
+	data := map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
-	}, chatMessageSeal))
+	}
+	if ids := noticeIDs(pending); len(ids) > 0 {
+		data["notifications"] = ids
+	}
+	return h.createOnce(ctx, replyPath, h.seals.seal(replyPath, data, chatMessageSeal))
 }
 
-// askOrchestrator asks the model about the chat's history, once the
-// user's concurrent runs allow it.
-func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections.Document, history []llm.Message) (*llm.Response, error) {
+// askOrchestrator asks the model about the chat's history, with the
+// rules' notifications, once the user's concurrent runs allow it.
+func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections.Document, history []llm.Message, notes []notice) (*llm.Response, error) {
 	if err := h.checkRuns(ctx, c, msg); err != nil {
 		return nil, err
 	}
 	return h.complete(ctx, c.uid, llm.Request{
-		Messages: append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...),
+		Messages: withNotices(append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...), notes),
 		Tools:    h.orchestratorTools(),
 	})
 }

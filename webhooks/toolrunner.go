@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/plugins"
 	"github.com/loomdb/loom/webhooks/tools"
 )
 
@@ -45,6 +46,10 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 			return runErr // could not read the sub-agent: retry the delivery
 		}
 		if runErr == nil {
+			// on_tool_call: the tool is about to run.
+			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, tc, ""); err != nil {
+				return err
+			}
 			result, runErr = h.tools.Run(ctx, str(tc, "toolName"), str(tc, "argsJson"), toolsCall(c.uid))
 		}
 		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
@@ -78,6 +83,16 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	}
 	if len(content) > maxResultChars {
 		content = content[:maxResultChars] + "…(truncated)"
+	}
+	// on_tool_complete / on_tool_failure before the tool message that
+	// wakes the agent loop, so their notifications reach its next step
+	// (again on a redelivery: idempotent).
+	hook := plugins.OnToolComplete
+	if str(tc, "status") == "failed" {
+		hook = plugins.OnToolFailure
+	}
+	if err := h.toolHook(ctx, hook, c, sa, tc, content); err != nil {
+		return err
 	}
 	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
 	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
