@@ -445,3 +445,29 @@ func TestOfflineCanceled(t *testing.T) {
 		t.Error("no error on canceled context")
 	}
 }
+
+// The offline model echoes the rules' notifications, so a user sees
+// notify_self reach the model without an LLM; other system messages are
+// not echoed.
+func TestOfflineEchoesNotifications(t *testing.T) {
+	msgs := []llm.Message{
+		{Role: "system", Content: "orchestrate"},
+		{Role: "system", Content: "[notification warning/high] Token budget at 85%."},
+		{Role: "system", Content: "[notification info/normal] Be brief."},
+		user("hi"),
+	}
+	resp := offline(t, llm.Request{Tools: orchTools, Messages: msgs})
+	want := "[offline model] Hello! Ask me something and I will delegate it to a researcher. (notified: Token budget at 85%.; Be brief.)"
+	if resp.Content != want {
+		t.Errorf("content = %q, want %q", resp.Content, want)
+	}
+	// A tool-calling turn has no content of its own: the echo is all of it.
+	resp = offline(t, llm.Request{Tools: subTools, Messages: []llm.Message{msgs[1], user("What is 6*7?")}})
+	if resp.Content != "[offline model] (notified: Token budget at 85%.)" || len(resp.ToolCalls) != 1 {
+		t.Errorf("tool turn: %+v", resp)
+	}
+	resp = offline(t, llm.Request{Tools: orchTools, Messages: []llm.Message{{Role: "system", Content: "notification: no"}, user("hi")}})
+	if strings.Contains(resp.Content, "notified") {
+		t.Errorf("echoed a plain system message: %q", resp.Content)
+	}
+}

@@ -26,6 +26,10 @@ const OfflinePrefix = "[offline model] "
 //     answer "Result: <tool results joined by '; '>".
 //   - no tools (summaries): "Summary: " + the last user message (200 chars).
 //
+// When the request carries notifications of the lifecycle rules (system
+// messages starting "[notification "), the content ends with
+// " (notified: <message>; <message>)", their messages in prompt order.
+//
 // Tool call ids are "call_" + 12 hex of sha256(conversation + tool name);
 // usage counts ceil(len(text)/4) tokens.
 func Offline() Model { return offline{} }
@@ -60,6 +64,15 @@ func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
 		content, call = o.agentTurn(req, offered, req.Messages[lastUser+1:], userText)
 	}
 
+	if notes := notifications(req.Messages); len(notes) > 0 {
+		// Show that the rules' notify_self reached the model: the user sees
+		// it in the answer without a real LLM.
+		if content == "" {
+			content = OfflinePrefix + "(notified: " + strings.Join(notes, "; ") + ")"
+		} else {
+			content += " (notified: " + strings.Join(notes, "; ") + ")"
+		}
+	}
 	resp := &Response{Content: content, Model: "offline", FinishReason: "stop"}
 	completion := content
 	if call != nil {
@@ -71,6 +84,26 @@ func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
 	resp.Usage.CompletionTokens = ceilDiv4(len(completion))
 	resp.Usage.TotalTokens = resp.Usage.PromptTokens + resp.Usage.CompletionTokens
 	return resp, nil
+}
+
+// notificationPrefix starts the system message of a rules notification
+// ("[notification <category>/<priority>] <message>").
+const notificationPrefix = "[notification "
+
+// notifications are the messages of the request's notifications.
+func notifications(msgs []Message) []string {
+	var out []string
+	for _, m := range msgs {
+		if m.Role != "system" || !strings.HasPrefix(m.Content, notificationPrefix) {
+			continue
+		}
+		text := m.Content
+		if _, after, ok := strings.Cut(text, "] "); ok {
+			text = after
+		}
+		out = append(out, truncate(text, 200))
+	}
+	return out
 }
 
 // lastUserMessage is the index and text of the last user message (-1 and
