@@ -24,4 +24,26 @@
 // in users/{uid}/agent-usage/{yyyy-mm-dd}) and queries in progress at once,
 // checked before every LLM call; a run over a limit ends with a message in
 // the chat.
+//
+// Lifecycle rules (package plugins, Config.Rules) run at the hook points:
+// on_query_start in the orchestrator before it asks the model about a new
+// user message (not one routed to a waiting task, not once the reply is
+// written); on_turn_start before a sub-agent's step (after compression)
+// and on_turn_end after it is written; on_tool_call before a tool runs
+// (only when it will), on_tool_complete or on_tool_failure once its
+// outcome is recorded and before the tool message wakes the loop; and
+// on_session_end as a task ends. runHook returns at once when no rule at
+// the hook can run, and reads only the parts of the context the rules
+// there read. Every effect is a document whose id derives from the hook,
+// its site (the triggering document or step) and the rule, so a redelivery
+// writes nothing twice: notify_self at on_query_start and on_turn_start
+// goes straight into the prompt being built, elsewhere into a pending,
+// sealed notification (.../notifications) for the sub-agent's next step,
+// or for the chat's next orchestrator decision on on_session_end, marked
+// delivered once the step or reply that carried it is written; set_state
+// merges into the sealed plugin state (.../plugin-state/{plugin}) with
+// compare-and-swap, remembering the effects it applied; emit_event writes
+// .../agent-events/{id} for triggers to route. A failed read of the
+// context is retried with the delivery; a rule's own failure is recorded
+// in the execution log, never fails the run.
 package webhooks

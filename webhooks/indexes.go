@@ -21,4 +21,6 @@ var Indexes = []collections.Index{
 	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "seq"}},
 	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"subAgentId"}},
 	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"status"}},
+	// pendingNotices: a prompt's pending notifications of the rules.
+	{Collection: "users/*/orch-chats/*/notifications", Fields: []string{"target", "status"}},
 }
