@@ -101,6 +101,9 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 		return nil, err
 	}
 	userDoc = plainMap(userDoc)
+	if userDoc == nil {
+		userDoc = map[string]any{}
+	}
 	disabled, settings, bad := set.UserScope(userDoc)
 	if len(bad) > 0 {
 		h.log.Warn("rules: ignoring invalid agent settings of the user", "user", call.c.uid, "dropped", bad)
