@@ -73,14 +73,22 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 	if eng == nil {
 		return nil, nil
 	}
+	set := eng.Set()
+	if len(set.ByHook(call.hook)) == 0 {
+		return nil, nil // no rule at the hook: not even the switches are read
+	}
 	sw, err := h.switches(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("rules %s: switches: %w", call.hook, err)
+		// The admin's switches are an override: the user's run must not
+		// stall on them (a security rules file that does not let the
+		// service key read agent-rules would stall every run for good).
+		// Go on with the last switches known (none at first), and say so.
+		h.log.Warn("rules: the admin's switches could not be read; using the last known", "hook", call.hook,
+			"user", call.c.uid, "err", err)
 	}
 	if !eng.Active(call.hook, sw) {
 		return nil, nil
 	}
-	set := eng.Set()
 	needs := eng.Needs(call.hook)
 	var pc plugins.Context
 	if call.fill != nil {
