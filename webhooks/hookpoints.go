@@ -23,6 +23,10 @@ import (
 func (h *Handlers) queryStartHook(ctx context.Context, c chat, msg *collections.Document, history []llm.Message) ([]notice, error) {
 	return h.runHook(ctx, hookCall{hook: plugins.OnQueryStart, c: c, site: msg.Path, target: orchestratorTarget,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
+			// turn.number is the user's message number, counted in the
+			// history the orchestrator reads ([agents] history messages):
+			// exact in a short chat, a lower bound in a long one, and no
+			// extra query either way.
 			var users int64
 			for _, m := range history {
 				if m.Role == "user" {
