@@ -71,8 +71,13 @@ const (
 	// luaCheckEvery is how many instructions run between checks of the
 	// clock and the caller's context; luaMemCheckEvery between readings
 	// of the allocation counter.
-	luaCheckEvery    = 256
+	luaCheckEvery    = 64
 	luaMemCheckEvery = 4096
+	// maxLuaString bounds one string a script builds. Besides memory, it
+	// bounds the work of one instruction on strings (==, <, hashing a
+	// table key are linear in their size), hence how far past its
+	// timeout a run can go between two checks of the clock.
+	maxLuaString = 4 << 20
 	// maxLuaErrorBytes bounds the error message a run returns (a script
 	// may raise error(string.rep('x', 1e6))).
 	maxLuaErrorBytes = 512
@@ -119,6 +124,10 @@ func compileLua(name, source string, limits LuaLimits) (Condition, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	// The chunk is compiled as a vararg function that wants Lua 5.0's
+	// `arg` table, which the VM would allocate on every run; a script
+	// gets no arguments (... is empty either way).
+	proto.IsVarArg &^= lua.VarArgNeedsArg
 	if limits.Instructions <= 0 {
 		limits.Instructions = luaDefaultInstructions
 	}
@@ -147,7 +156,7 @@ func (s *luaScript) Match(ctx context.Context, c *Context) (bool, error) {
 	env := L.CreateTable(0, 4)
 	env.Metatable = vm.envMeta
 	env.RawSetString("_G", env)
-	env.RawSetString("context", vm.proxy(c.Map()))
+	env.RawSetString("context", vm.proxy(c))
 	fn := L.NewFunctionFromProto(s.proto)
 	fn.Env = env
 
@@ -395,9 +404,14 @@ func (r *luaRun) check() bool {
 	return true
 }
 
-// charge counts n bytes of string data against the memory budget.
+// charge counts a string of n bytes the script is about to build against
+// the memory budget.
 func (r *luaRun) charge(n int) bool {
 	if r.err != nil {
+		return false
+	}
+	if n > maxLuaString {
+		r.err = fmt.Errorf("%w: a string of more than %d bytes", errLuaBudget, maxLuaString)
 		return false
 	}
 	if n < 0 || int64(n) > r.limits.MemoryBytes-r.strBytes {
@@ -406,11 +420,6 @@ func (r *luaRun) charge(n int) bool {
 	}
 	r.strBytes += int64(n)
 	return true
-}
-
-// memLeft is how many string bytes the run may still produce.
-func (r *luaRun) memLeft() int {
-	return int(r.limits.MemoryBytes - r.strBytes)
 }
 
 func (r *luaRun) Deadline() (time.Time, bool) { return r.deadline, true }

@@ -3,9 +3,14 @@ package plugins
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/metrics"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	lua "github.com/yuin/gopher-lua"
 )
 
 func runLua(t *testing.T, src string, c *Context) (bool, error) {
@@ -152,6 +157,7 @@ func TestLuaReadOnly(t *testing.T) {
 		{"table lib", "table.concat = print; return true", "read-only"},
 		{"string metatable hidden", "return getmetatable('') ~= false", ""},
 		{"string metatable locked", "setmetatable('', {}); return true", "table expected"},
+		{"string value index", "local s = ''; s.rep = nil; return true", "attempt to index"},
 		{"number metatable", "setmetatable(1, {__index = function() return 1 end}); return true", "table expected"},
 		{"env metatable", "setmetatable(_G, nil); return true", "protected metatable"},
 	} {
@@ -255,15 +261,16 @@ func TestLuaBudgets(t *testing.T) {
 		{"endless loop", "while true do end", "instructions"},
 		{"endless loop in pcall", "while true do pcall(function() while true do end end) end", "instructions"},
 		{"tail-call loop", "local function f() return f() end return f()", "instructions"},
-		{"string.rep bomb", "local s = string.rep('x', 1e10) return true", "bytes of strings"},
-		{"string.rep bomb, method", "local s = ('x'):rep(2^31) return true", "bytes of strings"},
-		{"doubling concat", "local s = 'x' while true do s = s .. s end", "bytes of strings"},
-		{"wide concat", "local s = string.rep('x', 1e6) local t = s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s return true", "bytes of strings"},
+		{"string.rep bomb", "local s = string.rep('x', 1e10) return true", "bytes"},
+		{"string.rep bomb, method", "local s = ('x'):rep(2^31) return true", "bytes"},
+		{"doubling concat", "local s = 'x' while true do s = s .. s end", "bytes"},
+		{"wide concat", "local s = string.rep('x', 1e6) local t = s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s return true", "bytes"},
 		{"concat in pcall", "local s = 'x' while true do pcall(function() s = s .. s end) end", "lua"},
-		{"table.concat bomb", "local t = {} for i = 1, 1000 do t[i] = string.rep('x', 1e5) end local s = table.concat(t) .. table.concat(t) return true", "bytes of strings"},
-		{"gsub bomb", "local big = string.rep('x', 9e6) local s = big:gsub('^', big) return true", "bytes of strings"},
+		{"table.concat bomb", "local t = {} for i = 1, 1000 do t[i] = string.rep('x', 1e5) end local s = table.concat(t) .. table.concat(t) return true", "bytes"},
+		{"gsub bomb", "local big = string.rep('x', 9e6) local s = big:gsub('^', big) return true", "bytes"},
 		{"gsub of empty matches", "local s = string.rep('x', 1e5):gsub('', string.rep('%0', 1e5)) return true", "instructions"},
-		{"format bomb", "local s = string.rep('x', 1e6) for i = 1, 100 do s = string.format('%s%s', s, s) end return true", "bytes of strings"},
+		{"format bomb", "local s = string.rep('x', 1e6) for i = 1, 100 do s = string.format('%s%s', s, s) end return true", "bytes"},
+		{"many strings", "local t = {} for i = 1, 100 do t[i] = string.rep('x', 1e6) .. i end return true", "bytes of strings"},
 		{"table filling", "local t = {} local i = 0 while true do i = i + 1 t[i] = i end", "instructions"},
 		{"pattern backtracking", "return string.find(string.rep('a', 5000), '(.-)(.-)(.-)(.-)b') ~= nil", "instructions"},
 		{"pattern backtracking, match", "return string.match(string.rep('a', 3000), '^(a-)(a-)(a-)(a-)b') ~= nil", "instructions"},
@@ -407,6 +414,107 @@ func BenchmarkLua(b *testing.B) {
 	for b.Loop() {
 		ok, err := cond.Match(ctx, c)
 		if err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
+// TestLuaContextMatchesMap: the lazy proxy over the Context shows what
+// Context.Map() holds, names and values.
+func TestLuaContextMatchesMap(t *testing.T) {
+	vm := newLuaVM()
+	for _, c := range []*Context{sampleContext(), {}} {
+		var walk func(path string, a, b lua.LValue)
+		walk = func(path string, a, b lua.LValue) {
+			ta, okA := a.(*lua.LTable)
+			tb, okB := b.(*lua.LTable)
+			if okA != okB {
+				t.Errorf("%s: %v vs %v", path, a, b)
+				return
+			}
+			if !okA {
+				if a != b {
+					t.Errorf("%s: %v (%T) vs %v (%T)", path, a, a, b, b)
+				}
+				return
+			}
+			va, vb := vm.run.backing[ta], vm.run.backing[tb]
+			if goLen(va) != goLen(vb) {
+				t.Errorf("%s: length %d vs %d", path, goLen(va), goLen(vb))
+			}
+			if isList(vb) {
+				for i := 1; i <= goLen(vb); i++ {
+					walk(fmt.Sprintf("%s[%d]", path, i), vm.rawIndex(ta, lua.LNumber(i)), vm.rawIndex(tb, lua.LNumber(i)))
+				}
+				return
+			}
+			ka, kb := vm.sortedKeys(ta, va), vm.sortedKeys(tb, vb)
+			if strings.Join(ka, ",") != strings.Join(kb, ",") {
+				t.Errorf("%s: keys %v vs %v", path, ka, kb)
+			}
+			for _, k := range kb {
+				walk(path+"."+k, vm.rawIndex(ta, lua.LString(k)), vm.rawIndex(tb, lua.LString(k)))
+			}
+		}
+		walk("context", vm.proxy(c), vm.proxy(c.Map()))
+	}
+}
+
+// TestLuaConcurrent runs scripts from many goroutines (for the race
+// detector: shared protos, the pool).
+func TestLuaConcurrent(t *testing.T) {
+	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := sampleContext()
+			for i := 0; i < 200; i++ {
+				ok, err := cond.Match(context.Background(), c)
+				if err == nil && !ok {
+					err = errors.New("no match")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkLuaMemGauge measures one reading of the allocation counter
+// (the memory backstop; a run reads it every luaMemCheckEvery
+// instructions).
+func BenchmarkLuaMemGauge(b *testing.B) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		metrics.Read(s)
+	}
+}
+
+// BenchmarkLuaLoop measures the per-instruction cost of the budget
+// (Done() on every instruction) on a loop of 10,000 iterations.
+func BenchmarkLuaLoop(b *testing.B) {
+	cond, err := compileLua("loop.lua", "local n = 0 for i = 1, 10000 do n = n + i end return n > 0", LuaLimits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := sampleContext()
+	ctx := context.Background()
+	for b.Loop() {
+		if ok, err := cond.Match(ctx, c); err != nil || !ok {
 			b.Fatal(ok, err)
 		}
 	}

@@ -11,10 +11,12 @@ import (
 	lua "github.com/yuin/gopher-lua"
 )
 
-// The context as Lua sees it: read-only tables over the Go values of
-// Context.Map(), converted lazily as the script reads them (a condition
+// The context as Lua sees it: read-only tables over the Context, with the
+// names and values of Context.Map() (times as RFC 3339 strings, absent
+// maps empty), converted lazily as the script reads them: a condition
 // typically reads two or three fields of a context holding dozens of
-// messages).
+// messages, and building Map() for every run of every script would cost
+// more than the run (TestLuaContextMatchesMap checks they agree).
 //
 // Each map or list is a proxy: an empty table whose (shared, protected)
 // metatable reads from the Go value the run keeps for it (__index),
@@ -45,8 +47,14 @@ func (vm *luaVM) isProxy(t *lua.LTable) bool {
 	return ok
 }
 
-// goIndex returns the Go value of the proxy t at k (ok false when absent).
+// goIndex returns the Go value of the proxy over v at k (ok false when
+// absent).
 func goIndex(v any, k lua.LValue) (any, bool) {
+	if name, ok := k.(lua.LString); ok {
+		if x, ok, isStruct := structField(v, string(name)); isStruct {
+			return x, ok
+		}
+	}
 	switch m := v.(type) {
 	case map[string]any:
 		s, ok := k.(lua.LString)
@@ -61,6 +69,18 @@ func goIndex(v any, k lua.LValue) (any, bool) {
 			return nil, false
 		}
 		return m[i], true
+	case []Message:
+		i, ok := listIndex(k, len(m))
+		if !ok {
+			return nil, false
+		}
+		return &m[i], true
+	case []ToolCall:
+		i, ok := listIndex(k, len(m))
+		if !ok {
+			return nil, false
+		}
+		return &m[i], true
 	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
@@ -84,6 +104,118 @@ func goIndex(v any, k lua.LValue) (any, bool) {
 	return nil, false
 }
 
+// structFields are the Lua names of the context's structs, sorted (the
+// order pairs gives).
+var structFields = map[reflect.Type][]string{
+	reflect.TypeFor[*Context]():    {"event", "history", "project", "result", "settings", "state", "turn", "user"},
+	reflect.TypeFor[*Turn]():       {"context_usage", "iteration_count", "number", "token_usage"},
+	reflect.TypeFor[*History]():    {"failures", "messages", "tools"},
+	reflect.TypeFor[*Message]():    {"content", "role"},
+	reflect.TypeFor[*ToolCall]():   {"arguments", "name", "result", "success", "timestamp"},
+	reflect.TypeFor[*User]():       {"id", "settings"},
+	reflect.TypeFor[*Project]():    {"id", "settings"},
+	reflect.TypeFor[*ToolResult](): {"arguments", "duration_ms", "error", "name", "result", "success"},
+}
+
+// structField is the field called name of one of the context's structs
+// (isStruct false when v is none of them). Pointers into the context, so
+// nothing is copied.
+func structField(v any, name string) (x any, ok, isStruct bool) {
+	switch t := v.(type) {
+	case *Context:
+		switch name {
+		case "turn":
+			return &t.Turn, true, true
+		case "history":
+			return &t.History, true, true
+		case "user":
+			return &t.User, true, true
+		case "project":
+			return &t.Project, true, true
+		case "state":
+			return t.State, true, true
+		case "settings":
+			return t.Settings, true, true
+		case "event":
+			return t.Event, true, true
+		case "result":
+			return &t.Result, true, true
+		}
+	case *Turn:
+		switch name {
+		case "number":
+			return t.Number, true, true
+		case "token_usage":
+			return t.TokenUsage, true, true
+		case "context_usage":
+			return t.ContextUsage, true, true
+		case "iteration_count":
+			return t.IterationCount, true, true
+		}
+	case *History:
+		switch name {
+		case "messages":
+			return t.Messages, true, true
+		case "tools":
+			return t.Tools, true, true
+		case "failures":
+			return t.Failures, true, true
+		}
+	case *Message:
+		switch name {
+		case "role":
+			return t.Role, true, true
+		case "content":
+			return t.Content, true, true
+		}
+	case *ToolCall:
+		switch name {
+		case "name":
+			return t.Name, true, true
+		case "arguments":
+			return t.Arguments, true, true
+		case "result":
+			return t.Result, true, true
+		case "success":
+			return t.Success, true, true
+		case "timestamp":
+			return t.Timestamp, true, true
+		}
+	case *User:
+		switch name {
+		case "id":
+			return t.ID, true, true
+		case "settings":
+			return t.Settings, true, true
+		}
+	case *Project:
+		switch name {
+		case "id":
+			return t.ID, true, true
+		case "settings":
+			return t.Settings, true, true
+		}
+	case *ToolResult:
+		switch name {
+		case "name":
+			return t.Name, true, true
+		case "arguments":
+			return t.Arguments, true, true
+		case "result":
+			return t.Result, true, true
+		case "success":
+			return t.Success, true, true
+		case "error":
+			return t.Error, true, true
+		case "duration_ms":
+			return t.DurationMs, true, true
+		}
+	default:
+		return nil, false, false
+	}
+	return nil, false, true
+}
+
 // listIndex converts a Lua index (1-based) to a Go one.
 func listIndex(k lua.LValue, n int) (int, bool) {
 	f, ok := k.(lua.LNumber)
@@ -96,7 +228,12 @@ func listIndex(k lua.LValue, n int) (int, bool) {
 // goLen is the length of a proxy: a list's length, 0 for a map (as # of a
 // Lua table with no array part).
 func goLen(v any) int {
-	if l, ok := v.([]any); ok {
+	switch l := v.(type) {
+	case []any:
+		return len(l)
+	case []Message:
+		return len(l)
+	case []ToolCall:
 		return len(l)
 	}
 	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice || rv.Kind() == reflect.Array {
@@ -132,7 +269,10 @@ func (vm *luaVM) toLua(parent *lua.LTable, k lua.LValue, x any) lua.LValue {
 	}
 	rv := reflect.ValueOf(x)
 	switch rv.Kind() {
-	case reflect.Map, reflect.Slice, reflect.Array:
+	case reflect.Map, reflect.Slice, reflect.Array, reflect.Pointer:
+		if rv.Kind() == reflect.Pointer && structFields[rv.Type()] == nil {
+			return lua.LNil
+		}
 		pk := proxyKey{parent: parent}
 		if s, ok := k.(lua.LString); ok {
 			pk.key = string(s)
@@ -217,6 +357,9 @@ func (vm *luaVM) sortedKeys(t *lua.LTable, v any) []string {
 		return ks
 	}
 	var ks []string
+	if fields, ok := structFields[reflect.TypeOf(v)]; ok {
+		return fields
+	}
 	if m, ok := v.(map[string]any); ok {
 		ks = make([]string, 0, len(m))
 		for k := range m {

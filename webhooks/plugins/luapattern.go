@@ -477,12 +477,11 @@ func indexFrom(s, sub string, from int) int {
 	if from > len(s) {
 		return -1
 	}
-	for i := from; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
+	i := strings.Index(s[from:], sub)
+	if i < 0 {
+		return -1
 	}
-	return -1
+	return from + i
 }
 
 // strGmatch is string.gmatch: an iterator matching lazily, one match per

@@ -26,6 +26,9 @@ func (vm *luaVM) newBuilder(L *lua.LState) *luaBuilder {
 }
 
 func (b *luaBuilder) charge(n int) {
+	if b.b.Len()+n > maxLuaString {
+		n = maxLuaString + 1 // fails, naming the bound on one string
+	}
 	if !b.run.charge(n) {
 		b.L.RaiseError("%s", b.run.err.Error())
 	}
@@ -88,9 +91,8 @@ func (vm *luaVM) strRep(L *lua.LState) int {
 		L.Push(lua.LString(""))
 		return 1
 	}
-	if n > vm.run.memLeft()/len(s)+1 {
-		vm.run.charge(vm.run.memLeft() + 1) // fails
-		L.RaiseError("%s", vm.run.err.Error())
+	if n > maxLuaString/len(s) {
+		vm.chargeOrRaise(L, maxLuaString+1) // fails (n*len(s) may overflow)
 	}
 	vm.chargeOrRaise(L, n*len(s))
 	L.Push(lua.LString(strings.Repeat(s, n)))
@@ -178,8 +180,8 @@ func (vm *luaVM) tableConcat(L *lua.LState) int {
 		}
 		s := lua.LVAsString(v)
 		size += len(s) + len(sep)
-		if size > vm.run.memLeft() {
-			vm.chargeOrRaise(L, size)
+		if size > maxLuaString {
+			vm.chargeOrRaise(L, size) // fails
 		}
 		parts = append(parts, s)
 	}
