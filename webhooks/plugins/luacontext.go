@@ -69,6 +69,13 @@ func goIndex(v any, k lua.LValue) (any, bool) {
 			return nil, false
 		}
 		return m[i], true
+	case map[string]int64:
+		s, ok := k.(lua.LString)
+		if !ok {
+			return nil, false
+		}
+		x, ok := m[string(s)]
+		return x, ok
 	case []Message:
 		i, ok := listIndex(k, len(m))
 		if !ok {

@@ -145,7 +145,7 @@ func (vm *luaVM) strFormat(orig lua.LGFunction) lua.LGFunction {
 			if i >= len(f) || strings.IndexByte("cdiouxXeEfgGqs", f[i]) < 0 {
 				L.RaiseError("invalid option in format string")
 			}
-			n := 99 + 32 // padding, and a number or "table: 0x..."
+			n := 512 // padding (≤ 99), and a number (%99.99f of 1e308) or "table: 0x..."
 			if v := L.Get(arg); v.Type() == lua.LTString {
 				n += len(string(v.(lua.LString)))
 				if f[i] == 'q' {
