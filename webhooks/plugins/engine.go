@@ -267,11 +267,7 @@ func matchSafely(ctx context.Context, cond Condition, c *Context) (ok bool, err 
 
 // clipErr bounds an error kept in the execution log.
 func clipErr(err error) string {
-	s := err.Error()
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
+	return clipN(err.Error(), 500)
 }
 
 type engineMetrics struct {
