@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -246,4 +247,31 @@ func TestEvaluatePerPluginContext(t *testing.T) {
 	if c.Map()["turn"].(map[string]any)["number"] != int64(10) {
 		t.Fatal("stale map after Evaluate")
 	}
+}
+
+// Evaluations run concurrently, and a Swap during them is safe: each
+// finishes with the set it started with.
+func TestEvaluateConcurrentWithSwap(t *testing.T) {
+	e := engineFixture(t)
+	first := e.Set()
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				c := &Context{Turn: Turn{Number: int64(g)}}
+				fired, _ := e.Evaluate(context.Background(), OnTurnStart, c, Scope{})
+				if n := len(fired); n != 4 && n != 0 {
+					t.Errorf("%d fired", n)
+					return
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 50; i++ {
+		e.Swap(nil)
+		e.Swap(first)
+	}
+	wg.Wait()
 }
