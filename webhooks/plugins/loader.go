@@ -142,8 +142,8 @@ func (l *loader) loadPlugin(fsys fs.FS, pdir, dirName string, file func(string) 
 		}
 		sort.Strings(matches)
 		for _, m := range matches {
-			if seenFile[m] {
-				continue
+			if seenFile[m] || m == mpath {
+				continue // twice matched, or the manifest (include = ["*.toml"])
 			}
 			seenFile[m] = true
 			if st, err := fs.Stat(fsys, m); err == nil && st.IsDir() {
