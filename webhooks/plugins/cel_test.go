@@ -61,6 +61,7 @@ func TestCELMatches(t *testing.T) {
 		{"!context.state.get('warned', false)", false},
 		{"context.settings.threshold <= context.turn.token_usage", true},
 		{"context.settings.get('limit', 0) == 3", true},
+		{"context.history.failures.get('search', 0) == 2 && context.history.failures.get('x', 0) == 0", true},
 		{"context.event.hook == 'on_turn_start'", true},
 		{"context.result.name == 'search' && !context.result.success && context.result.duration_ms > 1000", true},
 		{"context.user.id.startsWith('u') && context.project.id == 'c1'", true},
