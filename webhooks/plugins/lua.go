@@ -111,23 +111,10 @@ func compileLua(name, source string, limits LuaLimits) (Condition, error) {
 	if strings.HasPrefix(source, "\x1bLua") {
 		return nil, fmt.Errorf("%s: binary chunks are not accepted", name)
 	}
-	chunk, err := parse.Parse(strings.NewReader(source), name)
+	proto, err := compileLuaProto(name, source)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
-	rewriteConcatStmts(chunk)
-	chunk = append([]ast.Stmt{&ast.LocalAssignStmt{
-		Names: []string{concatName},
-		Exprs: []ast.Expr{&ast.IdentExpr{Value: concatName}},
-	}}, chunk...)
-	proto, err := lua.Compile(chunk, name)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	// The chunk is compiled as a vararg function that wants Lua 5.0's
-	// `arg` table, which the VM would allocate on every run; a script
-	// gets no arguments (... is empty either way).
-	proto.IsVarArg &^= lua.VarArgNeedsArg
 	if limits.Instructions <= 0 {
 		limits.Instructions = luaDefaultInstructions
 	}
@@ -180,6 +167,29 @@ func (s *luaScript) Match(ctx context.Context, c *Context) (bool, error) {
 		return bool(b), nil
 	}
 	return false, fmt.Errorf("lua %s: script returned %s, want a boolean", s.name, ret.Type().String())
+}
+
+// compileLuaProto parses and compiles a script for the sandbox: every
+// a .. b becomes a call of the charged concatenation.
+func compileLuaProto(name, source string) (*lua.FunctionProto, error) {
+	chunk, err := parse.Parse(strings.NewReader(source), name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	rewriteConcatStmts(chunk)
+	chunk = append([]ast.Stmt{&ast.LocalAssignStmt{
+		Names: []string{concatName},
+		Exprs: []ast.Expr{&ast.IdentExpr{Value: concatName}},
+	}}, chunk...)
+	proto, err := lua.Compile(chunk, name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// The chunk is compiled as a vararg function that wants Lua 5.0's
+	// `arg` table, which the VM would allocate on every run; a script
+	// gets no arguments (... is empty either way).
+	proto.IsVarArg &^= lua.VarArgNeedsArg
+	return proto, nil
 }
 
 // luaError is err as Match returns it: bounded, naming the script.
