@@ -92,11 +92,11 @@ var stockBugs = map[string]string{
 	// an empty pattern ignores init
 	`return table.concat({tostring(string.find("hello world", "", 3))}, ',')`: "3",
 	// %f at the start of the subject (the previous char is \0)
-	`return table.concat({tostring(string.find("THE (quick) fox", "%f[%a]%a+"))}, ',')`:    "1",
-	`return table.concat({tostring(string.find("THE (quick) fox", "%f[%a]%a+", 3))}, ',')`: "6",
-	`return table.concat({tostring(string.match("THE (quick) fox", "%f[%a]%a+"))}, ',')`:   "THE",
-	`return table.concat({string.gsub("THE (quick) fox", "%f[%a]%a+", '<%0>')}, ',')`:       "<THE> (<quick>) <fox>,3",
-	`return table.concat({string.gsub("THE (quick) fox", "%f[%a]%a+", 'x', 1)}, ',')`:       "x (quick) fox,1",
+	`return table.concat({tostring(string.find("THE (quick) fox", "%f[%a]%a+"))}, ',')`:                                                                              "1",
+	`return table.concat({tostring(string.find("THE (quick) fox", "%f[%a]%a+", 3))}, ',')`:                                                                           "6",
+	`return table.concat({tostring(string.match("THE (quick) fox", "%f[%a]%a+"))}, ',')`:                                                                             "THE",
+	`return table.concat({string.gsub("THE (quick) fox", "%f[%a]%a+", '<%0>')}, ',')`:                                                                                "<THE> (<quick>) <fox>,3",
+	`return table.concat({string.gsub("THE (quick) fox", "%f[%a]%a+", 'x', 1)}, ',')`:                                                                                "x (quick) fox,1",
 	`return (function(s, p) local t = {} for a in string.gmatch(s, p) do t[#t+1] = tostring(a) end return table.concat(t, '|') end)("THE (quick) fox", "%f[%a]%a+")`: "THE|quick|fox",
 	// Lua 5.1 clamps init to the subject's length
 	`return table.concat({tostring(string.find("", "a*", 3))}, ',')`: "1",
