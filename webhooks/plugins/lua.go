@@ -128,14 +128,34 @@ func compileLua(name, source string, limits LuaLimits) (Condition, error) {
 }
 
 // Match runs the script once in a pooled VM. A script error, a budget
-// spent or a result that is not a boolean is an error (no match). The VM
-// goes back to the pool only after a clean run; after an error (which may
-// have stopped a library function halfway) it is dropped.
+// spent or a result that is not a boolean is an error (no match).
 func (s *luaScript) Match(ctx context.Context, c *Context) (bool, error) {
 	if c == nil {
 		return false, errors.New("lua: no context")
 	}
 	vm := luaPool.Get().(*luaVM)
+	ret, err, reusable := s.run(vm, ctx, c)
+	if reusable {
+		luaPool.Put(vm)
+	} else {
+		vm.L.Close()
+	}
+	if err != nil {
+		return false, luaError(s.name, err)
+	}
+	if b, ok := ret.(lua.LBool); ok {
+		return bool(b), nil
+	}
+	return false, fmt.Errorf("lua %s: script returned %s, want a boolean", s.name, ret.Type().String())
+}
+
+// run runs the script in vm: its result, or its error (the budget's when
+// one was spent, whatever the script made of it with pcall). reusable
+// says whether vm may serve another run: after a normal end or a Lua
+// error (error(), a type error, a budget spent) PCall has unwound the
+// VM's stacks, and what the run made is unreachable from the next run;
+// after a Go panic inside the VM it may be inconsistent.
+func (s *luaScript) run(vm *luaVM, ctx context.Context, c *Context) (ret lua.LValue, err error, reusable bool) {
 	run := vm.run
 	run.start(ctx, s.name, s.limits)
 	L := vm.L
@@ -149,24 +169,20 @@ func (s *luaScript) Match(ctx context.Context, c *Context) (bool, error) {
 
 	L.SetContext(run)
 	L.Push(fn)
-	err := L.PCall(0, 1, nil)
+	err = L.PCall(0, 1, nil)
 	L.RemoveContext()
+	ret = lua.LNil
+	if err == nil {
+		ret = L.Get(-1)
+	}
+	var apiErr *lua.ApiError
+	reusable = err == nil || run.err != nil || (errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorRun)
 	if run.err != nil {
-		// a budget error, whatever the script made of it (pcall)
 		err = run.err
 	}
-	if err != nil {
-		vm.L.Close()
-		return false, luaError(s.name, err)
-	}
-	ret := L.Get(-1)
 	L.SetTop(0)
 	run.reset()
-	luaPool.Put(vm)
-	if b, ok := ret.(lua.LBool); ok {
-		return bool(b), nil
-	}
-	return false, fmt.Errorf("lua %s: script returned %s, want a boolean", s.name, ret.Type().String())
+	return ret, err, reusable
 }
 
 // compileLuaProto parses and compiles a script for the sandbox: every
@@ -472,12 +488,11 @@ type luaVM struct {
 // coroutine.
 func newLuaVM() *luaVM {
 	L := lua.NewState(lua.Options{
-		SkipOpenLibs:        true,
-		CallStackSize:       luaCallStack,
-		RegistrySize:        luaRegistrySize,
-		RegistryMaxSize:     luaRegistryMax,
-		RegistryGrowStep:    luaRegistrySize,
-		MinimizeStackMemory: true,
+		SkipOpenLibs:     true,
+		CallStackSize:    luaCallStack,
+		RegistrySize:     luaRegistrySize,
+		RegistryMaxSize:  luaRegistryMax,
+		RegistryGrowStep: luaRegistrySize,
 	})
 	vm := &luaVM{L: L, run: newLuaRun()}
 	for _, lib := range []struct {

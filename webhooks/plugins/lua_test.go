@@ -13,9 +13,11 @@ import (
 	lua "github.com/yuin/gopher-lua"
 )
 
+// runLua runs src with the default budgets but a long timeout: a loaded
+// test machine must not turn an instruction budget into a timeout.
 func runLua(t *testing.T, src string, c *Context) (bool, error) {
 	t.Helper()
-	return runLuaLimits(t, src, c, LuaLimits{})
+	return runLuaLimits(t, src, c, LuaLimits{Timeout: 10 * time.Second})
 }
 
 func runLuaLimits(t *testing.T, src string, c *Context, limits LuaLimits) (bool, error) {
@@ -218,29 +220,31 @@ func TestLuaIsolation(t *testing.T) {
 // TestLuaIsolationSameVM runs the tamper and the check in one VM,
 // deterministically (the pool may not return the same one).
 func TestLuaIsolationSameVM(t *testing.T) {
-	tamper, err := compileLua("t.lua", `leaked = 1; pcall(function() string.rep = nil end)
-		pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`, LuaLimits{})
-	if err != nil {
-		t.Fatal(err)
+	compile := func(src string) *luaScript {
+		cond, err := compileLua("t.lua", src, LuaLimits{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cond.(*luaScript)
 	}
-	check, err := compileLua("c.lua", "return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)", LuaLimits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := luaPool.New
+	check := compile("return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)")
 	vm := newLuaVM()
-	luaPool.New = func() any { return vm }
-	defer func() { luaPool.New = saved }()
-	// Drain what the pool holds so that Get calls New.
-	for i := 0; i < 100; i++ {
-		luaPool.Get()
-	}
-	if _, err := tamper.Match(context.Background(), sampleContext()); err != nil {
-		t.Fatal(err)
-	}
-	got, err := check.Match(context.Background(), sampleContext())
-	if err != nil || !got {
-		t.Fatalf("%v, %v", got, err)
+	for _, src := range []string{
+		`leaked = 1; pcall(function() string.rep = nil end)
+		 pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`,
+		"leaked = 1; error('boom')",                  // a script error
+		"leaked = 1; while true do end",              // a budget spent
+		"leaked = 1; local s = ('x'):rep(1e9)",       // a budget spent inside a library function
+		"leaked = 1; local function f() f() end f()", // stack overflow
+	} {
+		_, err, reusable := compile(src).run(vm, context.Background(), sampleContext())
+		if !reusable {
+			t.Fatalf("%s: the VM is not reusable after %v", src, err)
+		}
+		ret, err, _ := check.run(vm, context.Background(), sampleContext())
+		if err != nil || ret != lua.LTrue {
+			t.Fatalf("after %s: %v, %v", src, ret, err)
+		}
 	}
 }
 
@@ -249,7 +253,7 @@ func wantBudget(t *testing.T, name string, err error, d time.Duration) {
 	if err == nil || !errors.Is(err, errLuaBudget) {
 		t.Errorf("%s: err %v, want a budget error", name, err)
 	}
-	if d > 2*time.Second {
+	if d > 5*time.Second {
 		t.Errorf("%s: took %v", name, d)
 	}
 }
@@ -463,7 +467,7 @@ func TestLuaContextMatchesMap(t *testing.T) {
 // TestLuaConcurrent runs scripts from many goroutines (for the race
 // detector: shared protos, the pool).
 func TestLuaConcurrent(t *testing.T) {
-	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{})
+	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,5 +521,31 @@ func BenchmarkLuaLoop(b *testing.B) {
 		if ok, err := cond.Match(ctx, c); err != nil || !ok {
 			b.Fatal(ok, err)
 		}
+	}
+}
+
+// BenchmarkLuaNewVM measures building a sandbox VM (what a run pays after
+// its pool was emptied, or after an error dropped its VM).
+func BenchmarkLuaNewVM(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		newLuaVM().L.Close()
+	}
+}
+
+// TestLuaNotReusableAfterPanic: a VM in which a Go panic was recovered is
+// not reused.
+func TestLuaNotReusableAfterPanic(t *testing.T) {
+	vm := newLuaVM()
+	defer vm.L.Close()
+	base := vm.envMeta.RawGetString("__index").(*lua.LTable)
+	base.RawSetString("boom", vm.L.NewFunction(func(*lua.LState) int { panic("a bug") }))
+	cond, err := compileLua("t.lua", "boom() return true", LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+	if err == nil || reusable {
+		t.Fatalf("err %v, reusable %v", err, reusable)
 	}
 }
