@@ -5,7 +5,8 @@ import (
 	"io/fs"
 )
 
-// builtinFiles are the shipped rules and plugins (see builtin/README.md).
+// builtinFiles are the shipped rules and plugins: builtin/rules/*.toml
+// (standalone, core) and builtin/plugins/<id>/ (manifest, rules, scripts).
 //
 //go:embed builtin/rules/*.toml builtin/plugins
 var builtinFiles embed.FS

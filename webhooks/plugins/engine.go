@@ -154,8 +154,12 @@ func (e *Engine) Evaluate(ctx context.Context, h Hook, c *Context, scope Scope) 
 		// Per plugin ("" standalone), computed once per evaluation.
 		states   = map[string]map[string]any{}
 		settings = map[string]map[string]any{}
-		maps     = map[string]map[string]any{}
+		pid      = "\x00" // no plugin's yet
 	)
+	// While the engine holds c, Map builds the map once per plugin (State
+	// and Settings are the only fields that change).
+	c.memoBase, c.memo, c.memoOn = nil, nil, true
+	defer func() { c.memoBase, c.memo, c.memoOn = nil, nil, false }()
 	for _, r := range rules {
 		if ctx.Err() != nil {
 			break
@@ -163,24 +167,22 @@ func (e *Engine) Evaluate(ctx context.Context, h Hook, c *Context, scope Scope) 
 		if !set.runnable(r, scope.Switches) || (!r.Core && scope.Disabled[r.Key()]) {
 			continue
 		}
-		pid := r.PluginID
-		if _, ok := states[pid]; !ok {
-			states[pid] = pluginState(scope, pid)
-			settings[pid] = set.pluginSettings(pid, scope.Settings[pid])
+		if r.PluginID != pid {
+			pid = r.PluginID
+			if _, ok := states[pid]; !ok {
+				states[pid] = pluginState(scope, pid)
+				settings[pid] = set.pluginSettings(pid, scope.Settings[pid])
+			}
+			c.State, c.Settings = states[pid], settings[pid]
+			c.memo = nil
 		}
-		c.State, c.Settings = states[pid], settings[pid]
 
 		t0 := time.Now()
 		ev := Evaluation{Rule: r.Key(), PluginID: pid, Hook: h}
 		matched, err := matchSafely(ctx, r.cond, c)
 		var act Rendered
 		if err == nil && matched {
-			m, ok := maps[pid]
-			if !ok {
-				m = c.Map()
-				maps[pid] = m
-			}
-			act, err = r.Action.render(m)
+			act, err = r.Action.render(c.Map())
 		}
 		ev.Duration = time.Since(t0)
 		switch {
@@ -267,11 +269,7 @@ func matchSafely(ctx context.Context, cond Condition, c *Context) (ok bool, err 
 
 // clipErr bounds an error kept in the execution log.
 func clipErr(err error) string {
-	s := err.Error()
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
+	return clipN(err.Error(), 500)
 }
 
 type engineMetrics struct {

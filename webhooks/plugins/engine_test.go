@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -205,4 +206,72 @@ func TestNeeds(t *testing.T) {
 			t.Errorf("%q: %+v, want %+v", tc.text, got, tc.want)
 		}
 	}
+}
+
+// Rules of several plugins interleave by priority; each sees its own
+// plugin's settings and state, even though the engine builds the context's
+// map once per hook.
+func TestEvaluatePerPluginContext(t *testing.T) {
+	useFakeConditions(t)
+	msg := func(id string, prio int) string {
+		return strings.Replace(ruleTOML(id, "on_turn_end", prio, "true"), "fired at {{ context.turn.number }}",
+			"{{ context.turn.number }} {{ context.settings.v }} {{ context.state.s }}", 1)
+	}
+	set, err := Load(LoadOptions{
+		RulesDir: writeTree(t, map[string]string{"s1.toml": msg("s1", 90), "s2.toml": msg("s2", 70)}),
+		PluginsDir: writeTree(t, map[string]string{
+			"p/manifest.toml": pluginManifest("p", true, "[settings.v]\ntype = \"string\"\ndefault = \"pv\"\n"),
+			"p/rules/a.toml":  msg("a", 80),
+			"p/rules/b.toml":  msg("b", 60),
+			"q/manifest.toml": pluginManifest("q", true, "[settings.v]\ntype = \"string\"\ndefault = \"qv\"\n"),
+			"q/rules/a.toml":  msg("a", 75),
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := NewEngine(set, EngineOptions{})
+	state := func(pid string) map[string]any { return map[string]any{"s": "st-" + pid} }
+	c := &Context{Turn: Turn{Number: 9}}
+	fired, _ := e.Evaluate(context.Background(), OnTurnEnd, c, Scope{State: state, Settings: map[string]map[string]any{"q": {"v": "user"}}})
+	var got []string
+	for _, f := range fired {
+		got = append(got, f.Rule.Key()+"="+f.Action.Message)
+	}
+	want := "s1=s1 9  st-,p/a=a 9 pv st-p,q/a=a 9 user st-q,s2=s2 9  st-,p/b=b 9 pv st-p"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("got  %s\nwant %s", strings.Join(got, ","), want)
+	}
+	// After Evaluate the context builds its map afresh.
+	c.Turn.Number = 10
+	if c.Map()["turn"].(map[string]any)["number"] != int64(10) {
+		t.Fatal("stale map after Evaluate")
+	}
+}
+
+// Evaluations run concurrently, and a Swap during them is safe: each
+// finishes with the set it started with.
+func TestEvaluateConcurrentWithSwap(t *testing.T) {
+	e := engineFixture(t)
+	first := e.Set()
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				c := &Context{Turn: Turn{Number: int64(g)}}
+				fired, _ := e.Evaluate(context.Background(), OnTurnStart, c, Scope{})
+				if n := len(fired); n != 4 && n != 0 {
+					t.Errorf("%d fired", n)
+					return
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 50; i++ {
+		e.Swap(nil)
+		e.Swap(first)
+	}
+	wg.Wait()
 }

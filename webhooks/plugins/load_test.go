@@ -125,6 +125,23 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
+// A plugin may keep its rules next to its manifest: include = ["*.toml"]
+// does not read the manifest as a rule, and two globs matching one file
+// load it once.
+func TestLoadIncludeOverlap(t *testing.T) {
+	useFakeConditions(t)
+	set, err := Load(LoadOptions{PluginsDir: writeTree(t, map[string]string{
+		"p/manifest.toml": "[plugin]\nid = \"p\"\n[rules]\ninclude = [\"*.toml\", \"a*.toml\"]\n",
+		"p/a.toml":        ruleTOML("a", "on_turn_start", 1, "true"),
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rules := set.Plugin("p").Rules; len(rules) != 1 || rules[0].Key() != "p/a" {
+		t.Fatalf("rules %v", rules)
+	}
+}
+
 func TestLoadMissingDir(t *testing.T) {
 	_, err := Load(LoadOptions{RulesDir: t.TempDir() + "/nope"})
 	if err == nil || !strings.Contains(err.Error(), "cannot read the directory") {

@@ -48,15 +48,6 @@ func (l *loader) openDir(dir string) (fs.FS, bool) {
 	return os.DirFS(dir), true
 }
 
-// display names a file of fsys for errors and Rule.Source: its path below
-// the configured directory, or builtin:<path> for a shipped one.
-func display(prefix, name string) string {
-	if strings.HasPrefix(prefix, "builtin:") {
-		return "builtin:" + name
-	}
-	return path.Join(prefix, name)
-}
-
 // loadRulesDir loads the standalone rules dir/*.toml of fsys.
 func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
 	entries, err := fs.ReadDir(fsys, dir)
@@ -71,11 +62,10 @@ func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".toml") || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
+		// Errors and Rule.Source name the file as the admin knows it:
+		// below the configured directory, or builtin:rules/<name>.
 		name := path.Join(dir, e.Name())
-		file := display(prefix, name)
-		if !builtin {
-			file = path.Join(prefix, e.Name())
-		}
+		file := path.Join(prefix, e.Name())
 		r := l.loadRule(fsys, dir, name, file, "")
 		if r == nil {
 			continue
@@ -152,8 +142,8 @@ func (l *loader) loadPlugin(fsys fs.FS, pdir, dirName string, file func(string) 
 		}
 		sort.Strings(matches)
 		for _, m := range matches {
-			if seenFile[m] {
-				continue
+			if seenFile[m] || m == mpath {
+				continue // twice matched, or the manifest (include = ["*.toml"])
 			}
 			seenFile[m] = true
 			if st, err := fs.Stat(fsys, m); err == nil && st.IsDir() {

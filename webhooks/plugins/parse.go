@@ -6,6 +6,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 )
@@ -124,9 +125,9 @@ func parseRule(file, src string) (r *Rule, errs []error) {
 	if r.Version == "" {
 		r.Version = "1.0.0"
 	}
-	for field, v := range map[string]string{"rule.name": r.Name, "rule.description": r.Description, "rule.version": r.Version} {
-		if len(v) > maxTextField {
-			bad(field, "longer than %d bytes", maxTextField)
+	for _, fv := range []struct{ field, v string }{{"rule.name", r.Name}, {"rule.description", r.Description}, {"rule.version", r.Version}} {
+		if len(fv.v) > maxTextField {
+			bad(fv.field, "longer than %d bytes", maxTextField)
 		}
 	}
 	if !r.Trigger.Valid() {
@@ -341,11 +342,18 @@ func tomlError(err error) string {
 }
 
 // clip bounds a piece of a file quoted in an error.
-func clip(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
+func clip(s string) string { return clipN(s, 200) }
+
+// clipN cuts s to at most n bytes (on a rune boundary), marking the cut.
+func clipN(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func hookList() string {

@@ -175,10 +175,7 @@ func templateError(err error, src string) error {
 	if src != "" {
 		msg = strings.ReplaceAll(msg, "'"+src+"'", "template")
 	}
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	return errors.New(msg)
+	return errors.New(clipN(msg, 300))
 }
 
 // Render renders the template with `context` = c.Map() (m, when the caller

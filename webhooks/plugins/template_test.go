@@ -1,7 +1,9 @@
 package plugins
 
 import (
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -101,4 +103,29 @@ ok = "{{ context.result.success }}"
 		p["nested"].(map[string]any)["ok"] != "True" || got.EventType != "tool.done" {
 		t.Fatalf("payload %#v", p)
 	}
+}
+
+// A compiled template renders concurrently (the engine shares it between
+// every user's hook).
+func TestTemplateConcurrent(t *testing.T) {
+	tp, err := compileTemplate("t", "{% for i in range(3) %}{{ i }}{% endfor %} {{ context.turn.number }} {{ context.history.tools | length }}{% set x = 1 %}{{ x }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			c := &Context{Turn: Turn{Number: int64(g)}}
+			for i := 0; i < 50; i++ {
+				out, err := tp.Render(c.Map())
+				if want := "012 " + strconv.Itoa(g) + " 01"; err != nil || out != want {
+					t.Errorf("%q %v, want %q", out, err, want)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
 }
