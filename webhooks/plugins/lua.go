@@ -29,24 +29,24 @@ import (
 // everything else is linear in data the budgets already bound.
 //
 // Memory: gopher-lua has no allocator hook, so the bound is built from
-// three parts. (1) Strings, the only values one instruction can make
-// arbitrarily large: `..` is compiled into a call that charges the result
-// before building it (rewriteConcat), and so are string.rep, format, gsub,
-// lower/upper/reverse and table.concat; a run may produce at most
-// MemoryBytes of string data in total (a cumulative count, not live
-// bytes: conditions are short and this never undercounts). (2) Tables,
-// closures and the rest grow by a bounded amount per instruction, so the
-// instruction budget bounds them (100,000 instructions fill a table of
-// ~50,000 entries, a few MiB). (3) As a backstop for larger instruction
-// budgets, every luaMemCheckEvery instructions the run reads the Go heap's
-// cumulative allocation counter (runtime/metrics "/gc/heap/allocs:bytes")
-// and fails when it has grown by more than MemoryBytes since its first
-// reading. The counter is process-wide, so allocations of concurrent
-// goroutines count too: a run that takes long enough (tens of
-// milliseconds on a busy server) can fail spuriously, which is why it is
-// only a backstop and only runs that last beyond luaMemCheckEvery
-// instructions read it (a typical condition, under a few hundred
-// instructions, never does). Reading it costs ~1µs (BenchmarkLuaMemGauge).
+// two parts. (1) Strings, the values one instruction can make arbitrarily
+// large: `..` is compiled into a call that charges the result before
+// building it (rewriteConcat), and so are string.rep, format, gsub,
+// lower/upper/reverse and table.concat; one string may not exceed
+// maxLuaString and a run may produce at most MemoryBytes of string data
+// in total (a cumulative count, not live bytes: conditions are short, and
+// it never undercounts). (2) Everything else (tables, closures, boxed
+// numbers) grows by a bounded amount per instruction: at most the VM's
+// registry (luaRegistryMax values, e.g. a {...} of that many varargs).
+// The run reads the Go heap's cumulative allocation counter
+// (runtime/metrics "/gc/heap/allocs:bytes", ~200ns, allocation-free:
+// BenchmarkLuaMemGauge) when it starts and every luaMemCheckEvery
+// instructions, and fails once it has grown by more than MemoryBytes; a
+// run can overshoot by what luaMemCheckEvery instructions allocate (a
+// few MiB at worst). The counter is process-wide: allocations of
+// concurrent goroutines count too, so a run that lasts long (tens of
+// milliseconds on a busy server) can fail spuriously; a typical
+// condition, done in a few microseconds, never does.
 //
 // The VM's registry (value stack) and call stack are bounded by
 // lua.Options, so deep recursion and unpack(t, 1, 1e9) fail with "stack
@@ -67,12 +67,12 @@ const (
 	// values): locals, temporaries, arguments and results of all active
 	// calls.
 	luaRegistrySize = 1024
-	luaRegistryMax  = 64 * 1024
+	luaRegistryMax  = 8 * 1024
 	// luaCheckEvery is how many instructions run between checks of the
 	// clock and the caller's context; luaMemCheckEvery between readings
 	// of the allocation counter.
 	luaCheckEvery    = 64
-	luaMemCheckEvery = 4096
+	luaMemCheckEvery = 256
 	// maxLuaString bounds one string a script builds. Besides memory, it
 	// bounds the work of one instruction on strings (==, <, hashing a
 	// table key are linear in their size), hence how far past its
@@ -336,8 +336,7 @@ type luaRun struct {
 	checks    int
 	deadline  time.Time
 	strBytes  int64
-	allocBase uint64 // the allocation counter at the first reading
-	sampled   bool
+	allocBase uint64 // the allocation counter when the run started
 	gauge     []metrics.Sample
 	err       error
 
@@ -359,7 +358,8 @@ func newLuaRun() *luaRun {
 
 func (r *luaRun) start(ctx context.Context, name string, limits LuaLimits) {
 	r.parent, r.name, r.limits = ctx, name, limits
-	r.n, r.nextCheck, r.checks, r.strBytes, r.sampled, r.err = 0, luaCheckEvery, 0, 0, false, nil
+	r.n, r.nextCheck, r.checks, r.strBytes, r.err = 0, luaCheckEvery, 0, 0, nil
+	r.allocBase = r.allocs()
 	r.deadline = time.Now().Add(limits.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
 		r.deadline = d
@@ -418,16 +418,18 @@ func (r *luaRun) check() bool {
 	}
 	r.checks++
 	if r.checks%(luaMemCheckEvery/luaCheckEvery) == 0 {
-		metrics.Read(r.gauge)
-		allocs := r.gauge[0].Value.Uint64()
-		if !r.sampled {
-			r.allocBase, r.sampled = allocs, true
-		} else if allocs-r.allocBase > uint64(r.limits.MemoryBytes) {
+		if r.allocs()-r.allocBase > uint64(r.limits.MemoryBytes) {
 			r.err = fmt.Errorf("%w: allocated more than %d bytes", errLuaBudget, r.limits.MemoryBytes)
 			return false
 		}
 	}
 	return true
+}
+
+// allocs reads the process's cumulative heap allocations.
+func (r *luaRun) allocs() uint64 {
+	metrics.Read(r.gauge)
+	return r.gauge[0].Value.Uint64()
 }
 
 // charge counts a string of n bytes the script is about to build against

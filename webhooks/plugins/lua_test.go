@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/metrics"
 	"strings"
 	"sync"
@@ -344,6 +345,20 @@ func TestLuaMemoryGauge(t *testing.T) {
 		LuaLimits{Instructions: 1 << 40, Timeout: time.Minute, MemoryBytes: 8 << 20})
 	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
 		t.Fatalf("err %v, want the memory gauge", err)
+	}
+	// Within the default instruction budget, tables of varargs allocate
+	// ~50 KiB per instruction.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = runLua(t, `local big = {} for i = 1, 3000 do big[i] = i end
+		local function f(...) local t = {} while true do t[#t+1] = {...} end end
+		f(unpack(big))`, sampleContext())
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
+		t.Fatalf("err %v, want the memory gauge", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 4*luaDefaultMemory {
+		t.Fatalf("the run allocated %d bytes", grown)
 	}
 }
 
