@@ -63,6 +63,7 @@ func TestLuaMatches(t *testing.T) {
 		{"return ('a,b,c'):gsub(',', ';') == 'a;b;c'", true},
 		{"return string.format('%5.2f|%d|%s', 1.5, 42, 'x') == ' 1.50|42|x'", true},
 		{"local s = 'x' .. 1 .. 'y'; return s == 'x1y'", true},
+		{"return #string.rep('ab', 2^20) == 2^21 and #(string.rep('x', 2^20) .. string.rep('y', 2^20)) == 2^21", true},
 		{"return math.max(1, 5) == 5 and math.floor(2.5) == 2", true},
 		{"local t = {3, 1, 2}; table.sort(t); return t[1] == 1 and t[3] == 3", true},
 		{"local ok = pcall(error, 'x'); return ok == false", true},
