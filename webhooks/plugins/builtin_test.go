@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"io/fs"
+	"strings"
 	"testing"
 )
 
@@ -83,5 +84,58 @@ func TestBuiltinLoads(t *testing.T) {
 	}
 	if m := set.Plugin("research-assistant").Missing; len(m) != 1 || m[0] != "http_get" {
 		t.Fatalf("missing %v", m)
+	}
+}
+
+// seedManifest is seed 001's plugin manifest, verbatim.
+const seedManifest = `# plugins/research-assistant/manifest.toml
+
+[plugin]
+id = "research-assistant"
+name = "Research Assistant"
+version = "1.0.0"
+description = "Enhanced research workflow with multi-step guidance"
+
+[capabilities]
+requires = ["vault_search", "web_search"]
+
+[rules]
+# Rules are loaded from ./rules/*.toml
+include = ["rules/*.toml"]
+
+[settings]
+# User-configurable settings
+
+[settings.max_sources]
+type = "integer"
+default = 10
+min = 1
+max = 50
+description = "Maximum sources to gather before synthesizing"
+
+[settings.auto_summarize]
+type = "boolean"
+default = true
+description = "Automatically summarize large result sets"
+`
+
+// The seed's manifest loads as written (from plugins_dir); Loom has
+// neither of the tools it requires, so it is unavailable.
+func TestSeedManifestLoads(t *testing.T) {
+	useFakeConditions(t)
+	set, err := Load(LoadOptions{PluginsDir: writeTree(t, map[string]string{
+		"research-assistant/manifest.toml":   seedManifest,
+		"research-assistant/rules/seed.toml": strings.Replace(seedRule, "token-budget-warning", "budget", 1),
+	}), Capabilities: []string{"http_get", "web_search"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := set.Plugin("research-assistant")
+	if !p.Enabled || len(p.Missing) != 1 || p.Missing[0] != "vault_search" || p.Settings["max_sources"].Max == nil || *p.Settings["max_sources"].Max != 50 {
+		t.Fatalf("plugin %+v", p)
+	}
+	e, _ := NewEngine(set, EngineOptions{})
+	if e.Active(OnTurnStart, nil) {
+		t.Fatal("a plugin missing a capability is active")
 	}
 }
