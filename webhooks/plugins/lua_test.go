@@ -565,3 +565,43 @@ func TestLuaNotReusableAfterPanic(t *testing.T) {
 		t.Fatalf("err %v, reusable %v", err, reusable)
 	}
 }
+
+// FuzzLuaScript: any source either fails to compile or runs to a result or
+// an error within its budgets, in a sandbox that stays reusable unless a
+// Go panic was recovered in it.
+func FuzzLuaScript(f *testing.F) {
+	for _, src := range []string{
+		"return context.turn.number > 1",
+		"local t = {} for i = 1, 10 do t[i] = i .. 'x' end return #t == 10",
+		"while true do end",
+		"local s = 'x' while true do s = s .. s end",
+		"return string.find(string.rep('a', 50), '(.-)(.-)b') ~= nil",
+		"local function f(n) return f(n + 1) + 1 end return f(1)",
+		"return pcall(error, {}) == false",
+		"for k, v in pairs(context) do local _ = tostring(v) end return true",
+		"return ('%5.1f'):format(1.25) == '  1.2'",
+		"setmetatable({}, {__index = function(t, k) return t[k] end}).x = 1",
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		cond, err := compileLua("f.lua", src, LuaLimits{Instructions: 20_000, Timeout: 5 * time.Second, MemoryBytes: 4 << 20})
+		if err != nil {
+			return
+		}
+		vm := newLuaVM()
+		defer vm.L.Close()
+		done := make(chan struct{})
+		watchdog := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("stuck on %q", src)) })
+		defer watchdog.Stop()
+		go func() {
+			defer close(done)
+			_, err, _ := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+			var apiErr *lua.ApiError
+			if errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorPanic {
+				t.Logf("%q: a Go panic recovered: %v", src, err)
+			}
+		}()
+		<-done
+	})
+}
