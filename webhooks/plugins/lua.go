@@ -326,7 +326,8 @@ func rewriteConcat(e ast.Expr) ast.Expr {
 }
 
 // luaRun is one run's budgets and state. It is the context the VM checks
-// before every instruction.
+// before every instruction; unlike most contexts it is not safe for
+// concurrent use: only the VM running the script calls it.
 type luaRun struct {
 	parent    context.Context
 	name      string
