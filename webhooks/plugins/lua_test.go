@@ -66,6 +66,12 @@ func TestLuaMatches(t *testing.T) {
 		{"return #string.rep('ab', 2^20) == 2^21 and #(string.rep('x', 2^20) .. string.rep('y', 2^20)) == 2^21", true},
 		{"return math.max(1, 5) == 5 and math.floor(2.5) == 2", true},
 		{"local t = {3, 1, 2}; table.sort(t); return t[1] == 1 and t[3] == 3", true},
+		{"local t = {'b', 'c', 'a'}; table.sort(t); return table.concat(t) == 'abc'", true},
+		{"local t = {1, 3, 2}; table.sort(t, function(a, b) return a > b end); return table.concat(t) == '321'", true},
+		{"local t = {3, 1, 2}; table.sort(t, nil); return table.concat(t) == '123'", true},
+		{"local mt = {__lt = function(a, b) return a.v < b.v end} local t = {setmetatable({v = 2}, mt), setmetatable({v = 1}, mt)} table.sort(t) return t[1].v == 1", true},
+		{"return not pcall(table.sort, {1, 'x', 2})", true},
+		{"return not pcall(table.sort, {1, 2, 3}, function() error('cmp') end)", true},
 		{"local ok = pcall(error, 'x'); return ok == false", true},
 		{"return type(context) == 'table' and type(string) == 'table'", true},
 		{"return false", false},
@@ -280,6 +286,9 @@ func TestLuaBudgets(t *testing.T) {
 		{"table filling", "local t = {} local i = 0 while true do i = i + 1 t[i] = i end", "instructions"},
 		{"pattern backtracking", "return string.find(string.rep('a', 5000), '(.-)(.-)(.-)(.-)b') ~= nil", "instructions"},
 		{"pattern backtracking, match", "return string.match(string.rep('a', 3000), '^(a-)(a-)(a-)(a-)b') ~= nil", "instructions"},
+		// The library's sort makes all its comparisons inside one
+		// instruction: unbudgeted, this ran for 11s.
+		{"sort of long strings", "local a = string.rep('x', 4e6 - 1) local b = a:upper():lower() local t = {} for i = 1, 4000 do t[i] = (i % 2 == 0) and a or b end table.sort(t) return true", "instructions"},
 		{"gmatch backtracking", "for x in string.gmatch(string.rep('a', 5000), '.-.-.-b') do end return true", "instructions"},
 	} {
 		start := time.Now()
