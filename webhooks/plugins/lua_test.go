@@ -575,6 +575,22 @@ func TestLuaNotReusableAfterPanic(t *testing.T) {
 	}
 }
 
+// TestLuaScriptIndices: indices a script passes (±1e300 convert to the
+// smallest int) neither panic nor slip past the registry bound.
+func TestLuaScriptIndices(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return table.concat({'a'}, '', -1e300, 1) == ''", "invalid value"},
+		{"return table.concat({'a'}, '', -2^62, 2^62) == ''", "invalid value"},
+		{"return select('#', unpack({}, -1e300, 5)) > 0", "too many results"},
+		{"return select('#', unpack({}, -2^62, 2^62)) > 0", "too many results"},
+	} {
+		_, err := runLua(t, tc.src, sampleContext())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
 // FuzzLuaScript: any source either fails to compile or runs to a result or
 // an error within its budgets, in a sandbox that stays reusable unless a
 // Go panic was recovered in it.
