@@ -556,6 +556,7 @@ func newLuaVM() *luaVM {
 	base := vm.funcs(map[string]lua.LGFunction{
 		"pairs": vm.pairs, "ipairs": vm.ipairs, "unpack": vm.unpack,
 		"print": vm.print, concatName: vm.concat,
+		"pcall": vm.pcall, "xpcall": vm.xpcall,
 		// Lua 5.1 sets metatables of tables only; gopher-lua would set
 		// the one shared by all numbers (or booleans, functions), which
 		// would outlive the run.
@@ -564,8 +565,8 @@ func newLuaVM() *luaVM {
 			return origSetMetatable(L)
 		},
 	})
-	for _, name := range []string{"assert", "error", "getmetatable", "pcall", "rawequal", "select",
-		"tonumber", "tostring", "type", "xpcall", "_VERSION"} {
+	for _, name := range []string{"assert", "error", "getmetatable", "rawequal", "select",
+		"tonumber", "tostring", "type", "_VERSION"} {
 		base.RawSetString(name, g.RawGetString(name))
 	}
 	base.RawSetString("next", vm.nextFn)

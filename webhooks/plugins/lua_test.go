@@ -73,6 +73,12 @@ func TestLuaMatches(t *testing.T) {
 		{"return not pcall(table.sort, {1, 'x', 2})", true},
 		{"return not pcall(table.sort, {1, 2, 3}, function() error('cmp') end)", true},
 		{"local ok = pcall(error, 'x'); return ok == false", true},
+		{"local ok, a, b = pcall(function(x) return x, 2 end, 1); return ok and a == 1 and b == 2", true},
+		{"local ok, e = pcall(error, {code = 7}); return not ok and e.code == 7", true},
+		{"local ok, e = pcall(42); return not ok and e == 'attempt to call a number value'", true},
+		{"local ok, e = xpcall(function() error('x', 0) end, function(e) return 'h:' .. e end); return not ok and e == 'h:x'", true},
+		{"local ok, e = xpcall(function() error('x') end, function(e) error('again', 0) end); return not ok and e == 'again'", true},
+		{"local ok, a, b = xpcall(function() return 1, 2 end, print); return ok and a == 1 and b == 2", true},
 		{"return type(context) == 'table' and type(string) == 'table'", true},
 		{"return false", false},
 		{"return context.turn.token_usage > 1", false},
@@ -572,6 +578,31 @@ func TestLuaNotReusableAfterPanic(t *testing.T) {
 	_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
 	if err == nil || reusable {
 		t.Fatalf("err %v, reusable %v", err, reusable)
+	}
+}
+
+// TestLuaPanicNotSwallowed: a Go panic inside the sandbox (a bug in a
+// library function) ends the run and drops the VM even when the script
+// wrapped the call in pcall or xpcall, which would otherwise turn it into
+// an ordinary Lua error and hand the VM back to the pool.
+func TestLuaPanicNotSwallowed(t *testing.T) {
+	for _, src := range []string{
+		"local ok = pcall(boom) return true",
+		"local ok = xpcall(boom, function(e) return e end) return true",
+		"local ok = pcall(pcall, boom) return true",
+	} {
+		vm := newLuaVM()
+		base := vm.envMeta.RawGetString("__index").(*lua.LTable)
+		base.RawSetString("boom", vm.L.NewFunction(func(*lua.LState) int { panic("a bug") }))
+		cond, err := compileLua("t.lua", src, LuaLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+		if err == nil || reusable || !strings.Contains(err.Error(), "a bug") {
+			t.Errorf("%s: err %v, reusable %v", src, err, reusable)
+		}
+		vm.L.Close()
 	}
 }
 
