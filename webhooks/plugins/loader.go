@@ -34,8 +34,12 @@ func (l *loader) fail(file, rule, field, format string, args ...any) {
 	l.errs = append(l.errs, &LoadError{File: file, Rule: rule, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// openDir opens a configured directory, which must exist.
-func (l *loader) openDir(dir string) (fs.FS, bool) {
+// openDir opens a configured directory, which must exist, as a root
+// (the caller closes it) that nothing read through it can leave:
+// os.DirFS would follow a symlink (a rule file, a script, a plugin's
+// directory) anywhere on the disk, and a rule's errors may quote what it
+// read. Symlinks that stay inside the directory work.
+func (l *loader) openDir(dir string) (*os.Root, bool) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		l.fail(dir, "", "", "cannot read the directory: %v", pathlessError(err))
@@ -45,7 +49,12 @@ func (l *loader) openDir(dir string) (fs.FS, bool) {
 		l.fail(dir, "", "", "not a directory")
 		return nil, false
 	}
-	return os.DirFS(dir), true
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		l.fail(dir, "", "", "cannot read the directory: %v", pathlessError(err))
+		return nil, false
+	}
+	return root, true
 }
 
 // loadRulesDir loads the standalone rules dir/*.toml of fsys.
@@ -225,16 +234,25 @@ func (l *loader) compileCondition(fsys fs.FS, root, name string, r *Rule) error 
 	return nil
 }
 
-// readBounded reads a file of at most maxFileBytes.
+// readBounded reads a regular file of at most maxFileBytes. Anything else
+// is refused before it is opened: opening a FIFO blocks until a writer
+// comes, which would hang every reload.
 func readBounded(fsys fs.FS, name string) (string, error) {
+	st, err := fs.Stat(fsys, name)
+	if err != nil {
+		return "", fmt.Errorf("cannot read %s: %v", name, pathlessError(err))
+	}
+	if st.IsDir() {
+		return "", fmt.Errorf("%s is a directory", name)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", name)
+	}
 	f, err := fsys.Open(name)
 	if err != nil {
 		return "", fmt.Errorf("cannot read %s: %v", name, pathlessError(err))
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return "", fmt.Errorf("%s is a directory", name)
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("cannot read %s: %v", name, pathlessError(err))
