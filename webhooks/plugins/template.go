@@ -95,7 +95,7 @@ func newTemplateEnv() *exec.Environment {
 	}
 	return &exec.Environment{
 		Context:           globals,
-		Filters:           builtins.Filters,
+		Filters:           templateFilters(),
 		Tests:             builtins.Tests,
 		ControlStructures: exec.NewControlStructureSet(cs),
 		Methods:           builtins.Methods,

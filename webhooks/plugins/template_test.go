@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,4 +129,41 @@ func TestTemplateConcurrent(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
+}
+
+// TestTemplateWidthsBounded: a filter's width or count may come from data
+// (a plugin setting, a tool's arguments); one above what a rendering may
+// write is refused before the filter allocates it, not after.
+func TestTemplateWidthsBounded(t *testing.T) {
+	m := map[string]any{"n": 100_000_000, "s": "abc", "l": []any{1, 2, 3}}
+	for _, src := range []string{
+		"{{ context.s | center(context.n) }}",
+		"{{ context.s | indent(context.n, true) }}",
+		"{{ context.s | indent(width=context.n, first=true) }}",
+		"{{ context.l | batch(context.n, 0) | length }}",
+		"{{ context.l | tojson(indent=context.n) }}",
+	} {
+		tmpl, err := compileTemplate("t", src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err = tmpl.Render(m)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%s: no error", src)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+			t.Errorf("%s: allocated %d bytes", src, n)
+		}
+	}
+	// Within the bound the filters work as before.
+	tmpl, err := compileTemplate("t", "[{{ 'ab' | center(6) }}]{{ [1, 2, 3] | batch(2, 0) | list | length }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tmpl.Render(nil); err != nil || got != "[  ab  ]2" {
+		t.Errorf("got %q, %v", got, err)
+	}
 }

@@ -1,0 +1,58 @@
+package plugins
+
+import (
+	"fmt"
+
+	"github.com/nikolalohinski/gonja/v2/builtins"
+	"github.com/nikolalohinski/gonja/v2/exec"
+)
+
+// sizedFilters are the filters that allocate in proportion to an integer
+// argument (a width, an indent, a batch size), with the names of those
+// arguments, positional ones in order. Templates come from operators, but
+// the argument may come from data a user controls (a plugin setting, a
+// tool's arguments): center(context.settings.width) with a width of 1e8
+// allocated 470 MB, batch(1e8, 0) 9.6 GB, before the output bound could
+// refuse the result.
+var sizedFilters = map[string][]string{
+	"center": {"width"},
+	"indent": {"width"},
+	"batch":  {"linecount"},
+	"tojson": {"indent"},
+}
+
+// templateFilters is Jinja's filters with sizedFilters refusing, before
+// they run, a size above maxRender: its result could only be refused.
+//
+// Not bounded here, because gonja gives no hook for them: the string
+// repetition operator ('-' * n) and Python string methods' widths
+// ('{:>99999999}'.format(x)). A template must not take their count or
+// width from data; operators are trusted with that.
+func templateFilters() *exec.FilterSet {
+	fs := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
+	for name, args := range sizedFilters {
+		orig, ok := fs.Get(name)
+		if !ok {
+			panic("plugins: gonja lacks filter " + name)
+		}
+		if err := fs.Replace(name, boundedFilter(name, args, orig)); err != nil {
+			panic(err)
+		}
+	}
+	return fs
+}
+
+func boundedFilter(name string, args []string, orig exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+		for i, arg := range args {
+			v := params.KwArgs[arg]
+			if i < len(params.Args) {
+				v = params.Args[i]
+			}
+			if v != nil && (v.IsInteger() || v.IsFloat()) && v.Float() > maxRender {
+				return exec.AsValue(fmt.Errorf("%s: %s %v is above %d", name, arg, v.Interface(), maxRender))
+			}
+		}
+		return orig(e, in, params)
+	}
+}
