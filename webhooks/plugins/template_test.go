@@ -167,3 +167,42 @@ func TestTemplateWidthsBounded(t *testing.T) {
 		t.Errorf("got %q, %v", got, err)
 	}
 }
+
+// TestRenderLeavesContextAlone: gonja's list.reverse() changes its
+// receiver in place (its dict methods work on a copy today); a template
+// calling them must not rewrite the runtime's values (a plugin's state
+// outside set_state, a tool's arguments) nor what the next rule sees.
+func TestRenderLeavesContextAlone(t *testing.T) {
+	useFakeConditions(t)
+	src := `[rule]
+id = "mut"
+trigger = "on_tool_complete"
+[condition]
+expression = "true"
+[action]
+type = "log"
+message = "{% do context.state.update({'count': 99}) %}{% do context.result.arguments.clear() %}{% do context.history.messages.reverse() %}{% do context.state.items.reverse() %}{{ context.state.items[0] }}"
+`
+	r, errs := parseRule("x.toml", src)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	state := map[string]any{"count": 1, "items": []any{"x", "y"}}
+	args := map[string]any{"q": "x"}
+	c := &Context{State: state, Result: ToolResult{Arguments: args},
+		History: History{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}}
+	m := c.Map()
+	got, err := r.Action.render(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Message != "y" {
+		t.Errorf("message %q", got.Message)
+	}
+	if state["count"] != 1 || state["items"].([]any)[0] != "x" || len(args) != 1 {
+		t.Errorf("state %v, arguments %v", state, args)
+	}
+	if first := m["history"].(map[string]any)["messages"].([]any)[0].(map[string]any)["content"]; first != "a" {
+		t.Errorf("messages reordered: first is %v", first)
+	}
+}
