@@ -57,14 +57,23 @@ func (l *loader) openDir(dir string) (*os.Root, bool) {
 	return root, true
 }
 
-// loadRulesDir loads the standalone rules dir/*.toml of fsys.
-func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
+// listDir lists dir of fsys (prefix names it in errors). The embedded
+// tree may lack either directory; a configured one must be readable.
+func (l *loader) listDir(fsys fs.FS, dir, prefix string, builtin bool) ([]fs.DirEntry, bool) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
-		if builtin && errors.Is(err, fs.ErrNotExist) {
-			return
+		if !builtin || !errors.Is(err, fs.ErrNotExist) {
+			l.fail(prefix, "", "", "cannot list the directory: %v", pathlessError(err))
 		}
-		l.fail(prefix, "", "", "cannot list the directory: %v", pathlessError(err))
+		return nil, false
+	}
+	return entries, true
+}
+
+// loadRulesDir loads the standalone rules dir/*.toml of fsys.
+func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
+	entries, ok := l.listDir(fsys, dir, prefix, builtin)
+	if !ok {
 		return
 	}
 	for _, e := range entries {
@@ -90,12 +99,8 @@ func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
 
 // loadPluginsDir loads dir/<id>/manifest.toml of fsys and their rules.
 func (l *loader) loadPluginsDir(fsys fs.FS, dir, prefix string, builtin bool) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		if builtin && errors.Is(err, fs.ErrNotExist) {
-			return
-		}
-		l.fail(prefix, "", "", "cannot list the directory: %v", pathlessError(err))
+	entries, ok := l.listDir(fsys, dir, prefix, builtin)
+	if !ok {
 		return
 	}
 	for _, e := range entries {
