@@ -486,10 +486,10 @@ type luaVM struct {
 // debug), rawequal, select, setmetatable (tables only), tonumber,
 // tostring, type, unpack, xpcall and _VERSION; string (without dump;
 // find, match, gmatch, gsub budgeted; rep, format, ... charged), table
-// (sort budgeted) and math (without randomseed), read-only. Not there:
-// dofile, load, loadfile, loadstring, require, module, package, getfenv,
-// setfenv, rawget, rawset, collectgarbage, newproxy, os, io, debug,
-// channel, coroutine.
+// (sort budgeted) and math (without randomseed; random checks its
+// interval), read-only. Not there: dofile, load, loadfile, loadstring,
+// require, module, package, getfenv, setfenv, rawget, rawset,
+// collectgarbage, newproxy, os, io, debug, channel, coroutine.
 func newLuaVM() *luaVM {
 	L := lua.NewState(lua.Options{
 		SkipOpenLibs:     true,
@@ -549,6 +549,7 @@ func newLuaVM() *luaVM {
 			math.RawSet(k, v)
 		}
 	})
+	math.RawSetString("random", L.NewFunction(mathRandom))
 
 	vm.nextFn = L.NewFunction(vm.next)
 	vm.ipairsIter = L.NewFunction(vm.ipairsStep)

@@ -606,6 +606,30 @@ func TestLuaPanicNotSwallowed(t *testing.T) {
 	}
 }
 
+// TestLuaMathRandom: math.random's arguments are checked as Lua 5.1 does
+// (the library passed them to rand.Intn, which panics on an empty
+// interval).
+func TestLuaMathRandom(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return not pcall(math.random, 0)", ""},
+		{"return not pcall(math.random, 1e300)", ""},
+		{"return not pcall(math.random, 5, 1)", ""},
+		{"for i = 1, 50 do local r = math.random(3) if r < 1 or r > 3 or r ~= math.floor(r) then return false end end return true", ""},
+		{"for i = 1, 50 do local r = math.random(-2, 2) if r < -2 or r > 2 then return false end end return true", ""},
+		{"local r = math.random(-2^62, 2^62) return r >= -2^62 and r <= 2^62", ""},
+		{"local r = math.random() return r >= 0 and r < 1", ""},
+		{"return math.random(1, 2, 3) ~= nil", "wrong number of arguments"},
+	} {
+		ok, err := runLua(t, tc.src, sampleContext())
+		switch {
+		case tc.want == "" && (err != nil || !ok):
+			t.Errorf("%s: %v, %v", tc.src, ok, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
 // TestLuaScriptIndices: indices a script passes (±1e300 convert to the
 // smallest int) neither panic nor slip past the registry bound.
 func TestLuaScriptIndices(t *testing.T) {
