@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/nikolalohinski/gonja/v2/builtins"
 	"github.com/nikolalohinski/gonja/v2/exec"
@@ -22,7 +23,10 @@ var sizedFilters = map[string][]string{
 }
 
 // templateFilters is Jinja's filters with sizedFilters refusing, before
-// they run, a size above maxRender: its result could only be refused.
+// they run, a size above maxRender (its result could only be refused),
+// and replace refusing a result above maxRender: it grows with the
+// product of the text's and the replacement's sizes, both possibly a
+// user's (a tool's result, a setting).
 //
 // Not bounded here, because gonja gives no hook for them: the string
 // repetition operator ('-' * n) and Python string methods' widths
@@ -39,7 +43,32 @@ func templateFilters() *exec.FilterSet {
 			panic(err)
 		}
 	}
+	orig, ok := fs.Get("replace")
+	if !ok {
+		panic("plugins: gonja lacks filter replace")
+	}
+	if err := fs.Replace("replace", boundedReplaceFilter(orig)); err != nil {
+		panic(err)
+	}
 	return fs
+}
+
+// boundedReplaceFilter computes the size of replace's result (old and new
+// are positional, count a keyword, as gonja takes them) before running it.
+func boundedReplaceFilter(orig exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+		if len(params.Args) == 2 && !in.IsError() {
+			s, old, repl := in.String(), params.Args[0].String(), params.Args[1].String()
+			n := strings.Count(s, old)
+			if c, ok := params.KwArgs["count"]; ok && c.IsInteger() && c.Integer() >= 0 {
+				n = min(n, c.Integer())
+			}
+			if size := len(s) + n*(len(repl)-len(old)); size > maxRender {
+				return exec.AsValue(fmt.Errorf("replace: a result of %d bytes, above %d", size, maxRender))
+			}
+		}
+		return orig(e, in, params)
+	}
 }
 
 func boundedFilter(name string, args []string, orig exec.FilterFunction) exec.FilterFunction {

@@ -132,11 +132,15 @@ func TestTemplateConcurrent(t *testing.T) {
 }
 
 // TestTemplateWidthsBounded: a filter's width or count may come from data
-// (a plugin setting, a tool's arguments); one above what a rendering may
+// (a plugin setting, a tool's arguments), and replace's result grows with
+// the product of two data sizes; a result above what a rendering may
 // write is refused before the filter allocates it, not after.
 func TestTemplateWidthsBounded(t *testing.T) {
-	m := map[string]any{"n": 100_000_000, "s": "abc", "l": []any{1, 2, 3}}
+	m := map[string]any{"n": 100_000_000, "s": "abc", "l": []any{1, 2, 3},
+		"big": strings.Repeat("a", 100_000), "sep": strings.Repeat("-", 1024)}
 	for _, src := range []string{
+		"{{ context.big | replace('a', context.sep) }}",
+		"{{ context.big | replace('', context.sep, count=50000) }}",
 		"{{ context.s | center(context.n) }}",
 		"{{ context.s | indent(context.n, true) }}",
 		"{{ context.s | indent(width=context.n, first=true) }}",
@@ -159,11 +163,11 @@ func TestTemplateWidthsBounded(t *testing.T) {
 		}
 	}
 	// Within the bound the filters work as before.
-	tmpl, err := compileTemplate("t", "[{{ 'ab' | center(6) }}]{{ [1, 2, 3] | batch(2, 0) | list | length }}")
+	tmpl, err := compileTemplate("t", "[{{ 'ab' | center(6) }}]{{ [1, 2, 3] | batch(2, 0) | list | length }}{{ 'a-b-c' | replace('-', '+', count=1) }}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tmpl.Render(nil); err != nil || got != "[  ab  ]2" {
+	if got, err := tmpl.Render(nil); err != nil || got != "[  ab  ]2a+b-c" {
 		t.Errorf("got %q, %v", got, err)
 	}
 }
