@@ -98,7 +98,7 @@ func newTemplateEnv() *exec.Environment {
 		Filters:           templateFilters(),
 		Tests:             builtins.Tests,
 		ControlStructures: exec.NewControlStructureSet(cs),
-		Methods:           builtins.Methods,
+		Methods:           templateMethods(),
 	}
 }
 

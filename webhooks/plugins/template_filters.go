@@ -85,3 +85,82 @@ func boundedFilter(name string, args []string, orig exec.FilterFunction) exec.Fi
 		return orig(e, in, params)
 	}
 }
+
+// strMethods are the Python string methods templates may call (gonja's,
+// but expandtabs, whose result grows with the tabs in the data times a
+// tab size, and which prompts do not need).
+var strMethods = []string{
+	"capitalize", "capwords", "casefold", "center", "count", "encode", "endswith", "find", "format",
+	"format_map", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "islower", "isnumeric",
+	"isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower", "lstrip", "partition",
+	"removeprefix", "removesuffix", "replace", "rfind", "rjust", "rpartition", "rsplit", "rstrip",
+	"split", "splitlines", "startswith", "strip", "swapcase", "title", "upper", "zfill",
+}
+
+// sizedStrMethods are the string methods that pad to an integer argument
+// (the first, positional); format may take widths from any argument
+// ('{:>{}}'.format(x, width)). Like sizedFilters, a size above maxRender
+// is refused before the method allocates it: '...'.center(1e8) was 100 MB
+// a call.
+var sizedStrMethods = map[string]bool{"center": true, "ljust": true, "rjust": true, "zfill": true, "format": true}
+
+// templateMethods is gonja's methods with the string methods bounded.
+func templateMethods() exec.Methods {
+	m := builtins.Methods
+	str := make(map[string]exec.Method[string], len(strMethods))
+	for _, name := range strMethods {
+		fn, ok := builtins.Methods.Str.Get(name)
+		if !ok {
+			panic("plugins: gonja lacks string method " + name)
+		}
+		switch {
+		case name == "replace":
+			fn = boundedReplaceMethod(fn)
+		case sizedStrMethods[name]:
+			fn = boundedStrMethod(name, fn)
+		}
+		str[name] = fn
+	}
+	m.Str = exec.NewMethodSet(str)
+	return m
+}
+
+func boundedStrMethod(name string, orig exec.Method[string]) exec.Method[string] {
+	return func(self string, selfValue *exec.Value, args *exec.VarArgs) (any, error) {
+		check := args.Args
+		if name != "format" && len(check) > 1 {
+			check = check[:1]
+		}
+		for _, v := range check {
+			if (v.IsInteger() || v.IsFloat()) && v.Float() > maxRender {
+				return nil, fmt.Errorf("%s: width %v is above %d", name, v.Interface(), maxRender)
+			}
+		}
+		if name == "format" {
+			for k, v := range args.KwArgs {
+				if (v.IsInteger() || v.IsFloat()) && v.Float() > maxRender {
+					return nil, fmt.Errorf("format: %s %v is above %d", k, v.Interface(), maxRender)
+				}
+			}
+		}
+		return orig(self, selfValue, args)
+	}
+}
+
+// boundedReplaceMethod is str.replace(old, new[, count]) refusing a
+// result above maxRender before building it.
+func boundedReplaceMethod(orig exec.Method[string]) exec.Method[string] {
+	return func(self string, selfValue *exec.Value, args *exec.VarArgs) (any, error) {
+		if len(args.Args) >= 2 {
+			old, repl := args.Args[0].String(), args.Args[1].String()
+			n := strings.Count(self, old)
+			if len(args.Args) >= 3 && args.Args[2].IsInteger() && args.Args[2].Integer() >= 0 {
+				n = min(n, args.Args[2].Integer())
+			}
+			if size := len(self) + n*(len(repl)-len(old)); size > maxRender {
+				return nil, fmt.Errorf("replace: a result of %d bytes, above %d", size, maxRender)
+			}
+		}
+		return orig(self, selfValue, args)
+	}
+}

@@ -137,9 +137,16 @@ func TestTemplateConcurrent(t *testing.T) {
 // write is refused before the filter allocates it, not after.
 func TestTemplateWidthsBounded(t *testing.T) {
 	m := map[string]any{"n": 100_000_000, "s": "abc", "l": []any{1, 2, 3},
-		"big": strings.Repeat("a", 100_000), "sep": strings.Repeat("-", 1024)}
+		"big": strings.Repeat("a", 100_000), "sep": strings.Repeat("-", 1024), "tabs": strings.Repeat("\t", 1000)}
 	for _, src := range []string{
 		"{{ context.big | replace('a', context.sep) }}",
+		"{{ context.s.center(context.n) }}",
+		"{{ context.s.ljust(context.n) }}",
+		"{{ context.s.rjust(context.n, '-') }}",
+		"{{ context.s.zfill(context.n) }}",
+		"{{ '{:>{}}'.format(context.s, context.n) }}",
+		"{{ context.big.replace('a', context.sep, -1) }}",
+		"{{ context.tabs.expandtabs('', context.n) }}",
 		"{{ context.big | replace('', context.sep, count=50000) }}",
 		"{{ context.s | center(context.n) }}",
 		"{{ context.s | indent(context.n, true) }}",
@@ -163,11 +170,11 @@ func TestTemplateWidthsBounded(t *testing.T) {
 		}
 	}
 	// Within the bound the filters work as before.
-	tmpl, err := compileTemplate("t", "[{{ 'ab' | center(6) }}]{{ [1, 2, 3] | batch(2, 0) | list | length }}{{ 'a-b-c' | replace('-', '+', count=1) }}")
+	tmpl, err := compileTemplate("t", "[{{ 'ab' | center(6) }}]{{ [1, 2, 3] | batch(2, 0) | list | length }}{{ 'a-b-c' | replace('-', '+', count=1) }}{{ 'x'.center(3, '*') }}{{ 'a-b'.replace('-', '+', 1) }}{{ '{:>3}'.format(7) }}")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := tmpl.Render(nil); err != nil || got != "[  ab  ]2a+b-c" {
+	if got, err := tmpl.Render(nil); err != nil || got != "[  ab  ]2a+b-c*x*a+b  7" {
 		t.Errorf("got %q, %v", got, err)
 	}
 }
