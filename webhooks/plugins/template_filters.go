@@ -28,10 +28,11 @@ var sizedFilters = map[string][]string{
 // product of the text's and the replacement's sizes, both possibly a
 // user's (a tool's result, a setting).
 //
-// Not bounded here, because gonja gives no hook for them: the string
-// repetition operator ('-' * n) and Python string methods' widths
-// ('{:>99999999}'.format(x)). A template must not take their count or
-// width from data; operators are trusted with that.
+// Not bounded, because gonja gives no hook for them: the string
+// repetition operator ('-' * n) and widths written in a format string
+// literal ('{:>99999999}'.format(x), '%99999d' | format(x): Go's fmt caps
+// a width at 1e6). A template must not take a repetition count from data,
+// and its literals are the operator's: operators are trusted with both.
 func templateFilters() *exec.FilterSet {
 	fs := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
 	for name, args := range sizedFilters {
