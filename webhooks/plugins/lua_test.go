@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/metrics"
 	"strings"
 	"sync"
@@ -13,9 +14,11 @@ import (
 	lua "github.com/yuin/gopher-lua"
 )
 
+// runLua runs src with the default budgets but a long timeout: a loaded
+// test machine must not turn an instruction budget into a timeout.
 func runLua(t *testing.T, src string, c *Context) (bool, error) {
 	t.Helper()
-	return runLuaLimits(t, src, c, LuaLimits{})
+	return runLuaLimits(t, src, c, LuaLimits{Timeout: 10 * time.Second})
 }
 
 func runLuaLimits(t *testing.T, src string, c *Context, limits LuaLimits) (bool, error) {
@@ -60,9 +63,22 @@ func TestLuaMatches(t *testing.T) {
 		{"return ('a,b,c'):gsub(',', ';') == 'a;b;c'", true},
 		{"return string.format('%5.2f|%d|%s', 1.5, 42, 'x') == ' 1.50|42|x'", true},
 		{"local s = 'x' .. 1 .. 'y'; return s == 'x1y'", true},
+		{"return #string.rep('ab', 2^20) == 2^21 and #(string.rep('x', 2^20) .. string.rep('y', 2^20)) == 2^21", true},
 		{"return math.max(1, 5) == 5 and math.floor(2.5) == 2", true},
 		{"local t = {3, 1, 2}; table.sort(t); return t[1] == 1 and t[3] == 3", true},
+		{"local t = {'b', 'c', 'a'}; table.sort(t); return table.concat(t) == 'abc'", true},
+		{"local t = {1, 3, 2}; table.sort(t, function(a, b) return a > b end); return table.concat(t) == '321'", true},
+		{"local t = {3, 1, 2}; table.sort(t, nil); return table.concat(t) == '123'", true},
+		{"local mt = {__lt = function(a, b) return a.v < b.v end} local t = {setmetatable({v = 2}, mt), setmetatable({v = 1}, mt)} table.sort(t) return t[1].v == 1", true},
+		{"return not pcall(table.sort, {1, 'x', 2})", true},
+		{"return not pcall(table.sort, {1, 2, 3}, function() error('cmp') end)", true},
 		{"local ok = pcall(error, 'x'); return ok == false", true},
+		{"local ok, a, b = pcall(function(x) return x, 2 end, 1); return ok and a == 1 and b == 2", true},
+		{"local ok, e = pcall(error, {code = 7}); return not ok and e.code == 7", true},
+		{"local ok, e = pcall(42); return not ok and e == 'attempt to call a number value'", true},
+		{"local ok, e = xpcall(function() error('x', 0) end, function(e) return 'h:' .. e end); return not ok and e == 'h:x'", true},
+		{"local ok, e = xpcall(function() error('x') end, function(e) error('again', 0) end); return not ok and e == 'again'", true},
+		{"local ok, a, b = xpcall(function() return 1, 2 end, print); return ok and a == 1 and b == 2", true},
 		{"return type(context) == 'table' and type(string) == 'table'", true},
 		{"return false", false},
 		{"return context.turn.token_usage > 1", false},
@@ -218,29 +234,31 @@ func TestLuaIsolation(t *testing.T) {
 // TestLuaIsolationSameVM runs the tamper and the check in one VM,
 // deterministically (the pool may not return the same one).
 func TestLuaIsolationSameVM(t *testing.T) {
-	tamper, err := compileLua("t.lua", `leaked = 1; pcall(function() string.rep = nil end)
-		pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`, LuaLimits{})
-	if err != nil {
-		t.Fatal(err)
+	compile := func(src string) *luaScript {
+		cond, err := compileLua("t.lua", src, LuaLimits{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cond.(*luaScript)
 	}
-	check, err := compileLua("c.lua", "return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)", LuaLimits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := luaPool.New
+	check := compile("return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)")
 	vm := newLuaVM()
-	luaPool.New = func() any { return vm }
-	defer func() { luaPool.New = saved }()
-	// Drain what the pool holds so that Get calls New.
-	for i := 0; i < 100; i++ {
-		luaPool.Get()
-	}
-	if _, err := tamper.Match(context.Background(), sampleContext()); err != nil {
-		t.Fatal(err)
-	}
-	got, err := check.Match(context.Background(), sampleContext())
-	if err != nil || !got {
-		t.Fatalf("%v, %v", got, err)
+	for _, src := range []string{
+		`leaked = 1; pcall(function() string.rep = nil end)
+		 pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`,
+		"leaked = 1; error('boom')",                  // a script error
+		"leaked = 1; while true do end",              // a budget spent
+		"leaked = 1; local s = ('x'):rep(1e9)",       // a budget spent inside a library function
+		"leaked = 1; local function f() f() end f()", // stack overflow
+	} {
+		_, err, reusable := compile(src).run(vm, context.Background(), sampleContext())
+		if !reusable {
+			t.Fatalf("%s: the VM is not reusable after %v", src, err)
+		}
+		ret, err, _ := check.run(vm, context.Background(), sampleContext())
+		if err != nil || ret != lua.LTrue {
+			t.Fatalf("after %s: %v, %v", src, ret, err)
+		}
 	}
 }
 
@@ -249,7 +267,7 @@ func wantBudget(t *testing.T, name string, err error, d time.Duration) {
 	if err == nil || !errors.Is(err, errLuaBudget) {
 		t.Errorf("%s: err %v, want a budget error", name, err)
 	}
-	if d > 2*time.Second {
+	if d > 5*time.Second {
 		t.Errorf("%s: took %v", name, d)
 	}
 }
@@ -274,6 +292,9 @@ func TestLuaBudgets(t *testing.T) {
 		{"table filling", "local t = {} local i = 0 while true do i = i + 1 t[i] = i end", "instructions"},
 		{"pattern backtracking", "return string.find(string.rep('a', 5000), '(.-)(.-)(.-)(.-)b') ~= nil", "instructions"},
 		{"pattern backtracking, match", "return string.match(string.rep('a', 3000), '^(a-)(a-)(a-)(a-)b') ~= nil", "instructions"},
+		// The library's sort makes all its comparisons inside one
+		// instruction: unbudgeted, this ran for 11s.
+		{"sort of long strings", "local a = string.rep('x', 4e6 - 1) local b = a:upper():lower() local t = {} for i = 1, 4000 do t[i] = (i % 2 == 0) and a or b end table.sort(t) return true", "instructions"},
 		{"gmatch backtracking", "for x in string.gmatch(string.rep('a', 5000), '.-.-.-b') do end return true", "instructions"},
 	} {
 		start := time.Now()
@@ -340,6 +361,20 @@ func TestLuaMemoryGauge(t *testing.T) {
 		LuaLimits{Instructions: 1 << 40, Timeout: time.Minute, MemoryBytes: 8 << 20})
 	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
 		t.Fatalf("err %v, want the memory gauge", err)
+	}
+	// Within the default instruction budget, tables of varargs allocate
+	// ~50 KiB per instruction.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = runLua(t, `local big = {} for i = 1, 3000 do big[i] = i end
+		local function f(...) local t = {} while true do t[#t+1] = {...} end end
+		f(unpack(big))`, sampleContext())
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
+		t.Fatalf("err %v, want the memory gauge", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 4*luaDefaultMemory {
+		t.Fatalf("the run allocated %d bytes", grown)
 	}
 }
 
@@ -463,7 +498,7 @@ func TestLuaContextMatchesMap(t *testing.T) {
 // TestLuaConcurrent runs scripts from many goroutines (for the race
 // detector: shared protos, the pool).
 func TestLuaConcurrent(t *testing.T) {
-	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{})
+	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,4 +553,139 @@ func BenchmarkLuaLoop(b *testing.B) {
 			b.Fatal(ok, err)
 		}
 	}
+}
+
+// BenchmarkLuaNewVM measures building a sandbox VM (what a run pays after
+// its pool was emptied, or after an error dropped its VM).
+func BenchmarkLuaNewVM(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		newLuaVM().L.Close()
+	}
+}
+
+// TestLuaNotReusableAfterPanic: a VM in which a Go panic was recovered is
+// not reused.
+func TestLuaNotReusableAfterPanic(t *testing.T) {
+	vm := newLuaVM()
+	defer vm.L.Close()
+	base := vm.envMeta.RawGetString("__index").(*lua.LTable)
+	base.RawSetString("boom", vm.L.NewFunction(func(*lua.LState) int { panic("a bug") }))
+	cond, err := compileLua("t.lua", "boom() return true", LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+	if err == nil || reusable {
+		t.Fatalf("err %v, reusable %v", err, reusable)
+	}
+}
+
+// TestLuaPanicNotSwallowed: a Go panic inside the sandbox (a bug in a
+// library function) ends the run and drops the VM even when the script
+// wrapped the call in pcall or xpcall, which would otherwise turn it into
+// an ordinary Lua error and hand the VM back to the pool.
+func TestLuaPanicNotSwallowed(t *testing.T) {
+	for _, src := range []string{
+		"local ok = pcall(boom) return true",
+		"local ok = xpcall(boom, function(e) return e end) return true",
+		"local ok = pcall(pcall, boom) return true",
+	} {
+		vm := newLuaVM()
+		base := vm.envMeta.RawGetString("__index").(*lua.LTable)
+		base.RawSetString("boom", vm.L.NewFunction(func(*lua.LState) int { panic("a bug") }))
+		cond, err := compileLua("t.lua", src, LuaLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+		if err == nil || reusable || !strings.Contains(err.Error(), "a bug") {
+			t.Errorf("%s: err %v, reusable %v", src, err, reusable)
+		}
+		vm.L.Close()
+	}
+}
+
+// TestLuaMathRandom: math.random's arguments are checked as Lua 5.1 does
+// (the library passed them to rand.Intn, which panics on an empty
+// interval).
+func TestLuaMathRandom(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return not pcall(math.random, 0)", ""},
+		{"return not pcall(math.random, 1e300)", ""},
+		{"return not pcall(math.random, 5, 1)", ""},
+		{"for i = 1, 50 do local r = math.random(3) if r < 1 or r > 3 or r ~= math.floor(r) then return false end end return true", ""},
+		{"for i = 1, 50 do local r = math.random(-2, 2) if r < -2 or r > 2 then return false end end return true", ""},
+		{"local r = math.random(-2^62, 2^62) return r >= -2^62 and r <= 2^62", ""},
+		{"local r = math.random() return r >= 0 and r < 1", ""},
+		{"return math.random(1, 2, 3) ~= nil", "wrong number of arguments"},
+	} {
+		ok, err := runLua(t, tc.src, sampleContext())
+		switch {
+		case tc.want == "" && (err != nil || !ok):
+			t.Errorf("%s: %v, %v", tc.src, ok, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// TestLuaScriptIndices: indices a script passes (±1e300 convert to the
+// smallest int) neither panic nor slip past the registry bound.
+func TestLuaScriptIndices(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return table.concat({'a'}, '', -1e300, 1) == ''", "invalid value"},
+		{"return table.concat({'a'}, '', -2^62, 2^62) == ''", "invalid value"},
+		{"return select('#', unpack({}, -1e300, 5)) > 0", "too many results"},
+		{"return select('#', unpack({}, -2^62, 2^62)) > 0", "too many results"},
+	} {
+		_, err := runLua(t, tc.src, sampleContext())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// FuzzLuaScript: any source either fails to compile or runs to a result or
+// an error within its budgets, in a sandbox that stays reusable unless a
+// Go panic was recovered in it.
+func FuzzLuaScript(f *testing.F) {
+	for _, src := range []string{
+		"return context.turn.number > 1",
+		"local t = {} for i = 1, 10 do t[i] = i .. 'x' end return #t == 10",
+		"while true do end",
+		"local s = 'x' while true do s = s .. s end",
+		"return string.find(string.rep('a', 50), '(.-)(.-)b') ~= nil",
+		"local function f(n) return f(n + 1) + 1 end return f(1)",
+		"return pcall(error, {}) == false",
+		"for k, v in pairs(context) do local _ = tostring(v) end return true",
+		"return ('%5.1f'):format(1.25) == '  1.2'",
+		"setmetatable({}, {__index = function(t, k) return t[k] end}).x = 1",
+		"return math.random(0) and table.concat({'a'}, '', -1e300, 1) and unpack({}, -2^62, 2^62)",
+		"table.insert({}, -1, 1) table.remove({1}, -1e300) return string.sub('abc', -1e300, 1e300) == 'abc'",
+		"return string.format('%x%c%d', -1, 1e300, 2^70) and tonumber('zz', 36) and string.char(1e300)",
+		"local t = {3, 'a'} table.sort(t, function(a, b) return tostring(a) < tostring(b) end) return select(-1, 1, 2) == 2",
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		cond, err := compileLua("f.lua", src, LuaLimits{Instructions: 20_000, Timeout: 5 * time.Second, MemoryBytes: 4 << 20})
+		if err != nil {
+			return
+		}
+		vm := newLuaVM()
+		defer vm.L.Close()
+		done := make(chan struct{})
+		watchdog := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("stuck on %q", src)) })
+		defer watchdog.Stop()
+		go func() {
+			defer close(done)
+			_, err, _ := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+			var apiErr *lua.ApiError
+			if errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorPanic {
+				t.Fatalf("%q: a Go panic in the sandbox: %v", src, err)
+			}
+		}()
+		<-done
+	})
 }
