@@ -86,10 +86,12 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 		h.log.Warn("rules: the admin's switches could not be read; using the last known", "hook", call.hook,
 			"user", call.c.uid, "err", err)
 	}
-	if !eng.Active(call.hook, sw) {
+	// One set throughout: a reload in between must not hand rules a
+	// context prepared for another set's needs.
+	if !set.Active(call.hook, sw) {
 		return nil, nil
 	}
-	needs := eng.Needs(call.hook)
+	needs := set.Needs(call.hook)
 	var pc plugins.Context
 	if call.fill != nil {
 		err := call.fill(ctx, &pc, needs)
@@ -126,7 +128,7 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 		}
 		pc.Project.Settings = proj
 	}
-	scope := plugins.Scope{Disabled: disabled, Settings: settings, Switches: sw}
+	scope := plugins.Scope{Disabled: disabled, Settings: settings, Switches: sw, Set: set}
 	if needs.State || setsState(set, call.hook) {
 		states, err := h.readStates(ctx, call.c, runningPlugins(set, call.hook, sw, disabled))
 		if err = h.hookReadErr(call, "plugin state", err); err != nil {
