@@ -265,6 +265,16 @@ func (c *Client) Update(ctx context.Context, path string, data map[string]any, i
 	return decodeDoc(resp)
 }
 
+// Delete removes the live document at path. A missing document is
+// ErrNotFound.
+func (c *Client) Delete(ctx context.Context, path string) error {
+	if err := collections.ValidateDocPath(path); err != nil {
+		return fmt.Errorf("loomclient: delete %s: %w", path, err)
+	}
+	_, err := c.do(ctx, http.MethodDelete, path, c.docURL(path), nil, nil)
+	return err
+}
+
 // maxEmptyPages bounds how many empty pages in a row Query follows before
 // it returns what it has, with ErrIncomplete.
 const maxEmptyPages = 32
