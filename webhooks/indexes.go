@@ -21,4 +21,8 @@ var Indexes = []collections.Index{
 	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "seq"}},
 	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"subAgentId"}},
 	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"status"}},
+	// The rules' execution log: pruning (at) and the admin's listing,
+	// newest first, of everyone or of one user.
+	{Collection: ruleLogCollection, Fields: []string{"at"}},
+	{Collection: ruleLogCollection, Fields: []string{"userId", "at"}},
 }
