@@ -60,3 +60,26 @@ func (e *HiddenPrecondition) Unwrap() error { return collections.ErrPrecondition
 // Deny is the *Denied for caller refused what ("read your identity"), for
 // surfaces that refuse by a policy of their own.
 func Deny(caller *Caller, what string) error { return denied(caller, what) }
+
+// InvalidWrite is a write the service's WriteCheck refused: the document
+// as it would be stored is not one what reads it accepts (a user's agent
+// settings naming a plugin setting out of its range). It is a
+// collections.ErrInvalidDocument; the server answers 400 naming Field.
+type InvalidWrite struct {
+	Path string
+	// Field names what is wrong when the check knows it
+	// ("plugins.research-assistant.max_sources"); "" otherwise.
+	Field string
+	Msg   string
+}
+
+func (e *InvalidWrite) Error() string {
+	s := "access: invalid document " + e.Path + ": "
+	if e.Field != "" {
+		s += e.Field + ": "
+	}
+	return s + e.Msg
+}
+
+// Unwrap makes an InvalidWrite a collections.ErrInvalidDocument.
+func (e *InvalidWrite) Unwrap() error { return collections.ErrInvalidDocument }

@@ -26,6 +26,7 @@ import (
 	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/plugins"
 )
 
 // Options are what a caller sets beyond the configuration: tests and
@@ -136,7 +137,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	if a.Access, err = access.New(access.Config{Store: a.Store, Rules: ruleSet, CursorKey: cursorKey}); err != nil {
+	if a.Access, err = access.New(access.Config{Store: a.Store, Rules: ruleSet, CursorKey: cursorKey, WriteCheck: a.checkWrite}); err != nil {
 		return nil, err
 	}
 	if a.Agents, err = openAgents(ctx, cfg, a.Auth, a.Access, AgentOptions{
@@ -156,6 +157,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	scfg.Triggers = a.Triggers
 	if a.Agents != nil { // a nil *Handlers in the interface would not be nil
 		scfg.Webhooks = a.Agents
+		scfg.AgentsAdmin = a.Agents.RulesAdmin()
 	}
 	scfg.CursorKey = cursorKey
 	scfg.Access = a.Access
@@ -163,6 +165,21 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		return nil, err
 	}
 	return a, nil
+}
+
+// checkWrite is the access layer's check of users' writes: the agent
+// runtime's (a user's agent settings document against the plugins'
+// settings). a.Agents is set once, before the server serves.
+func (a *App) checkWrite(path string, data map[string]any) error {
+	if a.Agents == nil {
+		return nil
+	}
+	err := a.Agents.ValidateWrite(path, data)
+	var se *plugins.SettingError
+	if errors.As(err, &se) {
+		return &access.InvalidWrite{Field: se.Setting, Msg: se.Msg}
+	}
+	return err
 }
 
 // openStore shares store, or opens the configured engine and owns it.
