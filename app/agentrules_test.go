@@ -12,8 +12,8 @@ import (
 
 	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/triggers"
 )
 
 // Rules of a test's rules_dir. On every user message: notify_self quoting
