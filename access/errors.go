@@ -25,6 +25,12 @@ func (e *Denied) Error() string {
 	return "access: security rules do not allow you to " + e.What
 }
 
+// Forbidden reports whether the refusal is of an authenticated caller
+// (403): the security rules, not a missing credential. Callers that must
+// tell it from other errors without importing this package (the agent
+// runtime, whose documents may also come over REST) test for the method.
+func (e *Denied) Forbidden() bool { return !e.Anonymous }
+
 // denied is the Denied for caller.
 func denied(caller *Caller, what string) error {
 	return &Denied{Anonymous: caller.anonymous(), What: what}

@@ -79,6 +79,10 @@ func (h *Handlers) recordEvaluations(ctx context.Context, c chat, hook plugins.H
 		h.rules.logWrites.WithLabelValues("ok").Inc()
 	case errors.Is(err, collections.ErrAlreadyExists):
 		h.rules.logWrites.WithLabelValues("duplicate").Inc()
+	case forbidden(err):
+		h.rules.logWrites.WithLabelValues("error").Inc()
+		h.warnUngranted(ruleLogCollection, err)
+		return // and nothing to prune
 	default:
 		h.rules.logWrites.WithLabelValues("error").Inc()
 		h.log.Warn("could not record the rules' execution log", "hook", hook, "user", c.uid, "chat", c.id, "err", err)

@@ -48,11 +48,12 @@ type rulesState struct {
 	swMu sync.Mutex // one refresh of the switches at a time
 	sw   atomic.Pointer[switchCache]
 
-	lastPrune atomic.Int64 // unix nanoseconds of the last pruning started
-	pruning   atomic.Bool
-	logWrites *prometheus.CounterVec
-	logPruned prometheus.Counter
-	reloads   *prometheus.CounterVec
+	lastPrune     atomic.Int64 // unix nanoseconds of the last pruning started
+	lastUngranted atomic.Int64 // of the last warning that the rules deny the collections
+	pruning       atomic.Bool
+	logWrites     *prometheus.CounterVec
+	logPruned     prometheus.Counter
+	reloads       *prometheus.CounterVec
 
 	now func() time.Time
 }
@@ -158,6 +159,12 @@ func (h *Handlers) switches(ctx context.Context) (plugins.Switches, error) {
 		stale = prev.sw
 	}
 	sw, err := h.readSwitches(ctx)
+	if forbidden(err) {
+		// Security rules written before the switches existed: the rules
+		// run as their files say rather than not at all.
+		h.warnUngranted(switchesCollection, err)
+		sw, err = plugins.Switches{}, nil
+	}
 	if err != nil {
 		rs.sw.Store(&switchCache{sw: stale, expires: rs.now().Add(switchesRetry)})
 		return stale, err
@@ -184,6 +191,29 @@ func (h *Handlers) readSwitches(ctx context.Context) (plugins.Switches, error) {
 		sw[key] = on
 	}
 	return sw, nil
+}
+
+// forbidden reports whether err is the security rules refusing the
+// runtime's service key, in process (access.Denied) or over REST
+// (loomclient.HTTPError 403).
+func forbidden(err error) bool {
+	var f interface{ Forbidden() bool }
+	return err != nil && errors.As(err, &f) && f.Forbidden()
+}
+
+// ungrantedHelp says what to do when the security rules do not grant the
+// service role the rules' top-level collections.
+const ungrantedHelp = "grant the service role read and write on agent-rules/{id} and agent-rule-log/{id} (as the shipped rules/security.toml does)"
+
+// warnUngranted logs, at most once per switchesTTL, that the security rules
+// keep the runtime from coll.
+func (h *Handlers) warnUngranted(coll string, err error) {
+	now := h.rules.now().UnixNano()
+	last := h.rules.lastUngranted.Load()
+	if now-last < int64(switchesTTL) || !h.rules.lastUngranted.CompareAndSwap(last, now) {
+		return
+	}
+	h.log.Warn("the security rules do not let the agent runtime use "+coll+"; "+ungrantedHelp, "err", err)
 }
 
 // switchID is the id of the switch document of key (a rule key, which
@@ -274,7 +304,12 @@ func adminErrorf(status int, code, format string, args ...any) *adminError {
 // 500 whose detail goes to the log only.
 func (h *Handlers) writeAdminError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *adminError
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) && forbidden(err) {
+		// The admin's own configuration is in the way: say which.
+		h.log.Error("rules admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = adminErrorf(http.StatusInternalServerError, "INTERNAL", "The security rules do not let the agent runtime's service key use its documents: %s.", ungrantedHelp)
+	}
+	if ae == nil {
 		h.log.Error("rules admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		ae = adminErrorf(http.StatusInternalServerError, "INTERNAL", "Internal server error.")
 	}
@@ -407,13 +442,18 @@ func (h *Handlers) adminListRules(w http.ResponseWriter, r *http.Request) error 
 			Rules: keys, Settings: settingViews(p.Settings),
 		})
 	}
+	out := map[string]any{"rules": rules, "plugins": plugs, "lastReload": h.lastReload()}
 	recent, err := h.listExecutions(ctx, "", "", recentExecutions)
-	if err != nil {
+	switch {
+	case forbidden(err):
+		// The rules and switches are worth showing without the log.
+		recent = []map[string]any{}
+		out["recentExecutionsError"] = "the security rules do not let the runtime read agent-rule-log: " + ungrantedHelp
+	case err != nil:
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"rules": rules, "plugins": plugs, "lastReload": h.lastReload(), "recentExecutions": recent,
-	})
+	out["recentExecutions"] = recent
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -445,3 +445,47 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// Security rules written before the rules' collections existed (no grant
+// of agent-rules and agent-rule-log to the service role) must not stop the
+// runtime: the switches read as none, the log is skipped, and the admin API
+// says what to grant.
+func TestRules_UngrantedCollections(t *testing.T) {
+	e := newRulesEnv(t)
+	old, err := rules.Parse([]byte(`
+[[rule]]
+match = "users/{userId}/{rest=**}"
+allow = ["read", "write"]
+if    = "request.auth != null && 'service' in request.auth.roles"
+`), "old.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := access.New(access.Config{Store: e.store, Rules: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
+	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	h := offlineHandlers(t, Config{Docs: docs, Rules: e.h.cfg.Rules, LoadRules: e.load})
+	ctx := context.Background()
+	if sw, err := h.switches(ctx); err != nil || len(sw) != 0 {
+		t.Fatalf("switches: %v %v, want none and no error", sw, err)
+	}
+	h.rules.lastPrune.Store(h.rules.now().UnixNano())
+	h.recordEvaluations(ctx, chat{uid: "alice", id: "c1"}, plugins.OnQueryStart, "users/alice/orch-chats/c1/messages/m1",
+		[]plugins.Evaluation{{Rule: "say-hello", Matched: true}})
+	if n := counterValue(t, h.rules.logWrites.WithLabelValues("error")); n != 1 {
+		t.Errorf("log write errors %v, want 1", n)
+	}
+	w := httptest.NewRecorder()
+	h.RulesAdmin().ServeHTTP(w, httptest.NewRequest(http.MethodGet, RulesAdminPrefix+"/rules", nil))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"recentExecutionsError"`) || !strings.Contains(w.Body.String(), `"key":"say-hello"`) {
+		t.Errorf("GET rules without the grant: %d %s, want the rules and why there is no log", w.Code, w.Body)
+	}
+	w = httptest.NewRecorder()
+	h.RulesAdmin().ServeHTTP(w, httptest.NewRequest(http.MethodPost, RulesAdminPrefix+"/rules/say-hello/disable", nil))
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "agent-rules/{id}") {
+		t.Errorf("switch without the grant: %d %s, want 500 saying what to grant", w.Code, w.Body)
+	}
+}

@@ -174,6 +174,10 @@ func (e *HTTPError) Error() string {
 	return b.String()
 }
 
+// Forbidden reports a 403: the security rules deny the operation (as
+// access.Denied.Forbidden does in process).
+func (e *HTTPError) Forbidden() bool { return e.Status == http.StatusForbidden }
+
 // Unwrap returns the sentinel matching the status, if any.
 func (e *HTTPError) Unwrap() error { return e.sentinel }
 
