@@ -310,3 +310,33 @@ func dumpNode(t *testing.T, s *apptest.Stack) {
 		t.Logf("delivery %s %s %s %s", d.TriggerID, d.ID, d.Status, last)
 	}
 }
+
+// A node that leaves the runtime to loom agents ([agents] enabled = false)
+// checks users' settings with its own copy of the rules when its config
+// names the rule files, and not at all when it names none.
+func TestAgentRules_SettingsCheckedWithoutTheRuntime(t *testing.T) {
+	bad := `{"doc":{"plugins":{"research-assistant":{"max_sources":60}}}}`
+	for _, tt := range []struct {
+		name     string
+		rulesDir string
+		want     int
+	}{
+		{"rules_dir named", t.TempDir(), http.StatusBadRequest},
+		{"no rule files", "", http.StatusCreated},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := apptest.Start(t, apptest.Options{Config: func(c *config.Config) { c.Agents.RulesDir = tt.rulesDir }})
+			if s.Agents != nil {
+				t.Fatal("the runtime runs")
+			}
+			u := s.SignUp(t, "dave")
+			r := s.Do(t, "PUT", "/api/v1/databases/default/documents/users/"+u.UID+"/agent-settings/rules", bad, u.Header())
+			if r.Status != tt.want {
+				t.Fatalf("PUT: %d %s, want %d", r.Status, r.Body, tt.want)
+			}
+			if tt.want == http.StatusBadRequest && !strings.Contains(string(r.Body), "plugins.research-assistant.max_sources") {
+				t.Errorf("400 %s does not name the setting", r.Body)
+			}
+		})
+	}
+}

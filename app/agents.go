@@ -143,17 +143,7 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 // the file, the rule and the field. The plugins may require the tools of
 // reg.
 func agentRules(cfg config.Config, reg *tools.Registry, logger *slog.Logger, metrics prometheus.Registerer) (*plugins.Engine, func() (*plugins.Set, error), error) {
-	opts := plugins.LoadOptions{
-		RulesDir:     cfg.Agents.RulesDir,
-		PluginsDir:   cfg.Agents.PluginsDir,
-		Builtin:      plugins.Builtin(),
-		Capabilities: reg.Names(),
-		Lua: plugins.LuaLimits{
-			Instructions: cfg.Agents.LuaInstructions,
-			Timeout:      cfg.Agents.LuaTimeout.Duration,
-			MemoryBytes:  cfg.Agents.LuaMemory,
-		},
-	}
+	opts := ruleLoadOptions(cfg, reg.Names())
 	load := func() (*plugins.Set, error) { return plugins.Load(opts) }
 	set, err := load()
 	if err != nil {
@@ -166,6 +156,22 @@ func agentRules(cfg config.Config, reg *tools.Registry, logger *slog.Logger, met
 	logger.Info("agent rules loaded", "rules", len(set.Rules), "plugins", len(set.Plugins),
 		"rules_dir", cfg.Agents.RulesDir, "plugins_dir", cfg.Agents.PluginsDir)
 	return engine, load, nil
+}
+
+// ruleLoadOptions are where the rules come from per the configuration;
+// capabilities are the runtime's tool names.
+func ruleLoadOptions(cfg config.Config, capabilities []string) plugins.LoadOptions {
+	return plugins.LoadOptions{
+		RulesDir:     cfg.Agents.RulesDir,
+		PluginsDir:   cfg.Agents.PluginsDir,
+		Builtin:      plugins.Builtin(),
+		Capabilities: capabilities,
+		Lua: plugins.LuaLimits{
+			Instructions: cfg.Agents.LuaInstructions,
+			Timeout:      cfg.Agents.LuaTimeout.Duration,
+			MemoryBytes:  cfg.Agents.LuaMemory,
+		},
+	}
 }
 
 // agentRoles are the built-in sub-agent roles with [agents.roles.*]

@@ -26,7 +26,6 @@ import (
 	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/llm"
-	"github.com/loomdb/loom/webhooks/plugins"
 )
 
 // Options are what a caller sets beyond the configuration: tests and
@@ -79,6 +78,7 @@ type App struct {
 	// kept, so this is the one chance to show it.
 	AdminKey string
 
+	settings  *settingsRules // checks users' agent settings when the runtime runs elsewhere
 	ln        net.Listener
 	ownsLn    bool
 	ownsStore bool
@@ -137,6 +137,9 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
+	if a.settings, err = openSettingsRules(cfg, a.Logger); err != nil {
+		return nil, err
+	}
 	if a.Access, err = access.New(access.Config{Store: a.Store, Rules: ruleSet, CursorKey: cursorKey, WriteCheck: a.checkWrite}); err != nil {
 		return nil, err
 	}
@@ -165,21 +168,6 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		return nil, err
 	}
 	return a, nil
-}
-
-// checkWrite is the access layer's check of users' writes: the agent
-// runtime's (a user's agent settings document against the plugins'
-// settings). a.Agents is set once, before the server serves.
-func (a *App) checkWrite(path string, data map[string]any) error {
-	if a.Agents == nil {
-		return nil
-	}
-	err := a.Agents.ValidateWrite(path, data)
-	var se *plugins.SettingError
-	if errors.As(err, &se) {
-		return &access.InvalidWrite{Field: se.Setting, Msg: se.Msg}
-	}
-	return err
 }
 
 // openStore shares store, or opens the configured engine and owns it.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/plugins"
 )
 
 // userRuleSettingsPath is the user's agent settings document.
@@ -25,10 +26,20 @@ func isUserRuleSettingsPath(path string) bool {
 // pass, and so does everything when no rules are configured (there is
 // nothing to check against; the runtime re-checks when it reads).
 func (h *Handlers) ValidateWrite(path string, data map[string]any) error {
-	if h.cfg.Rules == nil || data == nil || !isUserRuleSettingsPath(path) {
+	if h.cfg.Rules == nil {
 		return nil
 	}
-	return h.cfg.Rules.Set().ValidateUserSettings(data)
+	return ValidateUserRuleSettings(h.cfg.Rules.Set(), path, data)
+}
+
+// ValidateUserRuleSettings is ValidateWrite against set, for a node that
+// checks users' writes without running the runtime (loom serve next to
+// loom agents).
+func ValidateUserRuleSettings(set *plugins.Set, path string, data map[string]any) error {
+	if set == nil || data == nil || !isUserRuleSettingsPath(path) {
+		return nil
+	}
+	return set.ValidateUserSettings(data)
 }
 
 // userRuleSettings returns the data of the user's agent settings document

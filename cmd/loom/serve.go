@@ -38,11 +38,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	announce(stdout, a)
 	hctx, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
-	reloads := []func(context.Context) error{a.Triggers.Reload}
-	if a.Agents != nil {
-		reloads = append(reloads, a.Agents.ReloadRules)
-	}
-	go reloadOnHUP(hctx, reloads...)
+	go reloadOnHUP(hctx, a.Triggers.Reload, a.ReloadAgentRules)
 	return a.Run(ctx)
 }
 
