@@ -28,6 +28,14 @@ type Context struct {
 	// Result is the tool's outcome on on_tool_complete and on_tool_failure
 	// (the zero value elsewhere, with Name "").
 	Result ToolResult `cel:"result"`
+
+	// While the engine evaluates a hook (the context does not change then
+	// but for State and Settings, per plugin) Map builds the map once:
+	// memoBase is it, memo the current plugin's (memoBase with its state
+	// and settings). Every Lua script and template of the hook reads them
+	// instead of building its own.
+	memoBase, memo map[string]any
+	memoOn         bool
 }
 
 // Turn is the current step (seed TurnState).
@@ -97,6 +105,23 @@ type ToolResult struct {
 // times RFC 3339 strings. The maps it shares with c (settings, state,
 // arguments) must be treated as read-only.
 func (c *Context) Map() map[string]any {
+	if !c.memoOn {
+		return c.buildMap()
+	}
+	if c.memo == nil {
+		if c.memoBase == nil {
+			c.memoBase = c.buildMap()
+		}
+		c.memo = make(map[string]any, len(c.memoBase))
+		for k, v := range c.memoBase {
+			c.memo[k] = v
+		}
+		c.memo["state"], c.memo["settings"] = orEmpty(c.State), orEmpty(c.Settings)
+	}
+	return c.memo
+}
+
+func (c *Context) buildMap() map[string]any {
 	msgs := make([]any, len(c.History.Messages))
 	for i, m := range c.History.Messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}

@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -27,11 +29,29 @@ type EngineOptions struct {
 
 // NewEngine returns an engine evaluating set (nil: no rules).
 func NewEngine(set *Set, opts EngineOptions) (*Engine, error) {
-	panic("plugins: NewEngine not written yet")
+	if set == nil {
+		set = newSet(nil, nil, nil)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newEngineMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{log: log, m: m}
+	e.set.Store(set)
+	return e, nil
 }
 
 // Swap puts set in force.
-func (e *Engine) Swap(set *Set) { e.set.Store(set) }
+func (e *Engine) Swap(set *Set) {
+	if set == nil {
+		set = newSet(nil, nil, nil)
+	}
+	e.set.Store(set)
+}
 
 // Set returns the set in force (never nil).
 func (e *Engine) Set() *Set { return e.set.Load() }
@@ -58,7 +78,13 @@ type Scope struct {
 // its file or an admin switch, in an available plugin. When false the
 // runtime skips building the context.
 func (e *Engine) Active(h Hook, sw Switches) bool {
-	panic("plugins: Active not written yet")
+	set := e.Set()
+	for _, r := range set.ByHook(h) {
+		if set.runnable(r, sw) {
+			return true
+		}
+	}
+	return false
 }
 
 // Needs is which parts of the context the rules at h read (conservatively:
@@ -68,9 +94,7 @@ type Needs struct {
 }
 
 // Needs returns what the rules at h read.
-func (e *Engine) Needs(h Hook) Needs {
-	panic("plugins: Needs not written yet")
-}
+func (e *Engine) Needs(h Hook) Needs { return e.Set().needs[h] }
 
 // Fired is a rule whose condition held, with its action rendered.
 type Fired struct {
@@ -118,7 +142,132 @@ type Evaluation struct {
 // A condition or rendering error counts as no match and is logged. It
 // returns the fired actions in order and one Evaluation per rule run.
 func (e *Engine) Evaluate(ctx context.Context, h Hook, c *Context, scope Scope) ([]Fired, []Evaluation) {
-	panic("plugins: Evaluate not written yet")
+	set := e.Set()
+	rules := set.ByHook(h)
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	start := time.Now()
+	var (
+		fired []Fired
+		evals []Evaluation
+		// Per plugin ("" standalone), computed once per evaluation.
+		states   = map[string]map[string]any{}
+		settings = map[string]map[string]any{}
+		pid      = "\x00" // no plugin's yet
+	)
+	// While the engine holds c, Map builds the map once per plugin (State
+	// and Settings are the only fields that change).
+	c.memoBase, c.memo, c.memoOn = nil, nil, true
+	defer func() { c.memoBase, c.memo, c.memoOn = nil, nil, false }()
+	for _, r := range rules {
+		if ctx.Err() != nil {
+			break
+		}
+		if !set.runnable(r, scope.Switches) || (!r.Core && scope.Disabled[r.Key()]) {
+			continue
+		}
+		if r.PluginID != pid {
+			pid = r.PluginID
+			if _, ok := states[pid]; !ok {
+				states[pid] = pluginState(scope, pid)
+				settings[pid] = set.pluginSettings(pid, scope.Settings[pid])
+			}
+			c.State, c.Settings = states[pid], settings[pid]
+			c.memo = nil
+		}
+
+		t0 := time.Now()
+		ev := Evaluation{Rule: r.Key(), PluginID: pid, Hook: h}
+		matched, err := matchSafely(ctx, r.cond, c)
+		var act Rendered
+		if err == nil && matched {
+			act, err = r.Action.render(c.Map())
+		}
+		ev.Duration = time.Since(t0)
+		switch {
+		case err != nil:
+			ev.Err = clipErr(err)
+			e.m.evaluations.WithLabelValues(ev.Rule, "error").Inc()
+			e.log.Warn("agent rule failed", "rule", ev.Rule, "hook", string(h), "err", ev.Err)
+		case matched:
+			ev.Matched = true
+			e.m.evaluations.WithLabelValues(ev.Rule, "matched").Inc()
+			fired = append(fired, Fired{Rule: r, Action: act, Eval: len(evals)})
+		default:
+			e.m.evaluations.WithLabelValues(ev.Rule, "unmatched").Inc()
+		}
+		evals = append(evals, ev)
+	}
+	if len(evals) > 0 {
+		e.m.hookSeconds.WithLabelValues(string(h)).Observe(time.Since(start).Seconds())
+	}
+	return fired, evals
 }
 
-type engineMetrics struct{}
+// runnable reports whether r may run given the admin's switches: enabled by
+// its file or its switch, and, in a plugin, the plugin enabled (file or
+// switch) with every capability it requires.
+func (s *Set) runnable(r *Rule, sw Switches) bool {
+	enabled := r.Enabled
+	if v, ok := sw[r.Key()]; ok {
+		enabled = v
+	}
+	if !enabled || r.PluginID == "" {
+		return enabled
+	}
+	p := s.plugins[r.PluginID]
+	if p == nil || len(p.Missing) > 0 {
+		return false
+	}
+	if v, ok := sw["plugin:"+p.ID]; ok {
+		return v
+	}
+	return p.Enabled
+}
+
+// pluginSettings is a plugin's defaults overlaid by the user's (already
+// checked) overrides; a fresh map, so a rule cannot change another's.
+func (s *Set) pluginSettings(pid string, overrides map[string]any) map[string]any {
+	d := s.defaults[pid]
+	out := make(map[string]any, len(d))
+	for k, v := range d {
+		out[k] = v
+	}
+	for k, v := range overrides {
+		if _, known := d[k]; known {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func pluginState(scope Scope, pid string) map[string]any {
+	if scope.State == nil {
+		return map[string]any{}
+	}
+	st := scope.State(pid)
+	if st == nil {
+		return map[string]any{}
+	}
+	return st
+}
+
+// matchSafely runs a condition, turning a panic into an error: one rule's
+// bug must not fail the hook (and with it the user's run).
+func matchSafely(ctx context.Context, cond Condition, c *Context) (ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok, err = false, fmt.Errorf("condition panicked: %v", r)
+		}
+	}()
+	if cond == nil {
+		return false, errors.New("condition not compiled")
+	}
+	return cond.Match(ctx, c)
+}
+
+// clipErr bounds an error kept in the execution log.
+func clipErr(err error) string {
+	return clipN(err.Error(), 500)
+}

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 )
 
@@ -51,12 +52,37 @@ type Set struct {
 	byHook  map[Hook][]*Rule
 	plugins map[string]*Plugin
 	rules   map[string]*Rule // by Key
+	// defaults are each plugin's setting defaults, by plugin id.
+	defaults map[string]map[string]any
+	// needs is what the rules at each hook read.
+	needs map[Hook]Needs
 }
 
 // Load reads, validates and compiles the rules and plugins opts names. On
 // any error it returns none of them: a caller keeps its previous set.
 func Load(opts LoadOptions) (*Set, error) {
-	return nil, errors.New("plugins: Load not written yet")
+	l := &loader{opts: opts, standalone: map[string]string{}, pluginIDs: map[string]string{}}
+	if opts.Builtin != nil {
+		l.loadRulesDir(opts.Builtin, "rules", "builtin:rules", true)
+		l.loadPluginsDir(opts.Builtin, "plugins", "builtin:plugins", true)
+	}
+	if opts.RulesDir != "" {
+		if fsys, ok := l.openDir(opts.RulesDir); ok {
+			l.loadRulesDir(fsys, ".", opts.RulesDir, false)
+		}
+	}
+	if opts.PluginsDir != "" {
+		if fsys, ok := l.openDir(opts.PluginsDir); ok {
+			l.loadPluginsDir(fsys, ".", opts.PluginsDir, false)
+		}
+	}
+	if n := len(l.rules); n > maxRules {
+		l.errs = append(l.errs, &LoadError{File: "(all)", Msg: fmt.Sprintf("%d rules are more than the limit of %d", n, maxRules)})
+	}
+	if len(l.errs) > 0 {
+		return nil, errors.Join(l.errs...)
+	}
+	return newSet(l.rules, l.plugins, opts.Capabilities), nil
 }
 
 // ByHook returns the rules at h in evaluation order: priority descending,
@@ -78,32 +104,3 @@ type SettingError struct {
 }
 
 func (e *SettingError) Error() string { return e.Setting + ": " + e.Msg }
-
-// ValidateUserSettings checks a user's agent settings document:
-//
-//	{"disabledRules": ["plugin/rule-id", ...],
-//	 "plugins": {"<plugin>": {"<setting>": value, ...}}}
-//
-// Every disabled rule must exist and not be core; every plugin and setting
-// must exist and each value have the setting's type and lie within its
-// min/max/options. Other top-level fields are the user's own and pass. It
-// returns a *SettingError naming the first bad setting.
-func (s *Set) ValidateUserSettings(doc map[string]any) error {
-	return errors.New("plugins: ValidateUserSettings not written yet")
-}
-
-// UserScope reads a user's settings document (as ValidateUserSettings takes
-// it) into what Evaluate needs: the disabled rules (core ones and unknown
-// ones dropped) and the valid overrides (a bad value is dropped, so a
-// document written around the check can only fall back to defaults). bad
-// lists what was dropped, for a log line.
-func (s *Set) UserScope(doc map[string]any) (disabled map[string]bool, settings map[string]map[string]any, bad []string) {
-	return nil, nil, nil
-}
-
-// Builtin returns the shipped rules and plugins (embedded): the core rules
-// under rules/ (on by default) and the plugins under plugins/<id>/ (off by
-// default).
-func Builtin() fs.FS {
-	panic("plugins: Builtin not written yet")
-}

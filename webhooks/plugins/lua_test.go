@@ -1,0 +1,521 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	lua "github.com/yuin/gopher-lua"
+)
+
+func runLua(t *testing.T, src string, c *Context) (bool, error) {
+	t.Helper()
+	return runLuaLimits(t, src, c, LuaLimits{})
+}
+
+func runLuaLimits(t *testing.T, src string, c *Context, limits LuaLimits) (bool, error) {
+	t.Helper()
+	cond, err := compileLua("test.lua", src, limits)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return cond.Match(context.Background(), c)
+}
+
+func TestLuaMatches(t *testing.T) {
+	c := sampleContext()
+	for _, tc := range []struct {
+		src  string
+		want bool
+	}{
+		{"return context.turn.token_usage > 0.8", true},
+		{"return context.turn.number == 3 and context.turn.iteration_count < 5", true},
+		{"return context.state.count > 3", true}, // json.Number
+		{"return context.state.warned == true and context.state.missing == nil", true},
+		{"return context.settings.threshold <= context.turn.token_usage", true},
+		{"return #context.history.messages == 2 and context.history.messages[2].role == 'assistant'", true},
+		{"return context.history.failures.search >= 2", true},
+		{"return context.history.tools[1].arguments.limit == 5", true},
+		{"return context.history.tools[1].timestamp == '2026-01-02T03:04:05Z'", true},
+		{"return context.result.error == 'timeout' and not context.result.success", true},
+		{"return context.turn == context.turn", true}, // stable identity
+		{`local n = 0
+		  for i, m in ipairs(context.history.messages) do n = n + #m.content end
+		  return n == 13`, true},
+		{`local ks = {}
+		  for k, v in pairs(context.state) do ks[#ks+1] = k end
+		  return table.concat(ks, ',') == 'count,ratio,warned'`, true},
+		{`local n = 0
+		  for k, v in pairs(context.history.messages) do n = n + k end
+		  return n == 3`, true},
+		{`local a, b = unpack(context.history.messages)
+		  return a.role == 'user' and b.role == 'assistant'`, true},
+		{"return string.find(context.history.messages[2].content, 'th(e)re') == 4", true},
+		{"return (context.history.messages[1].content):upper() == 'HELLO'", true},
+		{"return ('a,b,c'):gsub(',', ';') == 'a;b;c'", true},
+		{"return string.format('%5.2f|%d|%s', 1.5, 42, 'x') == ' 1.50|42|x'", true},
+		{"local s = 'x' .. 1 .. 'y'; return s == 'x1y'", true},
+		{"return math.max(1, 5) == 5 and math.floor(2.5) == 2", true},
+		{"local t = {3, 1, 2}; table.sort(t); return t[1] == 1 and t[3] == 3", true},
+		{"local ok = pcall(error, 'x'); return ok == false", true},
+		{"return type(context) == 'table' and type(string) == 'table'", true},
+		{"return false", false},
+		{"return context.turn.token_usage > 1", false},
+	} {
+		got, err := runLua(t, tc.src, c)
+		if err != nil {
+			t.Errorf("%s: %v", tc.src, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.src, got, tc.want)
+		}
+	}
+}
+
+func TestLuaResultMustBeBoolean(t *testing.T) {
+	for _, src := range []string{"return 1", "return 'true'", "return nil", "local x = 1", "return {}"} {
+		_, err := runLua(t, src, sampleContext())
+		if err == nil || !strings.Contains(err.Error(), "want a boolean") {
+			t.Errorf("%s: err %v, want a non-boolean error", src, err)
+		}
+	}
+}
+
+func TestLuaCompileErrors(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return (", "test.lua"},
+		{"\x1bLua\x51\x00\x01\x04", "binary chunks"},
+		{strings.Repeat("-", maxLuaSourceBytes+1), "over the limit"},
+	} {
+		_, err := compileLua("test.lua", tc.src, LuaLimits{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%.20q: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// TestLuaEscapes: what a script could use to reach the host is not there.
+func TestLuaEscapes(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"os.execute", "os.execute('touch /tmp/pwned'); return true", "attempt to index a non-table object(nil)"},
+		{"io.open", "io.open('/etc/passwd'); return true", "(nil)"},
+		{"require", "require('os'); return true", "attempt to call a non-function object"},
+		{"load", "load(function() return nil end); return true", "attempt to call a non-function object"},
+		{"loadstring", "loadstring('return 1'); return true", "attempt to call a non-function object"},
+		{"dofile", "dofile('/etc/passwd'); return true", "attempt to call a non-function object"},
+		{"loadfile", "loadfile('/etc/passwd'); return true", "attempt to call a non-function object"},
+		{"string.dump", "string.dump(function() end); return true", "attempt to call a non-function object"},
+		{"binary chunk via string lib", "return string.load ~= nil", ""},
+		{"package", "return package.loaded ~= nil", "(nil)"},
+		{"debug", "debug.getregistry(); return true", "(nil)"},
+		{"getfenv", "getfenv(1); return true", "attempt to call a non-function object"},
+		{"setfenv", "setfenv(1, {}); return true", "attempt to call a non-function object"},
+		{"rawset", "rawset(context, 'x', 1); return true", "attempt to call a non-function object"},
+		{"rawget", "rawget(string, 'rep'); return true", "attempt to call a non-function object"},
+		{"collectgarbage", "collectgarbage(); return true", "attempt to call a non-function object"},
+		{"newproxy", "newproxy(true); return true", "attempt to call a non-function object"},
+		{"coroutine", "coroutine.create(function() end); return true", "(nil)"},
+		{"channel", "channel.make(); return true", "(nil)"},
+		{"module", "module('x'); return true", "attempt to call a non-function object"},
+		{"randomseed", "math.randomseed(1); return true", "attempt to call a non-function object"},
+		{"_G has no loader", "return _G.load ~= nil or _G.require ~= nil", ""},
+	} {
+		got, err := runLua(t, tc.src, sampleContext())
+		if tc.want == "" {
+			if err != nil || got {
+				t.Errorf("%s: %v, %v; want false, nil", tc.name, got, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, %v; want an error containing %q", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestLuaReadOnly: the context, the libraries and the string metatable
+// cannot be written.
+func TestLuaReadOnly(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"context field", "context.turn.number = 99; return true", "read-only"},
+		{"context new key", "context.state.evil = 1; return true", "read-only"},
+		{"context top", "context.turn = {}; return true", "read-only"},
+		{"context list", "context.history.messages[1] = 'x'; return true", "read-only"},
+		{"table.insert on context", "table.insert(context.history.messages, 'x'); return true", "read-only"},
+		{"table.remove on context", "table.remove(context.history.messages); return true", "read-only"},
+		{"table.sort on context", "table.sort(context.history.messages); return true", "read-only"},
+		{"setmetatable on context", "setmetatable(context, {}); return true", "protected metatable"},
+		{"getmetatable of context", "return getmetatable(context) ~= false", ""},
+		{"string lib", "string.rep = nil; return true", "read-only"},
+		{"math lib", "math.pi = 3; return true", "read-only"},
+		{"table lib", "table.concat = print; return true", "read-only"},
+		{"string metatable hidden", "return getmetatable('') ~= false", ""},
+		{"string metatable locked", "setmetatable('', {}); return true", "table expected"},
+		{"string value index", "local s = ''; s.rep = nil; return true", "attempt to index"},
+		{"number metatable", "setmetatable(1, {__index = function() return 1 end}); return true", "table expected"},
+		{"env metatable", "setmetatable(_G, nil); return true", "protected metatable"},
+	} {
+		got, err := runLua(t, tc.src, sampleContext())
+		if tc.want == "" {
+			if err != nil || got {
+				t.Errorf("%s: %v, %v; want false, nil", tc.name, got, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, %v; want an error containing %q", tc.name, got, err, tc.want)
+		}
+	}
+	// The context the runtime passed is untouched.
+	c := sampleContext()
+	runLua(t, "pcall(function() context.state.count = 0 end); return true", c)
+	if c.State["count"] != sampleContext().State["count"] {
+		t.Fatalf("state changed: %v", c.State)
+	}
+}
+
+// TestLuaIsolation: nothing a run changes is seen by the next run in the
+// same (pooled) VM.
+func TestLuaIsolation(t *testing.T) {
+	vm := newLuaVM()
+	luaPool.Put(vm)
+	setup := `
+		leaked = 'yes'
+		_G.leaked2 = 'yes'
+		string.x = 1 -- raises; pcall'd below
+		return true`
+	tamper := []string{
+		"leaked = 'yes'; _G.leaked2 = 'yes'; return true",
+		"pcall(function() string.rep = function() return 'evil' end end); return true",
+		"pcall(function() math.floor = nil end); return true",
+		"pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true",
+		"pcall(setmetatable, '', {__index = {rep = function() return 'evil' end}}); return true",
+		"local mt = getmetatable(''); if mt then mt.__index = {rep = function() return 'evil' end} end; return true",
+		"pairs = nil; ipairs = nil; tostring = nil; return true",
+		"local t = {}; setmetatable(t, {__index = function() return 'evil' end}); return true",
+		setup,
+	}
+	check := `return leaked == nil and leaked2 == nil and ('x'):rep(2) == 'xx' and string.rep('y', 2) == 'yy'
+		and math.floor(1.5) == 1 and not pcall(function() return (5).x end) and pairs ~= nil and tostring(1) == '1'`
+	for _, src := range tamper {
+		// Several times: the pool may hand out another VM.
+		for i := 0; i < 3; i++ {
+			runLua(t, src, sampleContext())
+			got, err := runLua(t, check, sampleContext())
+			if err != nil || !got {
+				t.Fatalf("after %q: %v, %v", src, got, err)
+			}
+		}
+	}
+}
+
+// TestLuaIsolationSameVM runs the tamper and the check in one VM,
+// deterministically (the pool may not return the same one).
+func TestLuaIsolationSameVM(t *testing.T) {
+	tamper, err := compileLua("t.lua", `leaked = 1; pcall(function() string.rep = nil end)
+		pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`, LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := compileLua("c.lua", "return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)", LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := luaPool.New
+	vm := newLuaVM()
+	luaPool.New = func() any { return vm }
+	defer func() { luaPool.New = saved }()
+	// Drain what the pool holds so that Get calls New.
+	for i := 0; i < 100; i++ {
+		luaPool.Get()
+	}
+	if _, err := tamper.Match(context.Background(), sampleContext()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := check.Match(context.Background(), sampleContext())
+	if err != nil || !got {
+		t.Fatalf("%v, %v", got, err)
+	}
+}
+
+func wantBudget(t *testing.T, name string, err error, d time.Duration) {
+	t.Helper()
+	if err == nil || !errors.Is(err, errLuaBudget) {
+		t.Errorf("%s: err %v, want a budget error", name, err)
+	}
+	if d > 2*time.Second {
+		t.Errorf("%s: took %v", name, d)
+	}
+}
+
+// TestLuaBudgets: each bomb stops on its budget, quickly, and the process
+// survives it.
+func TestLuaBudgets(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"endless loop", "while true do end", "instructions"},
+		{"endless loop in pcall", "while true do pcall(function() while true do end end) end", "instructions"},
+		{"tail-call loop", "local function f() return f() end return f()", "instructions"},
+		{"string.rep bomb", "local s = string.rep('x', 1e10) return true", "bytes"},
+		{"string.rep bomb, method", "local s = ('x'):rep(2^31) return true", "bytes"},
+		{"doubling concat", "local s = 'x' while true do s = s .. s end", "bytes"},
+		{"wide concat", "local s = string.rep('x', 1e6) local t = s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s..s return true", "bytes"},
+		{"concat in pcall", "local s = 'x' while true do pcall(function() s = s .. s end) end", "lua"},
+		{"table.concat bomb", "local t = {} for i = 1, 1000 do t[i] = string.rep('x', 1e5) end local s = table.concat(t) .. table.concat(t) return true", "bytes"},
+		{"gsub bomb", "local big = string.rep('x', 9e6) local s = big:gsub('^', big) return true", "bytes"},
+		{"gsub of empty matches", "local s = string.rep('x', 1e5):gsub('', string.rep('%0', 1e5)) return true", "instructions"},
+		{"format bomb", "local s = string.rep('x', 1e6) for i = 1, 100 do s = string.format('%s%s', s, s) end return true", "bytes"},
+		{"many strings", "local t = {} for i = 1, 100 do t[i] = string.rep('x', 1e6) .. i end return true", "bytes of strings"},
+		{"table filling", "local t = {} local i = 0 while true do i = i + 1 t[i] = i end", "instructions"},
+		{"pattern backtracking", "return string.find(string.rep('a', 5000), '(.-)(.-)(.-)(.-)b') ~= nil", "instructions"},
+		{"pattern backtracking, match", "return string.match(string.rep('a', 3000), '^(a-)(a-)(a-)(a-)b') ~= nil", "instructions"},
+		{"gmatch backtracking", "for x in string.gmatch(string.rep('a', 5000), '.-.-.-b') do end return true", "instructions"},
+	} {
+		start := time.Now()
+		_, err := runLua(t, tc.src, sampleContext())
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%s: no error", tc.name)
+			}
+			continue
+		}
+		wantBudget(t, tc.name, err, time.Since(start))
+		if err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestLuaStackLimits(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"deep recursion", "local function f(n) return 1 + f(n + 1) end return f(1) > 0", "stack overflow"},
+		{"metamethod recursion", "local t = setmetatable({}, {}) getmetatable(t).__index = function(t, k) return t[k] end return t.x", "stack overflow"},
+		{"unpack bomb", "return select('#', unpack({}, 1, 1e8)) > 0", "too many results"},
+		{"registry via string.byte", "return select('#', string.byte(string.rep('x', 1e6), 1, -1)) > 0", "registry overflow"},
+	} {
+		start := time.Now()
+		_, err := runLua(t, tc.src, sampleContext())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.name, err, tc.want)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: took %v", tc.name, d)
+		}
+	}
+}
+
+func TestLuaTimeout(t *testing.T) {
+	// A script that stays under its instruction budget for long: sorting
+	// with a slow comparator.
+	_, err := runLuaLimits(t, "while true do end", sampleContext(),
+		LuaLimits{Instructions: 1 << 40, Timeout: 20 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "ran longer than") {
+		t.Fatalf("err %v, want the timeout", err)
+	}
+	// The caller's context ends a run too.
+	cond, err := compileLua("t.lua", "while true do end", LuaLimits{Instructions: 1 << 40, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := cond.Match(ctx, sampleContext()); err == nil || !errors.Is(err, errLuaBudget) {
+		t.Fatalf("err %v, want the caller's deadline", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+// TestLuaMemoryGauge: with a large instruction budget, table growth is
+// stopped by the allocation gauge.
+func TestLuaMemoryGauge(t *testing.T) {
+	_, err := runLuaLimits(t, "local t = {} local i = 0 while true do i = i + 1 t[i] = {i} end", sampleContext(),
+		LuaLimits{Instructions: 1 << 40, Timeout: time.Minute, MemoryBytes: 8 << 20})
+	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
+		t.Fatalf("err %v, want the memory gauge", err)
+	}
+}
+
+func TestLuaErrorsBounded(t *testing.T) {
+	_, err := runLua(t, "error(string.rep('x', 100000))", sampleContext())
+	if err == nil || len(err.Error()) > maxLuaErrorBytes+100 {
+		t.Fatalf("err of %d bytes", len(err.Error()))
+	}
+}
+
+// TestLuaPatterns checks the budgeted matcher against Lua 5.1 results.
+func TestLuaPatterns(t *testing.T) {
+	for _, src := range []string{
+		"return string.find('hello world', 'o w') == 5",
+		"return select(2, string.find('hello world', 'o w')) == 7",
+		"return string.find('a.b', '.', 1, true) == 2",
+		"return string.find('abc', 'b', -1) == nil",
+		"return string.match('key=value', '(%w+)=(%w+)') == 'key'",
+		"return select(2, string.match('key=value', '(%w+)=(%w+)')) == 'value'",
+		"return string.match('  trim  ', '^%s*(.-)%s*$') == 'trim'",
+		"return string.match('hello', '()ll()') == 3",
+		"return string.match('THE (quick) fox', '%((%a+)%)') == 'quick'",
+		"return string.match('f(a(b)c)d', '%b()') == '(a(b)c)'",
+		"return string.match('THE quick', '%f[%a]%a+', 4) == 'quick'",
+		"return string.match('abcabc', '(abc)%1') == 'abc'",
+		"return string.match('2024-01-02', '^(%d+)-(%d+)-(%d+)$') == '2024'",
+		"return string.match('x', '[^%d]') == 'x' and string.match('5', '[^%d]') == nil",
+		"return string.match('a-z', '[a%-z]+') == 'a-z'",
+		"return string.match('x]', '[]x]+') == 'x]'",
+		"return string.match('aaa', 'a-b') == nil and string.match('aaab', 'a-b') == 'aaab'",
+		"return string.match('color colour', 'colou?r', 7) == 'colour'",
+		"return string.gsub('hello world', '(%w+)', '<%1>') == '<hello> <world>'",
+		"return select(2, string.gsub('abc', '', '-')) == 4",
+		"return string.gsub('abc', '', '-') == '-a-b-c-'",
+		"return string.gsub('hello', 'l', {l = 'L'}) == 'heLLo'",
+		"return string.gsub('abc', '%w', function(c) return c:upper() .. '.' end) == 'A.B.C.'",
+		"return string.gsub('abc', 'b', '%%') == 'a%c'",
+		"return string.gsub('aaa', 'a', 'b', 2) == 'bba'",
+		"return string.gsub('aaa', '^a', 'b') == 'baa'",
+		`local t = {} for k, v in string.gmatch('a=1, b=2', '(%w+)=(%w+)') do t[#t+1] = k .. v end return table.concat(t, ' ') == 'a1 b2'`,
+		`local n = 0 for w in string.gmatch('one two three', '%a+') do n = n + 1 end return n == 3`,
+		"return not pcall(string.find, 'x', '[a')",
+		"return not pcall(string.find, 'x', '%')",
+		"return not pcall(string.match, 'x', '(x')",
+		"return not pcall(string.gsub, 'x', 'x', '%2')",
+		"return not pcall(string.find, 'x', string.rep('.', 5000))",
+		"return not pcall(string.match, string.rep('a', 300), string.rep('(a)', 33))",
+	} {
+		got, err := runLua(t, src, sampleContext())
+		if err != nil || !got {
+			t.Errorf("%s: %v, %v", src, got, err)
+		}
+	}
+}
+
+func BenchmarkLua(b *testing.B) {
+	cond, err := compileLua("bench.lua", `
+		local turn = context.turn
+		if context.state.warned then return false end
+		local failures = 0
+		for _, tool in ipairs(context.history.tools) do
+			if not tool.success then failures = failures + 1 end
+		end
+		return turn.token_usage > (context.settings.threshold or 0.8) and failures == 0`, LuaLimits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := sampleContext()
+	c.State["warned"] = false
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		ok, err := cond.Match(ctx, c)
+		if err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
+// TestLuaContextMatchesMap: the lazy proxy over the Context shows what
+// Context.Map() holds, names and values.
+func TestLuaContextMatchesMap(t *testing.T) {
+	vm := newLuaVM()
+	for _, c := range []*Context{sampleContext(), {}} {
+		var walk func(path string, a, b lua.LValue)
+		walk = func(path string, a, b lua.LValue) {
+			ta, okA := a.(*lua.LTable)
+			tb, okB := b.(*lua.LTable)
+			if okA != okB {
+				t.Errorf("%s: %v vs %v", path, a, b)
+				return
+			}
+			if !okA {
+				if a != b {
+					t.Errorf("%s: %v (%T) vs %v (%T)", path, a, a, b, b)
+				}
+				return
+			}
+			va, vb := vm.run.backing[ta], vm.run.backing[tb]
+			if goLen(va) != goLen(vb) {
+				t.Errorf("%s: length %d vs %d", path, goLen(va), goLen(vb))
+			}
+			if isList(vb) {
+				for i := 1; i <= goLen(vb); i++ {
+					walk(fmt.Sprintf("%s[%d]", path, i), vm.rawIndex(ta, lua.LNumber(i)), vm.rawIndex(tb, lua.LNumber(i)))
+				}
+				return
+			}
+			ka, kb := vm.sortedKeys(ta, va), vm.sortedKeys(tb, vb)
+			if strings.Join(ka, ",") != strings.Join(kb, ",") {
+				t.Errorf("%s: keys %v vs %v", path, ka, kb)
+			}
+			for _, k := range kb {
+				walk(path+"."+k, vm.rawIndex(ta, lua.LString(k)), vm.rawIndex(tb, lua.LString(k)))
+			}
+		}
+		walk("context", vm.proxy(c), vm.proxy(c.Map()))
+	}
+}
+
+// TestLuaConcurrent runs scripts from many goroutines (for the race
+// detector: shared protos, the pool).
+func TestLuaConcurrent(t *testing.T) {
+	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := sampleContext()
+			for i := 0; i < 200; i++ {
+				ok, err := cond.Match(context.Background(), c)
+				if err == nil && !ok {
+					err = errors.New("no match")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkLuaMemGauge measures one reading of the allocation counter
+// (the memory backstop; a run reads it every luaMemCheckEvery
+// instructions).
+func BenchmarkLuaMemGauge(b *testing.B) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		metrics.Read(s)
+	}
+}
+
+// BenchmarkLuaLoop measures the per-instruction cost of the budget
+// (Done() on every instruction) on a loop of 10,000 iterations.
+func BenchmarkLuaLoop(b *testing.B) {
+	cond, err := compileLua("loop.lua", "local n = 0 for i = 1, 10000 do n = n + i end return n > 0", LuaLimits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := sampleContext()
+	ctx := context.Background()
+	for b.Loop() {
+		if ok, err := cond.Match(ctx, c); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+}

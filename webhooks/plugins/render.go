@@ -1,0 +1,83 @@
+package plugins
+
+import "fmt"
+
+// maxRendered bounds an action's rendered output in all (a message, or a
+// value or payload tree): it becomes a prompt message or a document.
+const maxRendered = 256 << 10
+
+// render renders the action's templates with `context` = m.
+func (a *Action) render(m map[string]any) (Rendered, error) {
+	out := Rendered{
+		Type: a.Type, Category: a.Category, Priority: a.Priority, DeliverAt: a.DeliverAt,
+		Level: a.Level, EventType: a.EventType,
+	}
+	budget := maxRendered
+	var err error
+	if a.tmpl.message != nil {
+		if out.Message, err = renderCounted(a.tmpl.message, m, &budget); err != nil {
+			return Rendered{}, fmt.Errorf("action.message: %w", err)
+		}
+	}
+	if a.tmpl.key != nil {
+		if out.Key, err = renderCounted(a.tmpl.key, m, &budget); err != nil {
+			return Rendered{}, fmt.Errorf("action.key: %w", err)
+		}
+	}
+	if a.tmpl.value != nil {
+		if out.Value, err = renderTree(a.tmpl.value, m, &budget); err != nil {
+			return Rendered{}, fmt.Errorf("action.value: %w", err)
+		}
+	}
+	if a.tmpl.payload != nil {
+		p, err := renderTree(a.tmpl.payload, m, &budget)
+		if err != nil {
+			return Rendered{}, fmt.Errorf("action.payload: %w", err)
+		}
+		out.Payload, _ = p.(map[string]any)
+	}
+	return out, nil
+}
+
+func renderCounted(t *Template, m map[string]any, budget *int) (string, error) {
+	s, err := t.Render(m)
+	if err != nil {
+		return "", err
+	}
+	*budget -= len(s)
+	if *budget < 0 {
+		return "", fmt.Errorf("rendered action above %d bytes", maxRendered)
+	}
+	return s, nil
+}
+
+// renderTree renders the templates of a compiled value tree into a new
+// tree of the same shape.
+func renderTree(v any, m map[string]any, budget *int) (any, error) {
+	switch x := v.(type) {
+	case *Template:
+		return renderCounted(x, m, budget)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			r, err := renderTree(e, m, budget)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = r
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			r, err := renderTree(e, m, budget)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = r
+		}
+		return out, nil
+	default:
+		return v, nil
+	}
+}
