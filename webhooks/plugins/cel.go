@@ -22,11 +22,10 @@ const (
 	// string and list sizes included) of one evaluation of a condition;
 	// beyond it the evaluation fails, which counts as no match. A plain
 	// comparison costs under 20 and walking the 50 recent messages with a
-	// string test a few thousand. cel-go spends about 0.3µs per cost unit
-	// inside comprehensions (measured for the database rules), so 100,000
-	// caps a pathological condition at a few tens of milliseconds: every
-	// rule runs on every hook, and a higher limit would let one rule file
-	// stall every agent step of every user.
+	// string test a few thousand. A pathological condition (nested
+	// comprehensions, a regex over every message) reaches the limit in
+	// about 10ms; every rule runs on every hook, and a higher limit would
+	// let one rule file stall every agent step of every user.
 	CELCostLimit = 100_000
 	// maxCELBytes bounds the source of one condition.
 	maxCELBytes = 4 << 10

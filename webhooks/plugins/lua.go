@@ -29,24 +29,24 @@ import (
 // everything else is linear in data the budgets already bound.
 //
 // Memory: gopher-lua has no allocator hook, so the bound is built from
-// three parts. (1) Strings, the only values one instruction can make
-// arbitrarily large: `..` is compiled into a call that charges the result
-// before building it (rewriteConcat), and so are string.rep, format, gsub,
-// lower/upper/reverse and table.concat; a run may produce at most
-// MemoryBytes of string data in total (a cumulative count, not live
-// bytes: conditions are short and this never undercounts). (2) Tables,
-// closures and the rest grow by a bounded amount per instruction, so the
-// instruction budget bounds them (100,000 instructions fill a table of
-// ~50,000 entries, a few MiB). (3) As a backstop for larger instruction
-// budgets, every luaMemCheckEvery instructions the run reads the Go heap's
-// cumulative allocation counter (runtime/metrics "/gc/heap/allocs:bytes")
-// and fails when it has grown by more than MemoryBytes since its first
-// reading. The counter is process-wide, so allocations of concurrent
-// goroutines count too: a run that takes long enough (tens of
-// milliseconds on a busy server) can fail spuriously, which is why it is
-// only a backstop and only runs that last beyond luaMemCheckEvery
-// instructions read it (a typical condition, under a few hundred
-// instructions, never does). Reading it costs ~1µs (BenchmarkLuaMemGauge).
+// two parts. (1) Strings, the values one instruction can make arbitrarily
+// large: `..` is compiled into a call that charges the result before
+// building it (rewriteConcat), and so are string.rep, format, gsub,
+// lower/upper/reverse and table.concat; one string may not exceed
+// maxLuaString and a run may produce at most MemoryBytes of string data
+// in total (a cumulative count, not live bytes: conditions are short, and
+// it never undercounts). (2) Everything else (tables, closures, boxed
+// numbers) grows by a bounded amount per instruction: at most the VM's
+// registry (luaRegistryMax values, e.g. a {...} of that many varargs).
+// The run reads the Go heap's cumulative allocation counter
+// (runtime/metrics "/gc/heap/allocs:bytes", ~200ns, allocation-free:
+// BenchmarkLuaMemGauge) when it starts and every luaMemCheckEvery
+// instructions, and fails once it has grown by more than MemoryBytes; a
+// run can overshoot by what luaMemCheckEvery instructions allocate (a
+// few MiB at worst). The counter is process-wide: allocations of
+// concurrent goroutines count too, so a run that lasts long (tens of
+// milliseconds on a busy server) can fail spuriously; a typical
+// condition, done in a few microseconds, never does.
 //
 // The VM's registry (value stack) and call stack are bounded by
 // lua.Options, so deep recursion and unpack(t, 1, 1e9) fail with "stack
@@ -67,12 +67,12 @@ const (
 	// values): locals, temporaries, arguments and results of all active
 	// calls.
 	luaRegistrySize = 1024
-	luaRegistryMax  = 64 * 1024
+	luaRegistryMax  = 8 * 1024
 	// luaCheckEvery is how many instructions run between checks of the
 	// clock and the caller's context; luaMemCheckEvery between readings
 	// of the allocation counter.
 	luaCheckEvery    = 64
-	luaMemCheckEvery = 4096
+	luaMemCheckEvery = 256
 	// maxLuaString bounds one string a script builds. Besides memory, it
 	// bounds the work of one instruction on strings (==, <, hashing a
 	// table key are linear in their size), hence how far past its
@@ -111,6 +111,83 @@ func compileLua(name, source string, limits LuaLimits) (Condition, error) {
 	if strings.HasPrefix(source, "\x1bLua") {
 		return nil, fmt.Errorf("%s: binary chunks are not accepted", name)
 	}
+	proto, err := compileLuaProto(name, source)
+	if err != nil {
+		return nil, err
+	}
+	if limits.Instructions <= 0 {
+		limits.Instructions = luaDefaultInstructions
+	}
+	if limits.Timeout <= 0 {
+		limits.Timeout = luaDefaultTimeout
+	}
+	if limits.MemoryBytes <= 0 {
+		limits.MemoryBytes = luaDefaultMemory
+	}
+	return &luaScript{name: name, proto: proto, limits: limits}, nil
+}
+
+// Match runs the script once in a pooled VM. A script error, a budget
+// spent or a result that is not a boolean is an error (no match).
+func (s *luaScript) Match(ctx context.Context, c *Context) (bool, error) {
+	if c == nil {
+		return false, errors.New("lua: no context")
+	}
+	vm := luaPool.Get().(*luaVM)
+	ret, err, reusable := s.run(vm, ctx, c)
+	if reusable {
+		luaPool.Put(vm)
+	} else {
+		vm.L.Close()
+	}
+	if err != nil {
+		return false, luaError(s.name, err)
+	}
+	if b, ok := ret.(lua.LBool); ok {
+		return bool(b), nil
+	}
+	return false, fmt.Errorf("lua %s: script returned %s, want a boolean", s.name, ret.Type().String())
+}
+
+// run runs the script in vm: its result, or its error (the budget's when
+// one was spent, whatever the script made of it with pcall). reusable
+// says whether vm may serve another run: after a normal end or a Lua
+// error (error(), a type error, a budget spent) PCall has unwound the
+// VM's stacks, and what the run made is unreachable from the next run;
+// after a Go panic inside the VM it may be inconsistent.
+func (s *luaScript) run(vm *luaVM, ctx context.Context, c *Context) (ret lua.LValue, err error, reusable bool) {
+	run := vm.run
+	run.start(ctx, s.name, s.limits)
+	L := vm.L
+
+	env := L.CreateTable(0, 4)
+	env.Metatable = vm.envMeta
+	env.RawSetString("_G", env)
+	env.RawSetString("context", vm.proxy(c))
+	fn := L.NewFunctionFromProto(s.proto)
+	fn.Env = env
+
+	L.SetContext(run)
+	L.Push(fn)
+	err = L.PCall(0, 1, nil)
+	L.RemoveContext()
+	ret = lua.LNil
+	if err == nil {
+		ret = L.Get(-1)
+	}
+	var apiErr *lua.ApiError
+	reusable = err == nil || run.err != nil || (errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorRun)
+	if run.err != nil {
+		err = run.err
+	}
+	L.SetTop(0)
+	run.reset()
+	return ret, err, reusable
+}
+
+// compileLuaProto parses and compiles a script for the sandbox: every
+// a .. b becomes a call of the charged concatenation.
+func compileLuaProto(name, source string) (*lua.FunctionProto, error) {
 	chunk, err := parse.Parse(strings.NewReader(source), name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -128,58 +205,7 @@ func compileLua(name, source string, limits LuaLimits) (Condition, error) {
 	// `arg` table, which the VM would allocate on every run; a script
 	// gets no arguments (... is empty either way).
 	proto.IsVarArg &^= lua.VarArgNeedsArg
-	if limits.Instructions <= 0 {
-		limits.Instructions = luaDefaultInstructions
-	}
-	if limits.Timeout <= 0 {
-		limits.Timeout = luaDefaultTimeout
-	}
-	if limits.MemoryBytes <= 0 {
-		limits.MemoryBytes = luaDefaultMemory
-	}
-	return &luaScript{name: name, proto: proto, limits: limits}, nil
-}
-
-// Match runs the script once in a pooled VM. A script error, a budget
-// spent or a result that is not a boolean is an error (no match). The VM
-// goes back to the pool only after a clean run; after an error (which may
-// have stopped a library function halfway) it is dropped.
-func (s *luaScript) Match(ctx context.Context, c *Context) (bool, error) {
-	if c == nil {
-		return false, errors.New("lua: no context")
-	}
-	vm := luaPool.Get().(*luaVM)
-	run := vm.run
-	run.start(ctx, s.name, s.limits)
-	L := vm.L
-
-	env := L.CreateTable(0, 4)
-	env.Metatable = vm.envMeta
-	env.RawSetString("_G", env)
-	env.RawSetString("context", vm.proxy(c))
-	fn := L.NewFunctionFromProto(s.proto)
-	fn.Env = env
-
-	L.SetContext(run)
-	L.Push(fn)
-	err := L.PCall(0, 1, nil)
-	L.RemoveContext()
-	if run.err != nil {
-		// a budget error, whatever the script made of it (pcall)
-		err = run.err
-	}
-	if err != nil {
-		vm.L.Close()
-		return false, luaError(s.name, err)
-	}
-	ret := L.Get(-1)
-	L.SetTop(0)
-	run.reset()
-	luaPool.Put(vm)
-	if b, ok := ret.(lua.LBool); ok {
-		return bool(b), nil
-	}
-	return false, fmt.Errorf("lua %s: script returned %s, want a boolean", s.name, ret.Type().String())
+	return proto, nil
 }
 
 // luaError is err as Match returns it: bounded, naming the script.
@@ -300,7 +326,8 @@ func rewriteConcat(e ast.Expr) ast.Expr {
 }
 
 // luaRun is one run's budgets and state. It is the context the VM checks
-// before every instruction.
+// before every instruction; unlike most contexts it is not safe for
+// concurrent use: only the VM running the script calls it.
 type luaRun struct {
 	parent    context.Context
 	name      string
@@ -310,8 +337,7 @@ type luaRun struct {
 	checks    int
 	deadline  time.Time
 	strBytes  int64
-	allocBase uint64 // the allocation counter at the first reading
-	sampled   bool
+	allocBase uint64 // the allocation counter when the run started
 	gauge     []metrics.Sample
 	err       error
 
@@ -333,7 +359,8 @@ func newLuaRun() *luaRun {
 
 func (r *luaRun) start(ctx context.Context, name string, limits LuaLimits) {
 	r.parent, r.name, r.limits = ctx, name, limits
-	r.n, r.nextCheck, r.checks, r.strBytes, r.sampled, r.err = 0, luaCheckEvery, 0, 0, false, nil
+	r.n, r.nextCheck, r.checks, r.strBytes, r.err = 0, luaCheckEvery, 0, 0, nil
+	r.allocBase = r.allocs()
 	r.deadline = time.Now().Add(limits.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
 		r.deadline = d
@@ -392,16 +419,18 @@ func (r *luaRun) check() bool {
 	}
 	r.checks++
 	if r.checks%(luaMemCheckEvery/luaCheckEvery) == 0 {
-		metrics.Read(r.gauge)
-		allocs := r.gauge[0].Value.Uint64()
-		if !r.sampled {
-			r.allocBase, r.sampled = allocs, true
-		} else if allocs-r.allocBase > uint64(r.limits.MemoryBytes) {
+		if r.allocs()-r.allocBase > uint64(r.limits.MemoryBytes) {
 			r.err = fmt.Errorf("%w: allocated more than %d bytes", errLuaBudget, r.limits.MemoryBytes)
 			return false
 		}
 	}
 	return true
+}
+
+// allocs reads the process's cumulative heap allocations.
+func (r *luaRun) allocs() uint64 {
+	metrics.Read(r.gauge)
+	return r.gauge[0].Value.Uint64()
 }
 
 // charge counts a string of n bytes the script is about to build against
@@ -462,12 +491,11 @@ type luaVM struct {
 // coroutine.
 func newLuaVM() *luaVM {
 	L := lua.NewState(lua.Options{
-		SkipOpenLibs:        true,
-		CallStackSize:       luaCallStack,
-		RegistrySize:        luaRegistrySize,
-		RegistryMaxSize:     luaRegistryMax,
-		RegistryGrowStep:    luaRegistrySize,
-		MinimizeStackMemory: true,
+		SkipOpenLibs:     true,
+		CallStackSize:    luaCallStack,
+		RegistrySize:     luaRegistrySize,
+		RegistryMaxSize:  luaRegistryMax,
+		RegistryGrowStep: luaRegistrySize,
 	})
 	vm := &luaVM{L: L, run: newLuaRun()}
 	for _, lib := range []struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/metrics"
 	"strings"
 	"sync"
@@ -13,9 +14,11 @@ import (
 	lua "github.com/yuin/gopher-lua"
 )
 
+// runLua runs src with the default budgets but a long timeout: a loaded
+// test machine must not turn an instruction budget into a timeout.
 func runLua(t *testing.T, src string, c *Context) (bool, error) {
 	t.Helper()
-	return runLuaLimits(t, src, c, LuaLimits{})
+	return runLuaLimits(t, src, c, LuaLimits{Timeout: 10 * time.Second})
 }
 
 func runLuaLimits(t *testing.T, src string, c *Context, limits LuaLimits) (bool, error) {
@@ -60,6 +63,7 @@ func TestLuaMatches(t *testing.T) {
 		{"return ('a,b,c'):gsub(',', ';') == 'a;b;c'", true},
 		{"return string.format('%5.2f|%d|%s', 1.5, 42, 'x') == ' 1.50|42|x'", true},
 		{"local s = 'x' .. 1 .. 'y'; return s == 'x1y'", true},
+		{"return #string.rep('ab', 2^20) == 2^21 and #(string.rep('x', 2^20) .. string.rep('y', 2^20)) == 2^21", true},
 		{"return math.max(1, 5) == 5 and math.floor(2.5) == 2", true},
 		{"local t = {3, 1, 2}; table.sort(t); return t[1] == 1 and t[3] == 3", true},
 		{"local ok = pcall(error, 'x'); return ok == false", true},
@@ -218,29 +222,31 @@ func TestLuaIsolation(t *testing.T) {
 // TestLuaIsolationSameVM runs the tamper and the check in one VM,
 // deterministically (the pool may not return the same one).
 func TestLuaIsolationSameVM(t *testing.T) {
-	tamper, err := compileLua("t.lua", `leaked = 1; pcall(function() string.rep = nil end)
-		pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`, LuaLimits{})
-	if err != nil {
-		t.Fatal(err)
+	compile := func(src string) *luaScript {
+		cond, err := compileLua("t.lua", src, LuaLimits{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cond.(*luaScript)
 	}
-	check, err := compileLua("c.lua", "return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)", LuaLimits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := luaPool.New
+	check := compile("return leaked == nil and string.rep ~= nil and not pcall(function() return (5).x end)")
 	vm := newLuaVM()
-	luaPool.New = func() any { return vm }
-	defer func() { luaPool.New = saved }()
-	// Drain what the pool holds so that Get calls New.
-	for i := 0; i < 100; i++ {
-		luaPool.Get()
-	}
-	if _, err := tamper.Match(context.Background(), sampleContext()); err != nil {
-		t.Fatal(err)
-	}
-	got, err := check.Match(context.Background(), sampleContext())
-	if err != nil || !got {
-		t.Fatalf("%v, %v", got, err)
+	for _, src := range []string{
+		`leaked = 1; pcall(function() string.rep = nil end)
+		 pcall(setmetatable, 1, {__index = function() return 'evil' end}); return true`,
+		"leaked = 1; error('boom')",                  // a script error
+		"leaked = 1; while true do end",              // a budget spent
+		"leaked = 1; local s = ('x'):rep(1e9)",       // a budget spent inside a library function
+		"leaked = 1; local function f() f() end f()", // stack overflow
+	} {
+		_, err, reusable := compile(src).run(vm, context.Background(), sampleContext())
+		if !reusable {
+			t.Fatalf("%s: the VM is not reusable after %v", src, err)
+		}
+		ret, err, _ := check.run(vm, context.Background(), sampleContext())
+		if err != nil || ret != lua.LTrue {
+			t.Fatalf("after %s: %v, %v", src, ret, err)
+		}
 	}
 }
 
@@ -249,7 +255,7 @@ func wantBudget(t *testing.T, name string, err error, d time.Duration) {
 	if err == nil || !errors.Is(err, errLuaBudget) {
 		t.Errorf("%s: err %v, want a budget error", name, err)
 	}
-	if d > 2*time.Second {
+	if d > 5*time.Second {
 		t.Errorf("%s: took %v", name, d)
 	}
 }
@@ -340,6 +346,20 @@ func TestLuaMemoryGauge(t *testing.T) {
 		LuaLimits{Instructions: 1 << 40, Timeout: time.Minute, MemoryBytes: 8 << 20})
 	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
 		t.Fatalf("err %v, want the memory gauge", err)
+	}
+	// Within the default instruction budget, tables of varargs allocate
+	// ~50 KiB per instruction.
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = runLua(t, `local big = {} for i = 1, 3000 do big[i] = i end
+		local function f(...) local t = {} while true do t[#t+1] = {...} end end
+		f(unpack(big))`, sampleContext())
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "allocated more than") {
+		t.Fatalf("err %v, want the memory gauge", err)
+	}
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 4*luaDefaultMemory {
+		t.Fatalf("the run allocated %d bytes", grown)
 	}
 }
 
@@ -463,7 +483,7 @@ func TestLuaContextMatchesMap(t *testing.T) {
 // TestLuaConcurrent runs scripts from many goroutines (for the race
 // detector: shared protos, the pool).
 func TestLuaConcurrent(t *testing.T) {
-	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{})
+	cond, err := compileLua("c.lua", "x = (x or 0) + 1; return x == 1 and context.turn.number == 3 and ('a' .. 'b') == 'ab'", LuaLimits{Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,4 +538,70 @@ func BenchmarkLuaLoop(b *testing.B) {
 			b.Fatal(ok, err)
 		}
 	}
+}
+
+// BenchmarkLuaNewVM measures building a sandbox VM (what a run pays after
+// its pool was emptied, or after an error dropped its VM).
+func BenchmarkLuaNewVM(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		newLuaVM().L.Close()
+	}
+}
+
+// TestLuaNotReusableAfterPanic: a VM in which a Go panic was recovered is
+// not reused.
+func TestLuaNotReusableAfterPanic(t *testing.T) {
+	vm := newLuaVM()
+	defer vm.L.Close()
+	base := vm.envMeta.RawGetString("__index").(*lua.LTable)
+	base.RawSetString("boom", vm.L.NewFunction(func(*lua.LState) int { panic("a bug") }))
+	cond, err := compileLua("t.lua", "boom() return true", LuaLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+	if err == nil || reusable {
+		t.Fatalf("err %v, reusable %v", err, reusable)
+	}
+}
+
+// FuzzLuaScript: any source either fails to compile or runs to a result or
+// an error within its budgets, in a sandbox that stays reusable unless a
+// Go panic was recovered in it.
+func FuzzLuaScript(f *testing.F) {
+	for _, src := range []string{
+		"return context.turn.number > 1",
+		"local t = {} for i = 1, 10 do t[i] = i .. 'x' end return #t == 10",
+		"while true do end",
+		"local s = 'x' while true do s = s .. s end",
+		"return string.find(string.rep('a', 50), '(.-)(.-)b') ~= nil",
+		"local function f(n) return f(n + 1) + 1 end return f(1)",
+		"return pcall(error, {}) == false",
+		"for k, v in pairs(context) do local _ = tostring(v) end return true",
+		"return ('%5.1f'):format(1.25) == '  1.2'",
+		"setmetatable({}, {__index = function(t, k) return t[k] end}).x = 1",
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		cond, err := compileLua("f.lua", src, LuaLimits{Instructions: 20_000, Timeout: 5 * time.Second, MemoryBytes: 4 << 20})
+		if err != nil {
+			return
+		}
+		vm := newLuaVM()
+		defer vm.L.Close()
+		done := make(chan struct{})
+		watchdog := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("stuck on %q", src)) })
+		defer watchdog.Stop()
+		go func() {
+			defer close(done)
+			_, err, _ := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+			var apiErr *lua.ApiError
+			if errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorPanic {
+				t.Logf("%q: a Go panic recovered: %v", src, err)
+			}
+		}()
+		<-done
+	})
 }
