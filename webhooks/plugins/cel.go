@@ -219,6 +219,7 @@ func compileCEL(expr string) (Condition, error) {
 	prg, err := celEnv.Program(a,
 		cel.CostLimit(CELCostLimit),
 		cel.InterruptCheckFrequency(celInterruptEvery),
+		cel.CustomDecoratorV2(boundReplace),
 		cel.EvalOptions(cel.OptOptimize),
 	)
 	if err != nil {

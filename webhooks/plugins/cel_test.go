@@ -3,6 +3,7 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,50 @@ func BenchmarkCEL(b *testing.B) {
 		ok, err := cond.Match(ctx, c)
 		if err != nil || !ok {
 			b.Fatal(ok, err)
+		}
+	}
+}
+
+// TestCELReplaceBounded: replace's result grows with the product of its
+// arguments' sizes, both of which may be a user's; the cost limit, counted
+// once the result is built, let content.replace('a', content) on a 20 KB
+// message allocate 400 MB first. The result's size is checked before.
+func TestCELReplaceBounded(t *testing.T) {
+	c := sampleContext()
+	c.History.Messages[0].Content = strings.Repeat("a", 20000)
+	for _, src := range []string{
+		"context.history.messages[0].content.replace('a', context.history.messages[0].content).size() > 0",
+		"context.history.messages[0].content.replace('', context.history.messages[0].content, 1000).size() > 0",
+		"context.history.messages.all(m, m.content.replace('a', m.content + m.content).size() > 0)",
+	} {
+		cond, err := compileCEL(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err = cond.Match(context.Background(), c)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%s: no error", src)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+			t.Errorf("%s: allocated %d bytes", src, n)
+		}
+	}
+	for src, want := range map[string]bool{
+		"'a-b-c'.replace('-', '+') == 'a+b+c'":                                    true,
+		"'a-b-c'.replace('-', '', 1) == 'ab-c'":                                   true,
+		"'abc'.replace('', '.') == '.a.b.c.'":                                     true,
+		"'a-b'.replace('-', '--', -1) == 'a--b'":                                  true,
+		"context.history.messages[1].content.replace('there', 'you') == 'hi you'": true,
+	} {
+		cond, err := compileCEL(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if got, err := cond.Match(context.Background(), sampleContext()); err != nil || got != want {
+			t.Errorf("%s = %v, %v", src, got, err)
 		}
 	}
 }

@@ -72,15 +72,22 @@ type Scope struct {
 	State func(pluginID string) map[string]any
 	// Switches are the admin's overrides in force.
 	Switches Switches
+	// Set is the set the caller judged Active and Needs on (nil: the one
+	// in force). A reload in between must not hand a rule a context
+	// prepared for another set's needs.
+	Set *Set
 }
 
 // Active reports whether any rule at h could run for someone: enabled by
 // its file or an admin switch, in an available plugin. When false the
 // runtime skips building the context.
-func (e *Engine) Active(h Hook, sw Switches) bool {
-	set := e.Set()
-	for _, r := range set.ByHook(h) {
-		if set.runnable(r, sw) {
+func (e *Engine) Active(h Hook, sw Switches) bool { return e.Set().Active(h, sw) }
+
+// Active reports whether any rule of the set at h could run (see
+// Engine.Active).
+func (s *Set) Active(h Hook, sw Switches) bool {
+	for _, r := range s.ByHook(h) {
+		if s.runnable(r, sw) {
 			return true
 		}
 	}
@@ -94,7 +101,10 @@ type Needs struct {
 }
 
 // Needs returns what the rules at h read.
-func (e *Engine) Needs(h Hook) Needs { return e.Set().needs[h] }
+func (e *Engine) Needs(h Hook) Needs { return e.Set().Needs(h) }
+
+// Needs returns what the set's rules at h read.
+func (s *Set) Needs(h Hook) Needs { return s.needs[h] }
 
 // Fired is a rule whose condition held, with its action rendered.
 type Fired struct {
@@ -142,7 +152,10 @@ type Evaluation struct {
 // A condition or rendering error counts as no match and is logged. It
 // returns the fired actions in order and one Evaluation per rule run.
 func (e *Engine) Evaluate(ctx context.Context, h Hook, c *Context, scope Scope) ([]Fired, []Evaluation) {
-	set := e.Set()
+	set := scope.Set
+	if set == nil {
+		set = e.Set()
+	}
 	rules := set.ByHook(h)
 	if len(rules) == 0 {
 		return nil, nil

@@ -275,3 +275,21 @@ func TestEvaluateConcurrentWithSwap(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// A caller that judged Needs on one set evaluates that set, even when a
+// reload put another in force in between.
+func TestEvaluateTheSetTheCallerPrepared(t *testing.T) {
+	e := engineFixture(t)
+	prepared := e.Set()
+	if !prepared.Active(OnTurnStart, nil) {
+		t.Fatal("the fixture's set has no active rule at on_turn_start")
+	}
+	e.Swap(nil) // a reload to an empty set
+	fired, evals := e.Evaluate(context.Background(), OnTurnStart, &Context{}, Scope{Set: prepared})
+	if got := evalKeys(evals); got != "a,b,p/x,err,pan,no,core" || len(fired) != 4 {
+		t.Fatalf("evaluated %s (fired %d), want the prepared set's rules", got, len(fired))
+	}
+	if _, evals := e.Evaluate(context.Background(), OnTurnStart, &Context{}, Scope{}); len(evals) != 0 {
+		t.Fatalf("without Scope.Set the set in force (empty) runs; got %s", evalKeys(evals))
+	}
+}

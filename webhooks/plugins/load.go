@@ -67,13 +67,15 @@ func Load(opts LoadOptions) (*Set, error) {
 		l.loadPluginsDir(opts.Builtin, "plugins", "builtin:plugins", true)
 	}
 	if opts.RulesDir != "" {
-		if fsys, ok := l.openDir(opts.RulesDir); ok {
-			l.loadRulesDir(fsys, ".", opts.RulesDir, false)
+		if root, ok := l.openDir(opts.RulesDir); ok {
+			l.loadRulesDir(root.FS(), ".", opts.RulesDir, false)
+			root.Close()
 		}
 	}
 	if opts.PluginsDir != "" {
-		if fsys, ok := l.openDir(opts.PluginsDir); ok {
-			l.loadPluginsDir(fsys, ".", opts.PluginsDir, false)
+		if root, ok := l.openDir(opts.PluginsDir); ok {
+			l.loadPluginsDir(root.FS(), ".", opts.PluginsDir, false)
+			root.Close()
 		}
 	}
 	if n := len(l.rules); n > maxRules {

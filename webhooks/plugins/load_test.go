@@ -2,9 +2,13 @@ package plugins
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func pluginManifest(id string, enabled bool, extra string) string {
@@ -159,5 +163,75 @@ func TestLoadTooManyRules(t *testing.T) {
 	_, err := Load(LoadOptions{RulesDir: writeTree(t, files)})
 	if err == nil || !strings.Contains(err.Error(), "more than the limit of 1000") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestLoadStaysInDirectories: a symlink out of the rules or plugins
+// directory is not followed (a rule, script or manifest reading
+// /etc/passwd or another tenant's files), one inside it is; a FIFO does
+// not hang the loader.
+func TestLoadStaysInDirectories(t *testing.T) {
+	useFakeConditions(t)
+	outside := writeTree(t, map[string]string{
+		"evil.toml":     ruleTOML("evil", "on_turn_start", 1, "true"),
+		"evil.lua":      "true",
+		"manifest.toml": pluginManifest("q", true, ""),
+	})
+	lua := "[rule]\nid = \"%s\"\ntrigger = \"on_turn_end\"\n[condition]\nscript = \"%s\"\n[action]\ntype = \"log\"\nmessage = \"m\"\n"
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		links map[string]string // link → target (relative to the tree, or absolute)
+		fifo  string
+		want  string // "" loads
+	}{
+		{name: "rule symlink out", links: map[string]string{"evil.toml": outside + "/evil.toml"}, want: "evil.toml"},
+		{name: "script symlink out",
+			files: map[string]string{"s.toml": strings.ReplaceAll(strings.Replace(lua, "%s", "s", 1), "%s", "x.lua")},
+			links: map[string]string{"x.lua": outside + "/evil.lua"}, want: "condition.script"},
+		{name: "directory symlink out",
+			files: map[string]string{"s.toml": strings.ReplaceAll(strings.Replace(lua, "%s", "s", 1), "%s", "d/evil.lua")},
+			links: map[string]string{"d": outside}, want: "condition.script"},
+		{name: "symlink inside",
+			files: map[string]string{"real/a.txt": ruleTOML("a", "on_turn_start", 1, "true")},
+			links: map[string]string{"a.toml": "real/a.txt"}},
+		{name: "fifo", fifo: "f.toml", want: "f.toml"},
+	} {
+		dir := writeTree(t, tc.files)
+		for link, target := range tc.links {
+			if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.fifo != "" {
+			if err := syscall.Mkfifo(filepath.Join(dir, tc.fifo), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Load(LoadOptions{RulesDir: dir})
+			done <- err
+		}()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Load hangs", tc.name)
+		}
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err %v, want one naming %q", tc.name, err, tc.want)
+		}
+	}
+	// A plugin directory linked from outside.
+	plugs := writeTree(t, nil)
+	if err := os.Symlink(outside, filepath.Join(plugs, "q")); err != nil {
+		t.Fatal(err)
+	}
+	if set, err := Load(LoadOptions{PluginsDir: plugs}); err == nil && set.Plugin("q") != nil {
+		t.Errorf("plugin directory symlinked from outside loaded")
 	}
 }

@@ -34,8 +34,12 @@ func (l *loader) fail(file, rule, field, format string, args ...any) {
 	l.errs = append(l.errs, &LoadError{File: file, Rule: rule, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// openDir opens a configured directory, which must exist.
-func (l *loader) openDir(dir string) (fs.FS, bool) {
+// openDir opens a configured directory, which must exist, as a root
+// (the caller closes it) that nothing read through it can leave:
+// os.DirFS would follow a symlink (a rule file, a script, a plugin's
+// directory) anywhere on the disk, and a rule's errors may quote what it
+// read. Symlinks that stay inside the directory work.
+func (l *loader) openDir(dir string) (*os.Root, bool) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		l.fail(dir, "", "", "cannot read the directory: %v", pathlessError(err))
@@ -45,17 +49,31 @@ func (l *loader) openDir(dir string) (fs.FS, bool) {
 		l.fail(dir, "", "", "not a directory")
 		return nil, false
 	}
-	return os.DirFS(dir), true
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		l.fail(dir, "", "", "cannot read the directory: %v", pathlessError(err))
+		return nil, false
+	}
+	return root, true
+}
+
+// listDir lists dir of fsys (prefix names it in errors). The embedded
+// tree may lack either directory; a configured one must be readable.
+func (l *loader) listDir(fsys fs.FS, dir, prefix string, builtin bool) ([]fs.DirEntry, bool) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		if !builtin || !errors.Is(err, fs.ErrNotExist) {
+			l.fail(prefix, "", "", "cannot list the directory: %v", pathlessError(err))
+		}
+		return nil, false
+	}
+	return entries, true
 }
 
 // loadRulesDir loads the standalone rules dir/*.toml of fsys.
 func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		if builtin && errors.Is(err, fs.ErrNotExist) {
-			return
-		}
-		l.fail(prefix, "", "", "cannot list the directory: %v", pathlessError(err))
+	entries, ok := l.listDir(fsys, dir, prefix, builtin)
+	if !ok {
 		return
 	}
 	for _, e := range entries {
@@ -81,12 +99,8 @@ func (l *loader) loadRulesDir(fsys fs.FS, dir, prefix string, builtin bool) {
 
 // loadPluginsDir loads dir/<id>/manifest.toml of fsys and their rules.
 func (l *loader) loadPluginsDir(fsys fs.FS, dir, prefix string, builtin bool) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		if builtin && errors.Is(err, fs.ErrNotExist) {
-			return
-		}
-		l.fail(prefix, "", "", "cannot list the directory: %v", pathlessError(err))
+	entries, ok := l.listDir(fsys, dir, prefix, builtin)
+	if !ok {
 		return
 	}
 	for _, e := range entries {
@@ -225,16 +239,25 @@ func (l *loader) compileCondition(fsys fs.FS, root, name string, r *Rule) error 
 	return nil
 }
 
-// readBounded reads a file of at most maxFileBytes.
+// readBounded reads a regular file of at most maxFileBytes. Anything else
+// is refused before it is opened: opening a FIFO blocks until a writer
+// comes, which would hang every reload.
 func readBounded(fsys fs.FS, name string) (string, error) {
+	st, err := fs.Stat(fsys, name)
+	if err != nil {
+		return "", fmt.Errorf("cannot read %s: %v", name, pathlessError(err))
+	}
+	if st.IsDir() {
+		return "", fmt.Errorf("%s is a directory", name)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", name)
+	}
 	f, err := fsys.Open(name)
 	if err != nil {
 		return "", fmt.Errorf("cannot read %s: %v", name, pathlessError(err))
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return "", fmt.Errorf("%s is a directory", name)
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("cannot read %s: %v", name, pathlessError(err))

@@ -24,9 +24,10 @@ import (
 // costs an increment; the wall clock, the caller's context and the memory
 // gauge are checked every luaCheckEvery instructions. Work done inside one
 // instruction by a library function is bounded separately: the pattern
-// matcher charges its steps to the same budget (luapattern.go), string
-// producers charge their output to the memory budget (luastring.go), and
-// everything else is linear in data the budgets already bound.
+// matcher and table.sort charge their steps to the same budget
+// (luapattern.go, luasort.go), string producers charge their output to
+// the memory budget (luastring.go), and everything else is linear in data
+// the budgets already bound.
 //
 // Memory: gopher-lua has no allocator hook, so the bound is built from
 // two parts. (1) Strings, the values one instruction can make arbitrarily
@@ -484,11 +485,11 @@ type luaVM struct {
 // getmetatable, ipairs, next, pairs, pcall, print (discarded, or logged at
 // debug), rawequal, select, setmetatable (tables only), tonumber,
 // tostring, type, unpack, xpcall and _VERSION; string (without dump;
-// find, match, gmatch, gsub budgeted; rep, format, ... charged), table and
-// math (without randomseed), read-only. Not there: dofile, load,
-// loadfile, loadstring, require, module, package, getfenv, setfenv,
-// rawget, rawset, collectgarbage, newproxy, os, io, debug, channel,
-// coroutine.
+// find, match, gmatch, gsub budgeted; rep, format, ... charged), table
+// (sort budgeted) and math (without randomseed; random checks its
+// interval), read-only. Not there: dofile, load, loadfile, loadstring,
+// require, module, package, getfenv, setfenv, rawget, rawset,
+// collectgarbage, newproxy, os, io, debug, channel, coroutine.
 func newLuaVM() *luaVM {
 	L := lua.NewState(lua.Options{
 		SkipOpenLibs:     true,
@@ -538,7 +539,7 @@ func newLuaVM() *luaVM {
 		"concat": vm.tableConcat,
 		"insert": vm.mutating(gfn(origTable, "insert")),
 		"remove": vm.mutating(gfn(origTable, "remove")),
-		"sort":   vm.mutating(gfn(origTable, "sort")),
+		"sort":   vm.tableSort,
 		"getn":   vm.measuring(gfn(origTable, "getn")),
 		"maxn":   vm.measuring(gfn(origTable, "maxn")),
 	})
@@ -548,6 +549,7 @@ func newLuaVM() *luaVM {
 			math.RawSet(k, v)
 		}
 	})
+	math.RawSetString("random", L.NewFunction(mathRandom))
 
 	vm.nextFn = L.NewFunction(vm.next)
 	vm.ipairsIter = L.NewFunction(vm.ipairsStep)
@@ -555,6 +557,7 @@ func newLuaVM() *luaVM {
 	base := vm.funcs(map[string]lua.LGFunction{
 		"pairs": vm.pairs, "ipairs": vm.ipairs, "unpack": vm.unpack,
 		"print": vm.print, concatName: vm.concat,
+		"pcall": vm.pcall, "xpcall": vm.xpcall,
 		// Lua 5.1 sets metatables of tables only; gopher-lua would set
 		// the one shared by all numbers (or booleans, functions), which
 		// would outlive the run.
@@ -563,8 +566,8 @@ func newLuaVM() *luaVM {
 			return origSetMetatable(L)
 		},
 	})
-	for _, name := range []string{"assert", "error", "getmetatable", "pcall", "rawequal", "select",
-		"tonumber", "tostring", "type", "xpcall", "_VERSION"} {
+	for _, name := range []string{"assert", "error", "getmetatable", "rawequal", "select",
+		"tonumber", "tostring", "type", "_VERSION"} {
 		base.RawSetString(name, g.RawGetString(name))
 	}
 	base.RawSetString("next", vm.nextFn)

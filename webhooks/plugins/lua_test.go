@@ -66,7 +66,19 @@ func TestLuaMatches(t *testing.T) {
 		{"return #string.rep('ab', 2^20) == 2^21 and #(string.rep('x', 2^20) .. string.rep('y', 2^20)) == 2^21", true},
 		{"return math.max(1, 5) == 5 and math.floor(2.5) == 2", true},
 		{"local t = {3, 1, 2}; table.sort(t); return t[1] == 1 and t[3] == 3", true},
+		{"local t = {'b', 'c', 'a'}; table.sort(t); return table.concat(t) == 'abc'", true},
+		{"local t = {1, 3, 2}; table.sort(t, function(a, b) return a > b end); return table.concat(t) == '321'", true},
+		{"local t = {3, 1, 2}; table.sort(t, nil); return table.concat(t) == '123'", true},
+		{"local mt = {__lt = function(a, b) return a.v < b.v end} local t = {setmetatable({v = 2}, mt), setmetatable({v = 1}, mt)} table.sort(t) return t[1].v == 1", true},
+		{"return not pcall(table.sort, {1, 'x', 2})", true},
+		{"return not pcall(table.sort, {1, 2, 3}, function() error('cmp') end)", true},
 		{"local ok = pcall(error, 'x'); return ok == false", true},
+		{"local ok, a, b = pcall(function(x) return x, 2 end, 1); return ok and a == 1 and b == 2", true},
+		{"local ok, e = pcall(error, {code = 7}); return not ok and e.code == 7", true},
+		{"local ok, e = pcall(42); return not ok and e == 'attempt to call a number value'", true},
+		{"local ok, e = xpcall(function() error('x', 0) end, function(e) return 'h:' .. e end); return not ok and e == 'h:x'", true},
+		{"local ok, e = xpcall(function() error('x') end, function(e) error('again', 0) end); return not ok and e == 'again'", true},
+		{"local ok, a, b = xpcall(function() return 1, 2 end, print); return ok and a == 1 and b == 2", true},
 		{"return type(context) == 'table' and type(string) == 'table'", true},
 		{"return false", false},
 		{"return context.turn.token_usage > 1", false},
@@ -280,6 +292,9 @@ func TestLuaBudgets(t *testing.T) {
 		{"table filling", "local t = {} local i = 0 while true do i = i + 1 t[i] = i end", "instructions"},
 		{"pattern backtracking", "return string.find(string.rep('a', 5000), '(.-)(.-)(.-)(.-)b') ~= nil", "instructions"},
 		{"pattern backtracking, match", "return string.match(string.rep('a', 3000), '^(a-)(a-)(a-)(a-)b') ~= nil", "instructions"},
+		// The library's sort makes all its comparisons inside one
+		// instruction: unbudgeted, this ran for 11s.
+		{"sort of long strings", "local a = string.rep('x', 4e6 - 1) local b = a:upper():lower() local t = {} for i = 1, 4000 do t[i] = (i % 2 == 0) and a or b end table.sort(t) return true", "instructions"},
 		{"gmatch backtracking", "for x in string.gmatch(string.rep('a', 5000), '.-.-.-b') do end return true", "instructions"},
 	} {
 		start := time.Now()
@@ -566,6 +581,71 @@ func TestLuaNotReusableAfterPanic(t *testing.T) {
 	}
 }
 
+// TestLuaPanicNotSwallowed: a Go panic inside the sandbox (a bug in a
+// library function) ends the run and drops the VM even when the script
+// wrapped the call in pcall or xpcall, which would otherwise turn it into
+// an ordinary Lua error and hand the VM back to the pool.
+func TestLuaPanicNotSwallowed(t *testing.T) {
+	for _, src := range []string{
+		"local ok = pcall(boom) return true",
+		"local ok = xpcall(boom, function(e) return e end) return true",
+		"local ok = pcall(pcall, boom) return true",
+	} {
+		vm := newLuaVM()
+		base := vm.envMeta.RawGetString("__index").(*lua.LTable)
+		base.RawSetString("boom", vm.L.NewFunction(func(*lua.LState) int { panic("a bug") }))
+		cond, err := compileLua("t.lua", src, LuaLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err, reusable := cond.(*luaScript).run(vm, context.Background(), sampleContext())
+		if err == nil || reusable || !strings.Contains(err.Error(), "a bug") {
+			t.Errorf("%s: err %v, reusable %v", src, err, reusable)
+		}
+		vm.L.Close()
+	}
+}
+
+// TestLuaMathRandom: math.random's arguments are checked as Lua 5.1 does
+// (the library passed them to rand.Intn, which panics on an empty
+// interval).
+func TestLuaMathRandom(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return not pcall(math.random, 0)", ""},
+		{"return not pcall(math.random, 1e300)", ""},
+		{"return not pcall(math.random, 5, 1)", ""},
+		{"for i = 1, 50 do local r = math.random(3) if r < 1 or r > 3 or r ~= math.floor(r) then return false end end return true", ""},
+		{"for i = 1, 50 do local r = math.random(-2, 2) if r < -2 or r > 2 then return false end end return true", ""},
+		{"local r = math.random(-2^62, 2^62) return r >= -2^62 and r <= 2^62", ""},
+		{"local r = math.random() return r >= 0 and r < 1", ""},
+		{"return math.random(1, 2, 3) ~= nil", "wrong number of arguments"},
+	} {
+		ok, err := runLua(t, tc.src, sampleContext())
+		switch {
+		case tc.want == "" && (err != nil || !ok):
+			t.Errorf("%s: %v, %v", tc.src, ok, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// TestLuaScriptIndices: indices a script passes (±1e300 convert to the
+// smallest int) neither panic nor slip past the registry bound.
+func TestLuaScriptIndices(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"return table.concat({'a'}, '', -1e300, 1) == ''", "invalid value"},
+		{"return table.concat({'a'}, '', -2^62, 2^62) == ''", "invalid value"},
+		{"return select('#', unpack({}, -1e300, 5)) > 0", "too many results"},
+		{"return select('#', unpack({}, -2^62, 2^62)) > 0", "too many results"},
+	} {
+		_, err := runLua(t, tc.src, sampleContext())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
 // FuzzLuaScript: any source either fails to compile or runs to a result or
 // an error within its budgets, in a sandbox that stays reusable unless a
 // Go panic was recovered in it.
@@ -581,6 +661,10 @@ func FuzzLuaScript(f *testing.F) {
 		"for k, v in pairs(context) do local _ = tostring(v) end return true",
 		"return ('%5.1f'):format(1.25) == '  1.2'",
 		"setmetatable({}, {__index = function(t, k) return t[k] end}).x = 1",
+		"return math.random(0) and table.concat({'a'}, '', -1e300, 1) and unpack({}, -2^62, 2^62)",
+		"table.insert({}, -1, 1) table.remove({1}, -1e300) return string.sub('abc', -1e300, 1e300) == 'abc'",
+		"return string.format('%x%c%d', -1, 1e300, 2^70) and tonumber('zz', 36) and string.char(1e300)",
+		"local t = {3, 'a'} table.sort(t, function(a, b) return tostring(a) < tostring(b) end) return select(-1, 1, 2) == 2",
 	} {
 		f.Add(src)
 	}
@@ -599,7 +683,7 @@ func FuzzLuaScript(f *testing.F) {
 			_, err, _ := cond.(*luaScript).run(vm, context.Background(), sampleContext())
 			var apiErr *lua.ApiError
 			if errors.As(err, &apiErr) && apiErr.Type == lua.ApiErrorPanic {
-				t.Logf("%q: a Go panic recovered: %v", src, err)
+				t.Fatalf("%q: a Go panic in the sandbox: %v", src, err)
 			}
 		}()
 		<-done

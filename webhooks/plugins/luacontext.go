@@ -488,13 +488,25 @@ func (vm *luaVM) unpack(L *lua.LState) int {
 	if i > j {
 		return 0
 	}
-	if j-i >= luaRegistryMax {
+	n := luaSpan(i, j)
+	if n > luaRegistryMax {
 		L.RaiseError("too many results to unpack")
 	}
-	for k := i; k <= j; k++ {
-		L.Push(vm.rawIndex(t, lua.LNumber(k)))
+	for k := range n {
+		L.Push(vm.rawIndex(t, lua.LNumber(i+k)))
 	}
-	return j - i + 1
+	return n
+}
+
+// luaSpan is how many indices i..j (i <= j, both from a script) hold,
+// saturated at math.MaxInt: j-i+1 overflows for i = -2^62, j = 2^62, and
+// a script's -1e300 converts to the smallest int.
+func luaSpan(i, j int) int {
+	n := j - i + 1
+	if n <= 0 {
+		return math.MaxInt
+	}
+	return n
 }
 
 // mutating wraps a table library function that changes its first

@@ -171,7 +171,7 @@ func (vm *luaVM) tableConcat(L *lua.LState) int {
 		L.Push(lua.LString(""))
 		return 1
 	}
-	parts := make([]string, 0, min(j-i+1, n+1))
+	parts := make([]string, 0, min(luaSpan(i, j), n+1))
 	size := 0
 	for k := i; k <= j; k++ {
 		v := vm.rawIndex(t, lua.LNumber(k))

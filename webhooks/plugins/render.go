@@ -6,8 +6,14 @@ import "fmt"
 // value or payload tree): it becomes a prompt message or a document.
 const maxRendered = 256 << 10
 
-// render renders the action's templates with `context` = m.
+// render renders the action's templates with `context` = a copy of m.
+// The copy is needed because gonja's list.reverse() reverses its receiver
+// in place, and m's lists and maps are shared: with the runtime (a
+// plugin's state, which a template would rewrite outside set_state) and
+// with the next rule's evaluation. Only the fields the templates read are
+// copied (the history is large and rarely rendered).
 func (a *Action) render(m map[string]any) (Rendered, error) {
+	m = copyParts(m, a.tmpl.parts)
 	out := Rendered{
 		Type: a.Type, Category: a.Category, Priority: a.Priority, DeliverAt: a.DeliverAt,
 		Level: a.Level, EventType: a.EventType,
@@ -80,4 +86,40 @@ func renderTree(v any, m map[string]any, budget *int) (any, error) {
 	default:
 		return v, nil
 	}
+}
+
+// copyParts copies the fields parts of a context map (all of them when
+// parts is nil).
+func copyParts(m map[string]any, parts []string) map[string]any {
+	if parts == nil {
+		out, _ := copyTree(m).(map[string]any)
+		return out
+	}
+	out := make(map[string]any, len(parts))
+	for _, p := range parts {
+		if v, ok := m[p]; ok {
+			out[p] = copyTree(v)
+		}
+	}
+	return out
+}
+
+// copyTree copies the maps and lists of a context tree (the other values
+// are immutable).
+func copyTree(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = copyTree(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = copyTree(e)
+		}
+		return out
+	}
+	return v
 }

@@ -81,6 +81,9 @@ type compiledAction struct {
 	key     *Template
 	value   any // the Value tree with *Template in place of strings
 	payload any // likewise for Payload
+	// parts are the context fields the templates read (nil: any), the
+	// ones rendering copies.
+	parts []string
 }
 
 // Plugin is a loaded, validated plugin (its manifest and its rules).

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -22,6 +23,7 @@ func newSet(rules []*Rule, plugins []*Plugin, capabilities []string) *Set {
 	for _, r := range s.Rules {
 		s.byHook[r.Trigger] = append(s.byHook[r.Trigger], r)
 		s.rules[r.Key()] = r
+		r.Action.tmpl.parts = templateParts(r.Action.templates())
 		n := s.needs[r.Trigger]
 		n.or(ruleNeeds(r))
 		s.needs[r.Trigger] = n
@@ -92,6 +94,27 @@ func textNeeds(t string) Needs {
 		Project: strings.Contains(t, "project"),
 		State:   strings.Contains(t, "state"),
 	}
+}
+
+// templateParts is which fields of the context the templates texts read
+// (nil: all of them, as textNeeds judges it), so that rendering copies only
+// those.
+func templateParts(texts []string) []string {
+	var parts []string
+	for _, t := range texts {
+		for _, m := range contextUse.FindAllStringSubmatch(t, -1) {
+			if m[3] == "" || !contextFields[m[3]] {
+				return nil
+			}
+			if !slices.Contains(parts, m[3]) {
+				parts = append(parts, m[3])
+			}
+		}
+	}
+	if parts == nil {
+		parts = []string{} // reads nothing of the context
+	}
+	return parts
 }
 
 // templates returns the action's template sources.

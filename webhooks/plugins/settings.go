@@ -16,6 +16,9 @@ const maxSettingString = 1024
 // maxDisabledRules bounds a user's disabledRules.
 const maxDisabledRules = 1000
 
+// maxBadSettingsReported bounds what UserScope reports as dropped.
+const maxBadSettingsReported = 20
+
 // check returns v as the setting's Go type (int64, float64, string, bool)
 // or says what is wrong with it. fromTOML: v is a manifest's default, where
 // an integer must be written as one; a user's JSON number may arrive as
@@ -152,11 +155,18 @@ func (s *Set) ValidateUserSettings(doc map[string]any) error {
 // it) into what Evaluate needs: the disabled rules (core ones and unknown
 // ones dropped) and the valid overrides (a bad value is dropped, so a
 // document written around the check can only fall back to defaults). bad
-// lists what was dropped, for a log line.
+// lists what was dropped, for a log line: at most maxBadSettingsReported
+// entries and a count of the rest, since the runtime logs it on every
+// hook and the document's size is the user's.
 func (s *Set) UserScope(doc map[string]any) (disabled map[string]bool, settings map[string]map[string]any, bad []string) {
 	disabled = map[string]bool{}
 	settings = map[string]map[string]any{}
-	for _, e := range s.readUserSettings(doc, disabled, settings) {
+	errs := s.readUserSettings(doc, disabled, settings)
+	for i, e := range errs {
+		if i == maxBadSettingsReported {
+			bad = append(bad, fmt.Sprintf("and %d more", len(errs)-i))
+			break
+		}
 		bad = append(bad, e.Error())
 	}
 	return disabled, settings, bad

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -123,5 +124,21 @@ func TestUserScope(t *testing.T) {
 	// The overrides reach the context over the defaults.
 	if got := set.pluginSettings("research-assistant", settings["research-assistant"]); got["max_sources"] != int64(20) || got["auto_summarize"] != true {
 		t.Fatalf("merged %v", got)
+	}
+}
+
+// TestUserScopeBadBounded: the runtime logs what UserScope dropped on
+// every hook; a document written around the server's check (or before a
+// plugin went away) with thousands of bad entries must not make every
+// hook log thousands of lines.
+func TestUserScopeBadBounded(t *testing.T) {
+	set := settingsFixture(t)
+	plugins := map[string]any{}
+	for i := range 5000 {
+		plugins["nope-"+strconv.Itoa(i)] = map[string]any{}
+	}
+	_, _, bad := set.UserScope(map[string]any{"plugins": plugins})
+	if len(bad) > maxBadSettingsReported+1 || !strings.Contains(bad[len(bad)-1], "more") {
+		t.Fatalf("%d reported, last %q", len(bad), bad[len(bad)-1])
 	}
 }

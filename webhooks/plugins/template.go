@@ -95,10 +95,10 @@ func newTemplateEnv() *exec.Environment {
 	}
 	return &exec.Environment{
 		Context:           globals,
-		Filters:           builtins.Filters,
+		Filters:           templateFilters(),
 		Tests:             builtins.Tests,
 		ControlStructures: exec.NewControlStructureSet(cs),
-		Methods:           builtins.Methods,
+		Methods:           templateMethods(),
 	}
 }
 
@@ -179,7 +179,9 @@ func templateError(err error, src string) error {
 }
 
 // Render renders the template with `context` = c.Map() (m, when the caller
-// built it already). Output beyond maxRender is an error.
+// built it already). Output beyond maxRender is an error. The template
+// can change m's lists in place (list.reverse()): pass a copy of
+// anything shared, as Action.render does.
 func (t *Template) Render(m map[string]any) (string, error) {
 	var w limitedWriter
 	err := safely(func() error {

@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,4 +129,91 @@ func TestTemplateConcurrent(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
+}
+
+// TestTemplateWidthsBounded: a filter's width or count may come from data
+// (a plugin setting, a tool's arguments), and replace's result grows with
+// the product of two data sizes; a result above what a rendering may
+// write is refused before the filter allocates it, not after.
+func TestTemplateWidthsBounded(t *testing.T) {
+	m := map[string]any{"n": 100_000_000, "s": "abc", "l": []any{1, 2, 3},
+		"big": strings.Repeat("a", 100_000), "sep": strings.Repeat("-", 1024), "tabs": strings.Repeat("\t", 1000)}
+	for _, src := range []string{
+		"{{ context.big | replace('a', context.sep) }}",
+		"{{ context.s.center(context.n) }}",
+		"{{ context.s.ljust(context.n) }}",
+		"{{ context.s.rjust(context.n, '-') }}",
+		"{{ context.s.zfill(context.n) }}",
+		"{{ '{:>{}}'.format(context.s, context.n) }}",
+		"{{ context.big.replace('a', context.sep, -1) }}",
+		"{{ context.tabs.expandtabs('', context.n) }}",
+		"{{ context.big | replace('', context.sep, count=50000) }}",
+		"{{ context.s | center(context.n) }}",
+		"{{ context.s | indent(context.n, true) }}",
+		"{{ context.s | indent(width=context.n, first=true) }}",
+		"{{ context.l | batch(context.n, 0) | length }}",
+		"{{ context.l | tojson(indent=context.n) }}",
+	} {
+		tmpl, err := compileTemplate("t", src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err = tmpl.Render(m)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%s: no error", src)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 {
+			t.Errorf("%s: allocated %d bytes", src, n)
+		}
+	}
+	// Within the bound the filters work as before.
+	tmpl, err := compileTemplate("t", "[{{ 'ab' | center(6) }}]{{ [1, 2, 3] | batch(2, 0) | list | length }}{{ 'a-b-c' | replace('-', '+', count=1) }}{{ 'x'.center(3, '*') }}{{ 'a-b'.replace('-', '+', 1) }}{{ '{:>3}'.format(7) }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tmpl.Render(nil); err != nil || got != "[  ab  ]2a+b-c*x*a+b  7" {
+		t.Errorf("got %q, %v", got, err)
+	}
+}
+
+// TestRenderLeavesContextAlone: gonja's list.reverse() changes its
+// receiver in place (its dict methods work on a copy today); a template
+// calling them must not rewrite the runtime's values (a plugin's state
+// outside set_state, a tool's arguments) nor what the next rule sees.
+func TestRenderLeavesContextAlone(t *testing.T) {
+	useFakeConditions(t)
+	src := `[rule]
+id = "mut"
+trigger = "on_tool_complete"
+[condition]
+expression = "true"
+[action]
+type = "log"
+message = "{% do context.state.update({'count': 99}) %}{% do context.result.arguments.clear() %}{% do context.history.messages.reverse() %}{% do context.state.items.reverse() %}{{ context.state.items[0] }}"
+`
+	r, errs := parseRule("x.toml", src)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	state := map[string]any{"count": 1, "items": []any{"x", "y"}}
+	args := map[string]any{"q": "x"}
+	c := &Context{State: state, Result: ToolResult{Arguments: args},
+		History: History{Messages: []Message{{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}}}}
+	m := c.Map()
+	got, err := r.Action.render(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Message != "y" {
+		t.Errorf("message %q", got.Message)
+	}
+	if state["count"] != 1 || state["items"].([]any)[0] != "x" || len(args) != 1 {
+		t.Errorf("state %v, arguments %v", state, args)
+	}
+	if first := m["history"].(map[string]any)["messages"].([]any)[0].(map[string]any)["content"]; first != "a" {
+		t.Errorf("messages reordered: first is %v", first)
+	}
 }
