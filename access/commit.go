@@ -80,6 +80,9 @@ func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, wr
 		if err := s.checkIfMatchReads(ctx, caller, db, w, req.Existing); err != nil {
 			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
 		}
+		if err := s.checkWrite(w.Path, after); err != nil {
+			return nil, nil, &collections.WriteError{Index: i, Path: w.Path, Err: err}
+		}
 		out[i] = w
 		if !inBatch {
 			out[i], pins[i] = pinWrite(w, cur)
@@ -303,4 +306,23 @@ func pinMoved(err error, pins []pin) bool {
 		return false
 	}
 	return pe.Current == nil || pe.Current.Version != p.version
+}
+
+// checkWrite runs the service's WriteCheck on the document a write leaves
+// at path (nil after a delete: not checked).
+func (s *Service) checkWrite(path string, after map[string]any) error {
+	if s.check == nil || after == nil {
+		return nil
+	}
+	err := s.check(path, after)
+	if err == nil {
+		return nil
+	}
+	var iw *InvalidWrite
+	if errors.As(err, &iw) {
+		out := *iw
+		out.Path = path
+		return &out
+	}
+	return &InvalidWrite{Path: path, Msg: err.Error()}
 }

@@ -88,6 +88,26 @@ func (d *Docs) Update(ctx context.Context, path string, data map[string]any, ifV
 	return d.write(ctx, "update", w, data)
 }
 
+// Delete removes the document at path; a missing one fails with
+// collections.ErrNotFound.
+func (d *Docs) Delete(ctx context.Context, path string) error {
+	if err := collections.ValidateDocPath(path); err != nil {
+		return fmt.Errorf("access: delete %s: %w", path, err)
+	}
+	caller, err := d.caller(ctx)
+	if err != nil {
+		return fmt.Errorf("access: delete %s: %w", path, err)
+	}
+	if _, err := d.svc.Commit(ctx, caller, d.db, []collections.Write{{Type: collections.WriteDelete, Path: path}}); err != nil {
+		var we *collections.WriteError
+		if errors.As(err, &we) {
+			err = we.Err
+		}
+		return fmt.Errorf("access: delete %s: %w", path, err)
+	}
+	return nil
+}
+
 // write commits w with data as the REST API would receive it: encoded to
 // JSON and decoded with exact numbers (a copy the caller's map does not
 // alias), then cleaned of server-owned fields.

@@ -61,6 +61,19 @@ func TestDocs_CreateGetUpdate(t *testing.T) {
 	if _, err := docs.Update(ctx, "users/u1/chats/none", map[string]any{"x": 1}, 1); !errors.Is(err, collections.ErrPreconditionFailed) {
 		t.Errorf("conditional update of a missing document: err=%v, want ErrPreconditionFailed", err)
 	}
+
+	if err := docs.Delete(ctx, path); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := docs.Get(ctx, path); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("get after delete: err=%v, want ErrNotFound", err)
+	}
+	if err := docs.Delete(ctx, path); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("second delete: err=%v, want ErrNotFound", err)
+	}
+	if err := docs.Delete(ctx, "posts/p1"); err == nil {
+		t.Error("delete outside what the service key may write succeeded")
+	}
 }
 
 func TestDocs_Query(t *testing.T) {

@@ -25,6 +25,12 @@ func (e *Denied) Error() string {
 	return "access: security rules do not allow you to " + e.What
 }
 
+// Forbidden reports whether the refusal is of an authenticated caller
+// (403): the security rules, not a missing credential. Callers that must
+// tell it from other errors without importing this package (the agent
+// runtime, whose documents may also come over REST) test for the method.
+func (e *Denied) Forbidden() bool { return !e.Anonymous }
+
 // denied is the Denied for caller.
 func denied(caller *Caller, what string) error {
 	return &Denied{Anonymous: caller.anonymous(), What: what}
@@ -60,3 +66,26 @@ func (e *HiddenPrecondition) Unwrap() error { return collections.ErrPrecondition
 // Deny is the *Denied for caller refused what ("read your identity"), for
 // surfaces that refuse by a policy of their own.
 func Deny(caller *Caller, what string) error { return denied(caller, what) }
+
+// InvalidWrite is a write the service's WriteCheck refused: the document
+// as it would be stored is not one what reads it accepts (a user's agent
+// settings naming a plugin setting out of its range). It is a
+// collections.ErrInvalidDocument; the server answers 400 naming Field.
+type InvalidWrite struct {
+	Path string
+	// Field names what is wrong when the check knows it
+	// ("plugins.research-assistant.max_sources"); "" otherwise.
+	Field string
+	Msg   string
+}
+
+func (e *InvalidWrite) Error() string {
+	s := "access: invalid document " + e.Path + ": "
+	if e.Field != "" {
+		s += e.Field + ": "
+	}
+	return s + e.Msg
+}
+
+// Unwrap makes an InvalidWrite a collections.ErrInvalidDocument.
+func (e *InvalidWrite) Unwrap() error { return collections.ErrInvalidDocument }

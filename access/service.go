@@ -24,6 +24,14 @@ type Config struct {
 	// another. Nil: a random key per process (cursors do not survive a
 	// restart).
 	CursorKey []byte
+	// WriteCheck, when set, checks every write a caller other than an
+	// admin makes, with the document as it would be stored (a patch
+	// merged), after the security rules allowed it and before the commit:
+	// REST, batch and RxDB writes alike. Its error refuses the write as an
+	// *InvalidWrite (return one to name the field). Deletes are not
+	// checked. Admin writes are not either: the admin bypasses the rules,
+	// and what reads the documents re-checks them.
+	WriteCheck func(path string, data map[string]any) error
 }
 
 // Service applies the access protocol over one Store. It is safe for
@@ -32,6 +40,7 @@ type Service struct {
 	store   collections.Store
 	rules   atomic.Pointer[rules.Set]
 	cursors *cursorSealer
+	check   func(path string, data map[string]any) error
 }
 
 // New builds a Service.
@@ -43,7 +52,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("access: %w", err)
 	}
-	s := &Service{store: cfg.Store, cursors: cursors}
+	s := &Service{store: cfg.Store, cursors: cursors, check: cfg.WriteCheck}
 	if cfg.Rules == nil {
 		cfg.Rules = rules.Default()
 	}

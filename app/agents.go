@@ -16,6 +16,7 @@ import (
 	"github.com/loomdb/loom/internal/ssrf"
 	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/plugins"
 	"github.com/loomdb/loom/webhooks/tools"
 )
 
@@ -109,7 +110,14 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 	if err != nil {
 		return nil, err
 	}
+	engine, loadRules, err := agentRules(cfg, reg, logger, opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	return webhooks.New(webhooks.Config{
+		Rules:              engine,
+		LoadRules:          loadRules,
+		RuleLogRetention:   cfg.Agents.RuleLogRetention.Duration,
 		Docs:               docs,
 		Model:              model,
 		Tools:              reg,
@@ -127,6 +135,43 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 		MaxBody: sqlite.SystemDocumentFactor*int64(cfg.Limits.MaxDocumentBytes) + sqlite.SystemDocumentSlack,
 		Logger:  logger,
 	})
+}
+
+// agentRules loads the lifecycle rules and plugins (the shipped ones, then
+// [agents] rules_dir and plugins_dir) into an engine, and returns the
+// loader a reload runs again. A bad file refuses to start: the error names
+// the file, the rule and the field. The plugins may require the tools of
+// reg.
+func agentRules(cfg config.Config, reg *tools.Registry, logger *slog.Logger, metrics prometheus.Registerer) (*plugins.Engine, func() (*plugins.Set, error), error) {
+	opts := ruleLoadOptions(cfg, reg.Names())
+	load := func() (*plugins.Set, error) { return plugins.Load(opts) }
+	set, err := load()
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent rules: %w", err)
+	}
+	engine, err := plugins.NewEngine(set, plugins.EngineOptions{Logger: logger, Registerer: metrics})
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent rules: %w", err)
+	}
+	logger.Info("agent rules loaded", "rules", len(set.Rules), "plugins", len(set.Plugins),
+		"rules_dir", cfg.Agents.RulesDir, "plugins_dir", cfg.Agents.PluginsDir)
+	return engine, load, nil
+}
+
+// ruleLoadOptions are where the rules come from per the configuration;
+// capabilities are the runtime's tool names.
+func ruleLoadOptions(cfg config.Config, capabilities []string) plugins.LoadOptions {
+	return plugins.LoadOptions{
+		RulesDir:     cfg.Agents.RulesDir,
+		PluginsDir:   cfg.Agents.PluginsDir,
+		Builtin:      plugins.Builtin(),
+		Capabilities: capabilities,
+		Lua: plugins.LuaLimits{
+			Instructions: cfg.Agents.LuaInstructions,
+			Timeout:      cfg.Agents.LuaTimeout.Duration,
+			MemoryBytes:  cfg.Agents.LuaMemory,
+		},
+	}
 }
 
 // agentRoles are the built-in sub-agent roles with [agents.roles.*]

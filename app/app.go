@@ -78,6 +78,7 @@ type App struct {
 	// kept, so this is the one chance to show it.
 	AdminKey string
 
+	settings  *settingsRules // checks users' agent settings when the runtime runs elsewhere
 	ln        net.Listener
 	ownsLn    bool
 	ownsStore bool
@@ -136,7 +137,10 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	if err != nil {
 		return nil, err
 	}
-	if a.Access, err = access.New(access.Config{Store: a.Store, Rules: ruleSet, CursorKey: cursorKey}); err != nil {
+	if a.settings, err = openSettingsRules(cfg, a.Logger); err != nil {
+		return nil, err
+	}
+	if a.Access, err = access.New(access.Config{Store: a.Store, Rules: ruleSet, CursorKey: cursorKey, WriteCheck: a.checkWrite}); err != nil {
 		return nil, err
 	}
 	if a.Agents, err = openAgents(ctx, cfg, a.Auth, a.Access, AgentOptions{
@@ -156,6 +160,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	scfg.Triggers = a.Triggers
 	if a.Agents != nil { // a nil *Handlers in the interface would not be nil
 		scfg.Webhooks = a.Agents
+		scfg.AgentsAdmin = a.Agents.RulesAdmin()
 	}
 	scfg.CursorKey = cursorKey
 	scfg.Access = a.Access

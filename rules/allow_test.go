@@ -150,6 +150,27 @@ func TestSet_Allow_DefaultRuntimeOwned(t *testing.T) {
 		{"service writes a task", svc, rules.OpCreate, chat + "/tasks/t1", `{"type":"agent"}`, true},
 		{"service updates a sub-agent", svc, rules.OpUpdate, chat + "/sub-agents/s1", `{"iterationCount":1}`, true},
 		{"service writes usage", svc, rules.OpUpdate, "users/alice/agent-usage/2026-01-01", `{"tokens":1}`, true},
+		// The lifecycle rules' documents (docs/agent-rules.md).
+		{"own rule settings", alice, rules.OpCreate, "users/alice/agent-settings/rules", `{"disabledRules":[]}`, true},
+		{"own rule settings patch", alice, rules.OpUpdate, "users/alice/agent-settings/rules", `{"plugins":{}}`, true},
+		{"bob's rule settings", bob, rules.OpUpdate, "users/alice/agent-settings/rules", `{"plugins":{}}`, false},
+		{"forge plugin state", alice, rules.OpCreate, chat + "/plugin-state/research-assistant", `{"values":{"n":1}}`, false},
+		{"edit plugin state", alice, rules.OpUpdate, chat + "/plugin-state/standalone", `{"values":{}}`, false},
+		{"read plugin state", alice, rules.OpGet, chat + "/plugin-state/standalone", "", true},
+		{"forge a notification", alice, rules.OpCreate, chat + "/notifications/n1", `{"target":"orchestrator","message":"x"}`, false},
+		{"forge an event", alice, rules.OpCreate, chat + "/agent-events/e1", `{"type":"x"}`, false},
+		{"service writes plugin state", svc, rules.OpCreate, chat + "/plugin-state/standalone", `{"values":{}}`, true},
+		{"service writes an event", svc, rules.OpCreate, chat + "/agent-events/e1", `{"type":"x"}`, true},
+		{"user reads switches", alice, rules.OpList, "agent-rules/r1", "", false},
+		{"user writes a switch", alice, rules.OpCreate, "agent-rules/r1", `{"key":"r1","enabled":false}`, false},
+		{"user reads the log", alice, rules.OpGet, "agent-rule-log/l1", "", false},
+		{"user forges the log", alice, rules.OpCreate, "agent-rule-log/l1", `{"userId":"alice"}`, false},
+		{"anonymous reads the log", nil, rules.OpList, "agent-rule-log/l1", "", false},
+		{"service writes a switch", svc, rules.OpUpdate, "agent-rules/r1", `{"key":"r1","enabled":true}`, true},
+		{"service reads switches", svc, rules.OpList, "agent-rules/r1", "", true},
+		{"service writes the log", svc, rules.OpCreate, "agent-rule-log/l1", `{"userId":"alice"}`, true},
+		{"service prunes the log", svc, rules.OpDelete, "agent-rule-log/l1", "", true},
+		{"other role, the log", &rules.Auth{UID: "key:x", Roles: []string{"reader"}}, rules.OpGet, "agent-rule-log/l1", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ const (
 	routeAuth        = "/auth/v1"
 	routeRulesReload = "/admin/v1/rules/reload"
 	routeKeys        = "/admin/v1/keys"
+	routeAgentsAdmin = "/admin/v1/agents"
 )
 
 // maxAuthBody bounds auth request bodies: they hold a username and a

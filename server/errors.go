@@ -103,6 +103,7 @@ func classify(err error) *apiError {
 		pe  *collections.PreconditionError
 		hpe *access.HiddenPrecondition
 		de  *access.Denied
+		iw  *access.InvalidWrite
 		mbe *http.MaxBytesError
 		rle *auth.RateLimitError
 	)
@@ -113,6 +114,13 @@ func classify(err error) *apiError {
 			return errorf(http.StatusUnauthorized, codeUnauthenticated, "Authentication required to %s.", de.What)
 		}
 		return errorf(http.StatusForbidden, codePermissionDenied, "Security rules do not allow you to %s.", de.What)
+	case errors.As(err, &iw):
+		// The check names the user's own input and the bound it broke.
+		e := errorf(http.StatusBadRequest, codeBadRequest, "Invalid document %s: %s.", iw.Path, strings.TrimSuffix(invalidWriteMsg(iw), "."))
+		if iw.Field != "" {
+			e.withDetail("field", iw.Field)
+		}
+		return e
 	case errors.Is(err, access.ErrSystemWrite):
 		return errorf(http.StatusForbidden, codePermissionDenied, "System collections cannot be written through the document API.")
 	case errors.Is(err, access.ErrBadCursor):
@@ -176,6 +184,13 @@ func classify(err error) *apiError {
 	e := errorf(http.StatusInternalServerError, codeInternal, "Internal server error.")
 	e.cause = err
 	return e
+}
+
+func invalidWriteMsg(iw *access.InvalidWrite) string {
+	if iw.Field != "" {
+		return iw.Field + ": " + iw.Msg
+	}
+	return iw.Msg
 }
 
 // sentence turns a validation error from collections into a message for the

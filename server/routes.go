@@ -57,6 +57,14 @@ func (s *Server) routes() *gin.Engine {
 		r.POST("/webhooks/*name", s.budgetBody, gin.WrapH(s.webhooks))
 	}
 
+	if s.agentsAdmin != nil {
+		// The agent runtime's rules admin API (docs/agent-rules.md): the
+		// handler routes below the prefix; only the admin reaches it.
+		h := gin.WrapH(s.agentsAdmin)
+		r.GET(routeAgentsAdmin+"/*rest", s.authenticate, s.requireAdmin, h)
+		r.POST(routeAgentsAdmin+"/*rest", s.authenticate, s.requireAdmin, s.budgetBody, h)
+	}
+
 	db := r.Group(routeDatabase, s.authenticate, s.database)
 	db.GET(routeDocuments, s.getDocuments)
 	db.POST(routeDocuments, s.createDocument)

@@ -134,6 +134,10 @@ type Config struct {
 	// Webhooks serves /webhooks/* (the agent runtime's handlers, which
 	// authenticate deliveries by their signature); nil: 404.
 	Webhooks http.Handler
+	// AgentsAdmin serves the agent runtime's rules admin API under
+	// /admin/v1/agents/ (webhooks.Handlers.RulesAdmin) behind admin
+	// authentication; nil: 404.
+	AgentsAdmin http.Handler
 	// CursorKey seals the query cursors handed to clients (at least
 	// access.MinCursorKeyBytes; see access/cursor.go). Every node serving
 	// the same data must use the same key, or a cursor from one node is
@@ -175,6 +179,7 @@ type Server struct {
 	rxdb            RxDBConfig
 	triggers        *triggers.Service
 	webhooks        http.Handler
+	agentsAdmin     http.Handler
 	engine          *gin.Engine
 }
 
@@ -213,6 +218,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		rxdb:            cfg.RxDB,
 		triggers:        cfg.Triggers,
 		webhooks:        cfg.Webhooks,
+		agentsAdmin:     cfg.AgentsAdmin,
 		metricsAuth:     cfg.MetricsRequireKey,
 		limits:          requestLimiters(cfg),
 		signups:         signupLimiters(cfg),

@@ -22,6 +22,9 @@ type Docs interface {
 	// Update deep-merges data into the document (PATCH semantics). With
 	// ifVersion > 0 it applies only at that version.
 	Update(ctx context.Context, path string, data map[string]any, ifVersion int64) (*collections.Document, error)
+	// Delete removes the live document at path; a missing one is
+	// ErrNotFound (pruning treats that as done).
+	Delete(ctx context.Context, path string) error
 	// Query returns up to q.Limit documents (default 100), however many
 	// pages that takes.
 	Query(ctx context.Context, q collections.Query) ([]*collections.Document, error)

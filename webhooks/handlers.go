@@ -103,6 +103,7 @@ type Handlers struct {
 	m      *metrics
 	seals  sealer
 	routes map[string]func(context.Context, *Event) error
+	rules  *rulesState // lifecycle rules: switches, reloads, execution log (rulesadmin.go)
 }
 
 // New builds the handlers.
@@ -152,6 +153,9 @@ func New(cfg Config) (*Handlers, error) {
 	}
 	h := &Handlers{cfg: cfg, docs: cfg.Docs, model: meteredModel{Model: cfg.Model, m: m}, tools: cfg.Tools, wh: wh,
 		log: cfg.Logger.With("component", "agents"), m: m, seals: newSealer(cfg.Secret)}
+	if h.rules, err = newRulesState(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("webhooks: metrics: %w", err)
+	}
 	h.routes = map[string]func(context.Context, *Event) error{
 		"orchestrator":          h.orchestrator,
 		"agent-init":            h.agentInit,

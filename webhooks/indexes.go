@@ -23,4 +23,8 @@ var Indexes = []collections.Index{
 	{Collection: "users/*/orch-chats/*/sub-agents/*/tool-calls", Fields: []string{"status"}},
 	// pendingNotices: a prompt's pending notifications of the rules.
 	{Collection: "users/*/orch-chats/*/notifications", Fields: []string{"target", "status"}},
+	// The rules' execution log: pruning (at) and the admin's listing,
+	// newest first, of everyone or of one user.
+	{Collection: ruleLogCollection, Fields: []string{"at"}},
+	{Collection: ruleLogCollection, Fields: []string{"userId", "at"}},
 }

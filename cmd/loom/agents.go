@@ -16,6 +16,7 @@ import (
 
 	"github.com/loomdb/loom/app"
 	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/webhooks"
 	"github.com/loomdb/loom/webhooks/loomclient"
 )
 
@@ -53,6 +54,8 @@ func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/webhooks/", h)
+	// The rules admin API, for the remote Loom's admins only.
+	mux.Handle(webhooks.RulesAdminPrefix+"/", newRemoteAdmin(remote.URL).wrap(h.RulesAdmin()))
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", *addr)
@@ -60,7 +63,10 @@ func agents(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "Loom agents %s serving http://%s/webhooks/* for %s\n", version, ln.Addr(), remote.URL)
+	fmt.Fprintf(stdout, "Loom agents %s serving http://%s/webhooks/* (and the rules admin API) for %s\n", version, ln.Addr(), remote.URL)
+	hctx, stopHUP := context.WithCancel(ctx)
+	defer stopHUP()
+	go reloadOnHUP(hctx, h.ReloadRules)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

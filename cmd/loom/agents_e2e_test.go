@@ -515,6 +515,24 @@ func TestAgents_StandaloneProcess(t *testing.T) {
 	token, uid := chatUser(t, serve.url)
 	sayInChat(t, serve.url, token, uid, "What is 6*7?")
 	checkOfflineAnswer(t, waitResult(t, serve.url, token, uid, 20*time.Second, serve, agents))
+
+	// The rules admin API of loom agents admits the remote Loom's admins
+	// only, and its switches are documents of the remote Loom.
+	rulesURL := agents.url + "/admin/v1/agents/rules"
+	for _, c := range []struct {
+		key  string
+		want int
+	}{{"", 401}, {"nope", 401}, {token, 403}, {apiKey, 403}, {"k", 200}} {
+		if code, body := request(t, "GET", rulesURL, c.key, nil); code != c.want {
+			t.Errorf("GET %s with %q: status=%d %v, want %d", rulesURL, c.key, code, body, c.want)
+		}
+	}
+	if code, body := request(t, "POST", agents.url+"/admin/v1/agents/plugins/token-budget/enable", "k", nil); code != 200 || body["effective"] != true {
+		t.Errorf("enable token-budget through loom agents: status=%d %v", code, body)
+	}
+	if sw := listColl(t, serve.url, "k", "agent-rules"); len(sw) != 1 || sw[0]["key"] != "plugin:token-budget" {
+		t.Errorf("switch documents on the Loom server: %v, want the token-budget plugin's", sw)
+	}
 	wantNoDeadDeliveries(t, serve.url)
 	noErrorLogs(t, serve)
 	noErrorLogs(t, agents)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/loomdb/loom/app"
 	"github.com/loomdb/loom/internal/config"
-	"github.com/loomdb/loom/triggers"
 )
 
 // serve runs `loom serve`: flags and configuration, then the node app
@@ -39,7 +38,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	announce(stdout, a)
 	hctx, stopHUP := context.WithCancel(ctx)
 	defer stopHUP()
-	go reloadOnHUP(hctx, a.Triggers)
+	go reloadOnHUP(hctx, a.Triggers.Reload, a.ReloadAgentRules)
 	return a.Run(ctx)
 }
 
@@ -69,9 +68,10 @@ func announce(stdout io.Writer, a *app.App) {
 	a.Logger.Info("serving", "addr", a.Addr.String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
 }
 
-// reloadOnHUP re-reads triggers.json on SIGHUP (a bad file keeps the
-// current triggers; Reload logs why). Process signals belong to the binary.
-func reloadOnHUP(ctx context.Context, trig *triggers.Service) {
+// reloadOnHUP runs the reloads on SIGHUP: triggers.json, and the agent
+// rule and plugin files (a bad file keeps what is in force; each reload
+// logs why). Process signals belong to the binary.
+func reloadOnHUP(ctx context.Context, reloads ...func(context.Context) error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -80,7 +80,9 @@ func reloadOnHUP(ctx context.Context, trig *triggers.Service) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			_ = trig.Reload(ctx)
+			for _, reload := range reloads {
+				_ = reload(ctx)
+			}
 		}
 	}
 }

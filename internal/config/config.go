@@ -201,7 +201,30 @@ type Agents struct {
 	// (http_get, http tools), whose URLs the model chooses. Default none.
 	AllowHosts []string `toml:"allow_hosts"`
 	AllowCIDRs []string `toml:"allow_cidrs"`
+	// RulesDir holds standalone lifecycle rule files (*.toml) and
+	// PluginsDir one directory per plugin (<id>/manifest.toml); default
+	// none (the shipped rules and plugins only). Relative paths are
+	// resolved against the working directory, as tools_file is
+	// (docs/agent-rules.md).
+	RulesDir   string `toml:"rules_dir"`
+	PluginsDir string `toml:"plugins_dir"`
+	// RuleLogRetention is how long the rules' execution log is kept
+	// (default 24h).
+	RuleLogRetention Duration `toml:"rule_log_retention"`
+	// LuaInstructions, LuaTimeout and LuaMemory bound one run of a rule's
+	// Lua script (0: the defaults, 100000 instructions, 50ms, 16 MiB).
+	LuaInstructions int64    `toml:"lua_instructions"`
+	LuaTimeout      Duration `toml:"lua_timeout"`
+	LuaMemory       int64    `toml:"lua_memory"`
 }
+
+// Upper bounds of the Lua limits: past them one rule's script could hold a
+// handler (and its delivery worker) for long or take much of the heap.
+const (
+	MaxLuaInstructions = 100_000_000
+	MaxLuaTimeout      = 10 * time.Second
+	MaxLuaMemory       = 1 << 30
+)
 
 // Tool is a [[tool]] entry: a tool offered to the agents, the same fields
 // as an entry of the tools file (README, "Agent runtime").
@@ -469,6 +492,9 @@ func (c *Config) Validate() error {
 	if c.Auth.MaxConcurrentHashes < 0 || c.Auth.SignupBurst < 0 {
 		return fmt.Errorf("config: [auth] max_concurrent_hashes and signup_burst must not be negative")
 	}
+	if err := c.Agents.validateRules(); err != nil {
+		return err
+	}
 	for _, ix := range c.Indexes {
 		if err := ix.Validate(); err != nil {
 			return fmt.Errorf("config: [[index]]: %w", err)
@@ -521,4 +547,32 @@ func (c *Config) MissingSharedSettings() []string {
 		}
 	}
 	return missing
+}
+
+// validateRules checks the [agents] keys of the lifecycle rules: the
+// directories, when named, must be directories (a typo would otherwise
+// load no rule without a word), and the Lua limits must be in range.
+func (a *Agents) validateRules() error {
+	for _, d := range []struct{ key, dir string }{{"rules_dir", a.RulesDir}, {"plugins_dir", a.PluginsDir}} {
+		if d.dir == "" {
+			continue
+		}
+		fi, err := os.Stat(d.dir)
+		if err != nil {
+			return fmt.Errorf("config: [agents] %s: %w", d.key, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("config: [agents] %s: %s is not a directory", d.key, d.dir)
+		}
+	}
+	if n := a.LuaInstructions; n < 0 || n > MaxLuaInstructions {
+		return fmt.Errorf("config: [agents] lua_instructions must be between 0 (the default) and %d, got %d", MaxLuaInstructions, n)
+	}
+	if d := a.LuaTimeout.Duration; d > MaxLuaTimeout {
+		return fmt.Errorf("config: [agents] lua_timeout must be at most %s, got %s", MaxLuaTimeout, d)
+	}
+	if n := a.LuaMemory; n < 0 || n > MaxLuaMemory {
+		return fmt.Errorf("config: [agents] lua_memory must be between 0 (the default) and %d bytes, got %d", MaxLuaMemory, n)
+	}
+	return nil
 }

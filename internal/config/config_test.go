@@ -123,7 +123,9 @@ func TestLoad_Errors(t *testing.T) {
 // The repository's loom.toml (what `make run` uses) loads: every key in it
 // is known.
 func TestShippedConfigLoads(t *testing.T) {
-	cfg, err := config.Load(config.Flags{Config: filepath.Join("..", "..", "loom.toml")}, env(nil))
+	// From the repository root, as make run reads it (rules_dir is relative).
+	t.Chdir(filepath.Join("..", ".."))
+	cfg, err := config.Load(config.Flags{Config: "loom.toml"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,5 +371,48 @@ func TestLoad_MongoErrors(t *testing.T) {
 	}
 	if _, err := config.Load(config.Flags{Config: writeFile(t, "[mongo]\ndatabase = \"\"\n"), Engine: "mongo", MongoURI: "mongodb://db"}, withEnv(sharedEnv)); err == nil || !strings.Contains(err.Error(), "database") {
 		t.Errorf("empty [mongo] database: err=%v, want one naming it", err)
+	}
+}
+
+// [agents] of the lifecycle rules: the directories and the limits load;
+// a missing directory, a file named as a directory and out-of-range
+// limits are refused with the key named.
+func TestLoad_AgentRules(t *testing.T) {
+	dir := t.TempDir()
+	rules, plugins := filepath.Join(dir, "rules"), filepath.Join(dir, "plugins")
+	for _, d := range []string{rules, plugins} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := writeFile(t, "[agents]\nrules_dir = \""+rules+"\"\nplugins_dir = \""+plugins+"\"\nrule_log_retention = \"2h\"\n"+
+		"lua_instructions = 5000\nlua_timeout = \"20ms\"\nlua_memory = 1048576\n")
+	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Agents
+	if a.RulesDir != rules || a.PluginsDir != plugins || a.RuleLogRetention.Duration != 2*time.Hour ||
+		a.LuaInstructions != 5000 || a.LuaTimeout.Duration != 20*time.Millisecond || a.LuaMemory != 1<<20 {
+		t.Fatalf("agents=%+v", a)
+	}
+
+	file := filepath.Join(dir, "file.toml")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ body, want string }{
+		{"rules_dir = \"" + filepath.Join(dir, "none") + "\"", "rules_dir"},
+		{"plugins_dir = \"" + file + "\"", "plugins_dir: " + file + " is not a directory"},
+		{"lua_instructions = -1", "lua_instructions"},
+		{"lua_instructions = 1000000000", "lua_instructions"},
+		{"lua_timeout = \"1m\"", "lua_timeout"},
+		{"lua_memory = 4294967296", "lua_memory"},
+		{"rule_log_retention = \"-1h\"", "rule_log_retention"},
+	} {
+		_, err := config.Load(config.Flags{Config: writeFile(t, "[agents]\n"+tt.body+"\n")}, env(nil))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err=%v, want one naming %q", tt.body, err, tt.want)
+		}
 	}
 }

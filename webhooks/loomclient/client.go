@@ -174,6 +174,10 @@ func (e *HTTPError) Error() string {
 	return b.String()
 }
 
+// Forbidden reports a 403: the security rules deny the operation (as
+// access.Denied.Forbidden does in process).
+func (e *HTTPError) Forbidden() bool { return e.Status == http.StatusForbidden }
+
 // Unwrap returns the sentinel matching the status, if any.
 func (e *HTTPError) Unwrap() error { return e.sentinel }
 
@@ -263,6 +267,16 @@ func (c *Client) Update(ctx context.Context, path string, data map[string]any, i
 		return nil, err
 	}
 	return decodeDoc(resp)
+}
+
+// Delete removes the live document at path. A missing document is
+// ErrNotFound.
+func (c *Client) Delete(ctx context.Context, path string) error {
+	if err := collections.ValidateDocPath(path); err != nil {
+		return fmt.Errorf("loomclient: delete %s: %w", path, err)
+	}
+	_, err := c.do(ctx, http.MethodDelete, path, c.docURL(path), nil, nil)
+	return err
 }
 
 // maxEmptyPages bounds how many empty pages in a row Query follows before

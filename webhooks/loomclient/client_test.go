@@ -255,6 +255,25 @@ func TestGetMissing(t *testing.T) {
 	}
 }
 
+func TestDelete(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(t, adminKey, 0)
+	ctx := context.Background()
+	const path = "users/u1/chats/c1"
+	if _, err := c.Create(ctx, path, map[string]any{"x": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, path); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := c.Get(ctx, path); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	if err := c.Delete(ctx, path); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("second Delete: %v, want ErrNotFound", err)
+	}
+}
+
 func seed(t *testing.T, e *env, n int) {
 	t.Helper()
 	for start := 0; start < n; start += 250 {

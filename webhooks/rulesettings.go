@@ -1,0 +1,56 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/plugins"
+)
+
+// userRuleSettingsPath is the user's agent settings document.
+func userRuleSettingsPath(uid string) string { return "users/" + uid + "/" + userRuleSettingsDoc }
+
+// isUserRuleSettingsPath reports whether path is some user's agent settings
+// document (users/{uid}/agent-settings/rules).
+func isUserRuleSettingsPath(path string) bool {
+	s := strings.Split(path, "/")
+	return len(s) == 4 && s[0] == "users" && s[1] != "" && s[2]+"/"+s[3] == userRuleSettingsDoc
+}
+
+// ValidateWrite checks a write of the document at path as it would be
+// stored: a user's agent settings document must name existing rules and
+// plugin settings with valid values (*plugins.SettingError). Other paths
+// pass, and so does everything when no rules are configured (there is
+// nothing to check against; the runtime re-checks when it reads).
+func (h *Handlers) ValidateWrite(path string, data map[string]any) error {
+	if h.cfg.Rules == nil {
+		return nil
+	}
+	return ValidateUserRuleSettings(h.cfg.Rules.Set(), path, data)
+}
+
+// ValidateUserRuleSettings is ValidateWrite against set, for a node that
+// checks users' writes without running the runtime (loom serve next to
+// loom agents).
+func ValidateUserRuleSettings(set *plugins.Set, path string, data map[string]any) error {
+	if set == nil || data == nil || !isUserRuleSettingsPath(path) {
+		return nil
+	}
+	return set.ValidateUserSettings(data)
+}
+
+// userRuleSettings returns the data of the user's agent settings document
+// (nil when there is none).
+func (h *Handlers) userRuleSettings(ctx context.Context, uid string) (map[string]any, error) {
+	d, err := h.docs.Get(ctx, userRuleSettingsPath(uid))
+	if errors.Is(err, collections.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the user's agent settings: %w", err)
+	}
+	return d.Data, nil
+}
