@@ -48,6 +48,9 @@ type stackOpts struct {
 	// rules, when set, is the server's rules file (default: the shipped
 	// rules).
 	rules string
+	// rulesDir is [agents] rules_dir: standalone lifecycle rule files
+	// (with the shipped rules and plugins).
+	rulesDir string
 	// Per-user limits (0: the runtime's defaults).
 	userTokensPerDay, userConcurrentRuns int
 }
@@ -58,6 +61,7 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		// The tools' HTTP may reach the test servers on loopback.
 		c.Agents.AllowHosts = []string{"127.0.0.1"}
 		c.Agents.MaxIterations, c.Agents.TokenBudget = o.maxIterations, o.tokenBudget
+		c.Agents.RulesDir = o.rulesDir
 		c.Agents.UserTokensPerDay, c.Agents.UserConcurrentRuns = o.userTokensPerDay, o.userConcurrentRuns
 	}})
 	s := &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
