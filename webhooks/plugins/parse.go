@@ -273,6 +273,8 @@ func parseAction(f *ruleFile, md toml.MetaData, r *Rule, bad func(field, format 
 			act.tmpl.payload = compileTree("action.payload", a.Payload, 0, tmpl, bad)
 		}
 	}
+	act.tmpl.parts = templateParts(act.templates())
+	act.tmpl.mutates = templatesMutate(act.templates())
 }
 
 // maxTreeDepth bounds the nesting of a value or payload.

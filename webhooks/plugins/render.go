@@ -6,14 +6,16 @@ import "fmt"
 // value or payload tree): it becomes a prompt message or a document.
 const maxRendered = 256 << 10
 
-// render renders the action's templates with `context` = a copy of m.
-// The copy is needed because gonja's list.reverse() reverses its receiver
-// in place, and m's lists and maps are shared: with the runtime (a
-// plugin's state, which a template would rewrite outside set_state) and
-// with the next rule's evaluation. Only the fields the templates read are
-// copied (the history is large and rarely rendered).
+// render renders the action's templates with `context` = m, or a copy of
+// it when a template may change what it is given ({% set x.y = %},
+// list.reverse(): see templatesMutate): m's lists and maps are shared with
+// the runtime (a plugin's state, which a template would rewrite outside
+// set_state) and with the next rule's evaluation. Only the fields the
+// templates read are copied.
 func (a *Action) render(m map[string]any) (Rendered, error) {
-	m = copyParts(m, a.tmpl.parts)
+	if a.tmpl.mutates {
+		m = copyParts(m, a.tmpl.parts)
+	}
 	out := Rendered{
 		Type: a.Type, Category: a.Category, Priority: a.Priority, DeliverAt: a.DeliverAt,
 		Level: a.Level, EventType: a.EventType,

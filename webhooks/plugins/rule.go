@@ -82,8 +82,9 @@ type compiledAction struct {
 	value   any // the Value tree with *Template in place of strings
 	payload any // likewise for Payload
 	// parts are the context fields the templates read (nil: any), the
-	// ones rendering copies.
-	parts []string
+	// ones rendering copies when mutates says a template may change them.
+	parts   []string
+	mutates bool
 }
 
 // Plugin is a loaded, validated plugin (its manifest and its rules).

@@ -23,7 +23,6 @@ func newSet(rules []*Rule, plugins []*Plugin, capabilities []string) *Set {
 	for _, r := range s.Rules {
 		s.byHook[r.Trigger] = append(s.byHook[r.Trigger], r)
 		s.rules[r.Key()] = r
-		r.Action.tmpl.parts = templateParts(r.Action.templates())
 		n := s.needs[r.Trigger]
 		n.or(ruleNeeds(r))
 		s.needs[r.Trigger] = n
@@ -115,6 +114,25 @@ func templateParts(texts []string) []string {
 		parts = []string{} // reads nothing of the context
 	}
 	return parts
+}
+
+// mutation finds what in a template can change a value it was given: a
+// {% set %} (or {% do %}) whose target is an attribute or an item, and the
+// methods that change their receiver in place (gonja's list.append and
+// reverse; dict.pop, setdefault, update and clear, which work on a copy
+// today but need not).
+var mutation = regexp.MustCompile(`\{%[-+]?\s*(set|do)\s+[^=%]*[.\[]|\.\s*(append|reverse|pop|setdefault|update|clear)\s*\(`)
+
+// templatesMutate reports whether any of the texts may change the values
+// of the context it renders with (a conservative textual judgement: a
+// false positive only costs a copy).
+func templatesMutate(texts []string) bool {
+	for _, t := range texts {
+		if mutation.MatchString(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // templates returns the action's template sources.

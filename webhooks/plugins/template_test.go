@@ -192,7 +192,7 @@ trigger = "on_tool_complete"
 expression = "true"
 [action]
 type = "log"
-message = "{% do context.state.update({'count': 99}) %}{% do context.result.arguments.clear() %}{% do context.history.messages.reverse() %}{% do context.state.items.reverse() %}{{ context.state.items[0] }}"
+message = "{% set context.state.count = 98 %}{%- set context.result.arguments['q'] = 'z' %}{% do context.state.update({'count': 99}) %}{% do context.result.arguments.clear() %}{% do context.history.messages.reverse() %}{% do context.state.items.reverse() %}{{ context.state.items[0] }}"
 `
 	r, errs := parseRule("x.toml", src)
 	if len(errs) > 0 {
@@ -210,10 +210,29 @@ message = "{% do context.state.update({'count': 99}) %}{% do context.result.argu
 	if got.Message != "y" {
 		t.Errorf("message %q", got.Message)
 	}
-	if state["count"] != 1 || state["items"].([]any)[0] != "x" || len(args) != 1 {
+	if state["count"] != 1 || state["items"].([]any)[0] != "x" || len(args) != 1 || args["q"] != "x" {
 		t.Errorf("state %v, arguments %v", state, args)
 	}
 	if first := m["history"].(map[string]any)["messages"].([]any)[0].(map[string]any)["content"]; first != "a" {
 		t.Errorf("messages reordered: first is %v", first)
+	}
+}
+
+// Templates that cannot change their values render without a copy; the
+// others are recognised, whatever their spelling.
+func TestTemplatesMutate(t *testing.T) {
+	for src, want := range map[string]bool{
+		"{{ context.history.tools | length }} {{ context.result.name | upper }}": false,
+		"{% set n = context.turn.number %}{{ n }}":                               false,
+		"{% set context.state.k = 1 %}":                                          true,
+		"{%- set x[0] = 1 %}":                                                    true,
+		"{%set context.state['k'] = 1%}":                                         true,
+		"{% do context.history.messages.reverse() %}":                            true,
+		"{{ context.state.items.append(1) }}":                                    true,
+		"{{ context.state . pop ('k') }}":                                        true,
+	} {
+		if got := templatesMutate([]string{src}); got != want {
+			t.Errorf("templatesMutate(%q) = %v, want %v", src, got, want)
+		}
 	}
 }
