@@ -3,6 +3,8 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -202,13 +204,53 @@ func subHistory(msgs []*collections.Document) plugins.History {
 }
 
 // argsOf decodes a tool call's JSON arguments (empty when they are not an
-// object).
+// object). The model writes them, from the user's text, and a tool like
+// write_file carries a whole file in one: each string is cut to
+// maxArgText and the whole to about maxContextText, so the 50 calls
+// history.tools holds stay bounded like its messages.
 func argsOf(s string) map[string]any {
 	var args map[string]any
 	if json.Unmarshal([]byte(s), &args) != nil || args == nil {
 		return map[string]any{}
 	}
-	return plainMap(args)
+	budget := maxContextText
+	return boundValue(plainMap(args), &budget).(map[string]any)
+}
+
+// maxArgText bounds each string of a tool call's arguments in the context:
+// small enough that a long one leaves room for the others (a path next to
+// a file's content).
+const maxArgText = 1 << 10
+
+// boundValue cuts the strings of v and drops the map entries and list
+// elements past budget (bytes of keys and strings, 8 for any other value),
+// which it spends.
+func boundValue(v any, budget *int) any {
+	switch t := v.(type) {
+	case string:
+		t = truncate(t, max(min(*budget, maxArgText), 0))
+		*budget -= len(t)
+		return t
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if *budget -= len(k) + 8; *budget < 0 {
+				break
+			}
+			out[k] = boundValue(t[k], budget)
+		}
+		return out
+	case []any:
+		out := make([]any, 0, len(t))
+		for _, e := range t {
+			if *budget -= 8; *budget < 0 {
+				break
+			}
+			out = append(out, boundValue(e, budget))
+		}
+		return out
+	}
+	return v
 }
 
 func lastN[T any](s []T, n int) []T {
