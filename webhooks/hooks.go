@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/plugins"
@@ -362,21 +361,22 @@ func (h *Handlers) projectSettings(ctx context.Context, c chat) (map[string]any,
 }
 
 // tokenUsage is the share of the user's daily token budget spent (0 when
-// unlimited), as checkTokens counts it.
-func (h *Handlers) tokenUsage(ctx context.Context, uid string) (float64, error) {
+// unlimited), as checkTokens counts it, with the record it read (nil when
+// none was), which the step's model call takes as read.
+func (h *Handlers) tokenUsage(ctx context.Context, uid string) (float64, *usageRead, error) {
 	limit := h.cfg.UserTokensPerDay
 	if limit <= 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
-	d, err := h.getOpt(ctx, usagePath(uid, time.Now()))
-	if err != nil || d == nil {
-		return 0, err
+	read, err := h.readUsage(ctx, uid, nil)
+	if err != nil || read.doc == nil {
+		return 0, read, err
 	}
-	n, ok := collections.Int64(d.Data["tokens"])
+	n, ok := collections.Int64(read.doc.Data["tokens"])
 	if !ok || n < 0 {
-		return 1, nil // counts as spent (checkTokens)
+		return 1, read, nil // counts as spent (checkTokens)
 	}
-	return float64(n) / float64(limit), nil
+	return float64(n) / float64(limit), read, nil
 }
 
 // plainMap converts a decoded document value (json.Number and the like)
