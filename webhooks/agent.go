@@ -192,14 +192,15 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	if err != nil {
 		return err
 	}
-	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, append(notes, pending...), seen)
+	notes = promptNotices(append(notes, pending...))
+	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, notes, seen)
 	if err != nil {
 		return err
 	}
 	if failure != "" {
 		return h.finishTask(ctx, c, sa, agent, task, "", failure)
 	}
-	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(pending))
+	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(notes))
 	if err != nil || step == nil {
 		return err
 	}

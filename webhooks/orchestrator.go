@@ -103,7 +103,8 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if err != nil {
 		return nil, err
 	}
-	res, err := h.askOrchestrator(ctx, c, msg, history, append(notes, pending...), seen)
+	notes = promptNotices(append(notes, pending...))
+	res, err := h.askOrchestrator(ctx, c, msg, history, notes, seen)
 	if le, ok := asLimit(err); ok {
 		// A limit of the user's: say so once, in the chat, and stop.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
@@ -135,7 +136,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
 	}
-	if ids := noticeIDs(pending); len(ids) > 0 {
+	if ids := noticeIDs(notes); len(ids) > 0 {
 		data["notifications"] = ids
 	}
 	return h.createOnce(ctx, replyPath, h.seals.seal(replyPath, data, chatMessageSeal))
