@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,8 +38,7 @@ func (r *raceDocs) Update(ctx context.Context, path string, data map[string]any,
 // rules again over the state the other wrote, instead of writing the value
 // it rendered from the state before (which counted once for both).
 func TestRunHook_ConcurrentStateWritesBothCount(t *testing.T) {
-	dir := t.TempDir()
-	writeTestFile(t, filepath.Join(dir, "count-tools.toml"), `
+	eng := testEngine(t, map[string]string{"count-tools": `
 [rule]
 id = "count-tools"
 trigger = "on_tool_complete"
@@ -52,15 +50,7 @@ expression = "true"
 type = "set_state"
 key = "tools"
 value = "{{ (context.state.tools | default(0) | int) + 1 }}"
-`)
-	set, err := plugins.Load(plugins.LoadOptions{RulesDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := plugins.NewEngine(set, plugins.EngineOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+`})
 	env := &rulesEnv{store: openTestStore(t)}
 	docs := &raceDocs{Docs: env.serviceDocs()}
 	h := offlineHandlers(t, Config{Docs: docs, Rules: eng})

@@ -26,12 +26,12 @@ func (g *getCounter) Get(ctx context.Context, path string) (*collections.Documen
 // usage record once: the model call's budget check takes the hook's read.
 // Likewise a decision with an on_query_start rule.
 func TestHooks_UsageReadOncePerModelCall(t *testing.T) {
-	dir := t.TempDir()
+	files := map[string]string{}
 	for _, hook := range []string{"on_turn_start", "on_query_start"} {
-		writeTestFile(t, filepath.Join(dir, hook+".toml"), `
+		files[hook] = `
 [rule]
-id = "`+strings.ReplaceAll(hook, "_", "-")+`"
-trigger = "`+hook+`"
+id = "` + strings.ReplaceAll(hook, "_", "-") + `"
+trigger = "` + hook + `"
 
 [condition]
 expression = "context.turn.token_usage >= 0.5"
@@ -39,19 +39,11 @@ expression = "context.turn.token_usage >= 0.5"
 [action]
 type = "notify_self"
 message = "half spent"
-`)
-	}
-	set, err := plugins.Load(plugins.LoadOptions{RulesDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := plugins.NewEngine(set, plugins.EngineOptions{})
-	if err != nil {
-		t.Fatal(err)
+`
 	}
 	env := &rulesEnv{store: openTestStore(t)}
 	docs := &getCounter{Docs: env.serviceDocs(), gets: map[string]int{}}
-	h := offlineHandlers(t, Config{Docs: docs, Rules: eng, UserTokensPerDay: 1000})
+	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, files), UserTokensPerDay: 1000})
 	ctx := context.Background()
 	c := chat{uid: "u1", id: "c1"}
 	usage := usagePath(c.uid, time.Now())
@@ -91,6 +83,24 @@ message = "half spent"
 	if got := num(mustGet(t, docs, usage), "tokens"); got <= 600 {
 		t.Errorf("tokens=%d after two calls from 600: the calls' usage was not added", got)
 	}
+}
+
+// testEngine is an engine over standalone rule files (name → TOML).
+func testEngine(t *testing.T, files map[string]string) *plugins.Engine {
+	t.Helper()
+	dir := t.TempDir()
+	for name, src := range files {
+		writeTestFile(t, filepath.Join(dir, name+".toml"), src)
+	}
+	set, err := plugins.Load(plugins.LoadOptions{RulesDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := plugins.NewEngine(set, plugins.EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
 
 func mustGet(t *testing.T, d Docs, path string) *collections.Document {
