@@ -184,7 +184,7 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	}
 	// on_turn_start, then the notifications of the sub-agent's earlier
 	// hooks (on_turn_end, on_tool_*): both go into this step's prompt.
-	notes, err := h.turnStartHook(ctx, c, sa, agent, msgs)
+	notes, seen, err := h.turnStartHook(ctx, c, sa, agent, msgs)
 	if err != nil {
 		return err
 	}
@@ -192,14 +192,15 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	if err != nil {
 		return err
 	}
-	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, append(notes, pending...))
+	notes = promptNotices(append(notes, pending...))
+	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, notes, seen)
 	if err != nil {
 		return err
 	}
 	if failure != "" {
 		return h.finishTask(ctx, c, sa, agent, task, "", failure)
 	}
-	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(pending))
+	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(notes))
 	if err != nil || step == nil {
 		return err
 	}
@@ -248,8 +249,8 @@ func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *colle
 // retry of the same request cannot fix (so the user hears about it
 // instead of waiting on dead deliveries). Other errors are returned for
 // the delivery to retry.
-func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice) (*llm.Response, string, error) {
-	res, err := h.complete(ctx, uid, llm.Request{Messages: withNotices(buildContext(agent, msgs), notes), Tools: h.roleTools(role)})
+func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice, seen *usageRead) (*llm.Response, string, error) {
+	res, err := h.completeSeen(ctx, uid, llm.Request{Messages: withNotices(buildContext(agent, msgs), notes), Tools: h.roleTools(role)}, seen)
 	if le, ok := asLimit(err); ok {
 		return nil, le.msg, nil
 	}

@@ -46,7 +46,15 @@ func usagePath(uid string, t time.Time) string {
 // a limitError, before any request is sent, once the user's tokens of the
 // day are spent, and it adds what the call used to the user's usage.
 func (h *Handlers) complete(ctx context.Context, uid string, req llm.Request) (*llm.Response, error) {
-	usage, err := h.checkTokens(ctx, uid, promptEstimate(req))
+	return h.completeSeen(ctx, uid, req, nil)
+}
+
+// completeSeen is complete starting from seen, the usage record the
+// handler read just before (a hook's turn.token_usage), when it is of
+// today: one read of the record per step, not one for the hook and one for
+// the call. Nil reads it.
+func (h *Handlers) completeSeen(ctx context.Context, uid string, req llm.Request, seen *usageRead) (*llm.Response, error) {
+	usage, err := h.checkTokens(ctx, uid, promptEstimate(req), seen)
 	if err != nil {
 		return nil, err
 	}
@@ -67,18 +75,18 @@ func (h *Handlers) complete(ctx context.Context, uid string, req llm.Request) (*
 // chat history, a long instruction), and usage is known only after the
 // call. A usage record the runtime could not have written (a negative or
 // non-integer count) counts as spent. It returns the usage record it read
-// (nil: none, or none read), which addUsage tries first.
-func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64) (*usageRead, error) {
+// (nil: none, or none read), which addUsage tries first. seen, when it is
+// today's record, is taken as read.
+func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64, seen *usageRead) (*usageRead, error) {
 	limit := h.cfg.UserTokensPerDay
 	if limit < 0 {
 		return nil, nil
 	}
-	path := usagePath(uid, time.Now())
-	d, err := h.getOpt(ctx, path)
+	read, err := h.readUsage(ctx, uid, seen)
 	if err != nil {
-		return nil, fmt.Errorf("agent usage: %w", err)
+		return nil, err
 	}
-	read := &usageRead{path: path, doc: d}
+	d := read.doc
 	used := int64(0)
 	if d != nil {
 		n, ok := collections.Int64(d.Data["tokens"])
@@ -101,6 +109,20 @@ func (h *Handlers) checkTokens(ctx context.Context, uid string, prompt int64) (*
 type usageRead struct {
 	path string
 	doc  *collections.Document
+}
+
+// readUsage reads the user's usage record of today, or takes seen when it
+// is that record.
+func (h *Handlers) readUsage(ctx context.Context, uid string, seen *usageRead) (*usageRead, error) {
+	path := usagePath(uid, time.Now())
+	if seen != nil && seen.path == path {
+		return seen, nil
+	}
+	d, err := h.getOpt(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("agent usage: %w", err)
+	}
+	return &usageRead{path: path, doc: d}, nil
 }
 
 // promptEstimate estimates the prompt tokens of req from its text, at

@@ -3,6 +3,8 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,8 +22,11 @@ import (
 
 // queryStartHook runs on_query_start for a user message the orchestrator
 // is about to decide on; history is the chat's (chatHistory).
-func (h *Handlers) queryStartHook(ctx context.Context, c chat, msg *collections.Document, history []llm.Message) ([]notice, error) {
-	return h.runHook(ctx, hookCall{hook: plugins.OnQueryStart, c: c, site: msg.Path, target: orchestratorTarget,
+// It returns the usage record it read, if any, for the decision's model
+// call.
+func (h *Handlers) queryStartHook(ctx context.Context, c chat, msg *collections.Document, history []llm.Message) ([]notice, *usageRead, error) {
+	var seen *usageRead
+	notes, err := h.runHook(ctx, hookCall{hook: plugins.OnQueryStart, c: c, site: msg.Path, target: orchestratorTarget,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
 			// turn.number is the user's message number, counted in the
 			// history the orchestrator reads ([agents] history messages):
@@ -33,10 +38,11 @@ func (h *Handlers) queryStartHook(ctx context.Context, c chat, msg *collections.
 					users++
 				}
 			}
-			usage, err := h.tokenUsage(ctx, c.uid)
+			usage, read, err := h.tokenUsage(ctx, c.uid)
 			if err != nil {
 				return err
 			}
+			seen = read
 			pc.Turn = plugins.Turn{Number: users, TokenUsage: usage}
 			pc.Event = map[string]any{"content": truncate(str(msg, "content"), maxContextText), "message_id": msg.ID}
 			if needs.History {
@@ -46,24 +52,30 @@ func (h *Handlers) queryStartHook(ctx context.Context, c chat, msg *collections.
 			}
 			return nil
 		}})
+	return notes, seen, err
 }
 
 // turnStartHook runs on_turn_start before a sub-agent's step (whose prompt
-// is built after, with the notices it returns).
-func (h *Handlers) turnStartHook(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document) ([]notice, error) {
+// is built after, with the notices it returns), and returns the usage
+// record it read, if any, for the step's model call.
+func (h *Handlers) turnStartHook(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document) ([]notice, *usageRead, error) {
 	seq := num(msgs[len(msgs)-1], "seq") + 1
-	return h.runHook(ctx, hookCall{hook: plugins.OnTurnStart, c: c, site: c.subMessages(sa) + "/" + msgID(seq), target: sa,
+	var seen *usageRead
+	notes, err := h.runHook(ctx, hookCall{hook: plugins.OnTurnStart, c: c, site: c.subMessages(sa) + "/" + msgID(seq), target: sa,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
 			steps, _ := stepsTaken(agent, msgs)
-			if err := h.fillTurn(ctx, c, pc, agent, steps+1, steps); err != nil {
+			read, err := h.fillTurn(ctx, c, pc, agent, steps+1, steps)
+			if err != nil {
 				return err
 			}
+			seen = read
 			pc.Event = map[string]any{"sub_agent_id": sa, "task_id": str(agent, "taskId"), "role": str(agent, "role")}
 			if needs.History {
 				pc.History = subHistory(msgs)
 			}
 			return nil
 		}})
+	return notes, seen, err
 }
 
 // turnEndHook runs on_turn_end after a sub-agent's step was written
@@ -72,7 +84,7 @@ func (h *Handlers) turnEndHook(ctx context.Context, c chat, sa string, agent, st
 	_, err := h.runHook(ctx, hookCall{hook: plugins.OnTurnEnd, c: c, site: step.Path, target: sa,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
 			steps, _ := stepsTaken(agent, msgs)
-			if err := h.fillTurn(ctx, c, pc, agent, steps, steps); err != nil {
+			if _, err := h.fillTurn(ctx, c, pc, agent, steps, steps); err != nil {
 				return err
 			}
 			var names []any
@@ -109,7 +121,7 @@ func (h *Handlers) toolHook(ctx context.Context, hook plugins.Hook, c chat, sa s
 			}
 			if agent != nil {
 				steps, _ := stepsTaken(agent, msgs)
-				if err := h.fillTurn(ctx, c, pc, agent, steps, steps); err != nil {
+				if _, err := h.fillTurn(ctx, c, pc, agent, steps, steps); err != nil {
 					return err
 				}
 			}
@@ -143,7 +155,7 @@ func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent,
 				pc.History = subHistory(msgs)
 			}
 			steps, _ := stepsTaken(agent, msgs)
-			if err := h.fillTurn(ctx, c, pc, agent, steps, steps); err != nil {
+			if _, err := h.fillTurn(ctx, c, pc, agent, steps, steps); err != nil {
 				return err
 			}
 			status := "success"
@@ -157,15 +169,16 @@ func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent,
 	return err
 }
 
-// fillTurn sets the context's turn for a sub-agent.
-func (h *Handlers) fillTurn(ctx context.Context, c chat, pc *plugins.Context, agent *collections.Document, number, steps int64) error {
-	usage, err := h.tokenUsage(ctx, c.uid)
+// fillTurn sets the context's turn for a sub-agent and returns the usage
+// record it read (see tokenUsage).
+func (h *Handlers) fillTurn(ctx context.Context, c chat, pc *plugins.Context, agent *collections.Document, number, steps int64) (*usageRead, error) {
+	usage, read, err := h.tokenUsage(ctx, c.uid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pc.Turn = plugins.Turn{Number: number, TokenUsage: usage, IterationCount: steps,
 		ContextUsage: float64(num(agent, "contextTokens")) / float64(h.cfg.TokenBudget)}
-	return nil
+	return read, nil
 }
 
 // subHistory is a sub-agent's history for the rules: its last messages,
@@ -202,13 +215,53 @@ func subHistory(msgs []*collections.Document) plugins.History {
 }
 
 // argsOf decodes a tool call's JSON arguments (empty when they are not an
-// object).
+// object). The model writes them, from the user's text, and a tool like
+// write_file carries a whole file in one: each string is cut to
+// maxArgText and the whole to about maxContextText, so the 50 calls
+// history.tools holds stay bounded like its messages.
 func argsOf(s string) map[string]any {
 	var args map[string]any
 	if json.Unmarshal([]byte(s), &args) != nil || args == nil {
 		return map[string]any{}
 	}
-	return plainMap(args)
+	budget := maxContextText
+	return boundValue(plainMap(args), &budget).(map[string]any)
+}
+
+// maxArgText bounds each string of a tool call's arguments in the context:
+// small enough that a long one leaves room for the others (a path next to
+// a file's content).
+const maxArgText = 1 << 10
+
+// boundValue cuts the strings of v and drops the map entries and list
+// elements past budget (bytes of keys and strings, 8 for any other value),
+// which it spends.
+func boundValue(v any, budget *int) any {
+	switch t := v.(type) {
+	case string:
+		t = truncate(t, max(min(*budget, maxArgText), 0))
+		*budget -= len(t)
+		return t
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			if *budget -= len(k) + 8; *budget < 0 {
+				break
+			}
+			out[k] = boundValue(t[k], budget)
+		}
+		return out
+	case []any:
+		out := make([]any, 0, len(t))
+		for _, e := range t {
+			if *budget -= 8; *budget < 0 {
+				break
+			}
+			out = append(out, boundValue(e, budget))
+		}
+		return out
+	}
+	return v
 }
 
 func lastN[T any](s []T, n int) []T {

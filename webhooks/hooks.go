@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/plugins"
@@ -129,23 +128,37 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 		pc.Project.Settings = proj
 	}
 	scope := plugins.Scope{Disabled: disabled, Settings: settings, Switches: sw, Set: set}
-	if needs.State || setsState(set, call.hook) {
-		states, err := h.readStates(ctx, call.c, runningPlugins(set, call.hook, sw, disabled))
-		if err = h.hookReadErr(call, "plugin state", err); err != nil {
+	readState := needs.State || setsState(set, call.hook)
+	for attempt := 1; ; attempt++ {
+		var states map[string]*collections.Document
+		if readState {
+			states, err = h.readStates(ctx, call.c, runningPlugins(set, call.hook, sw, disabled))
+			if err = h.hookReadErr(call, "plugin state", err); err != nil {
+				return nil, err
+			}
+			values := make(map[string]map[string]any, len(states))
+			for id, d := range states {
+				values[id] = h.stateValues(d)
+			}
+			scope.State = func(pluginID string) map[string]any { return values[pluginID] }
+		}
+		fired, evals := eng.Evaluate(ctx, call.hook, &pc, scope)
+		notices, err := h.carryOut(ctx, call, fired, evals, states)
+		if errors.Is(err, errStateMoved) && attempt < stateCASAttempts {
+			// Another hook of the chat wrote a state these rules read:
+			// their values were rendered from the old one (a counter
+			// would count once for both). Evaluate again over the new
+			// state; the effects already written are not written twice.
+			continue
+		}
+		if err != nil {
 			return nil, err
 		}
-		scope.State = func(pluginID string) map[string]any { return states[pluginID] }
+		if len(evals) > 0 {
+			h.recordEvaluations(ctx, call.c, call.hook, call.site, evals)
+		}
+		return notices, nil
 	}
-
-	fired, evals := eng.Evaluate(ctx, call.hook, &pc, scope)
-	notices, err := h.carryOut(ctx, call, fired, evals)
-	if err != nil {
-		return nil, err
-	}
-	if len(evals) > 0 {
-		h.recordEvaluations(ctx, call.c, call.hook, call.site, evals)
-	}
-	return notices, nil
 }
 
 // hookReadErr decides what a failed read of the hook's context means: a
@@ -168,9 +181,13 @@ func (h *Handlers) hookReadErr(call hookCall, what string, err error) error {
 // Evaluation (Executed, or Err). set_state writes are gathered per plugin
 // and written once per hook (rules later in the same hook saw the state as
 // it was at the hook's start: the context is built before any rule runs).
-func (h *Handlers) carryOut(ctx context.Context, call hookCall, fired []plugins.Fired, evals []plugins.Evaluation) ([]notice, error) {
+//
+// states are the state documents the rules were evaluated over (by plugin
+// id; nil: none). A state write fails with errStateMoved when its document
+// changed since.
+func (h *Handlers) carryOut(ctx context.Context, call hookCall, fired []plugins.Fired, evals []plugins.Evaluation, states map[string]*collections.Document) ([]notice, error) {
 	var notices []notice
-	states := map[string][]stateSet{}
+	sets := map[string][]stateSet{}
 	var stateOrder []string
 	for _, f := range fired {
 		key := f.Rule.Key()
@@ -189,10 +206,10 @@ func (h *Handlers) carryOut(ctx context.Context, call hookCall, fired []plugins.
 				err = fmt.Errorf("state key %q is not 1–128 letters, digits, '_' or '-'", truncate(f.Action.Key, 64))
 				break
 			}
-			if _, ok := states[f.Rule.PluginID]; !ok {
+			if _, ok := sets[f.Rule.PluginID]; !ok {
 				stateOrder = append(stateOrder, f.Rule.PluginID)
 			}
-			states[f.Rule.PluginID] = append(states[f.Rule.PluginID], stateSet{key: f.Action.Key,
+			sets[f.Rule.PluginID] = append(sets[f.Rule.PluginID], stateSet{key: f.Action.Key,
 				value: f.Action.Value, applied: effectID(call, key), eval: f.Eval})
 			continue // settled with the plugin's write below
 		case plugins.EmitEvent:
@@ -206,12 +223,11 @@ func (h *Handlers) carryOut(ctx context.Context, call hookCall, fired []plugins.
 		settle(evals, f.Eval, err)
 	}
 	for _, pluginID := range stateOrder {
-		sets := states[pluginID]
-		err := h.writeState(ctx, call.c, pluginID, sets)
+		err := h.writeState(ctx, call.c, pluginID, states[pluginID], sets[pluginID])
 		if err != nil && !permanent(err) && !errors.Is(err, errActionRefused) {
 			return nil, fmt.Errorf("rules %s: state of %s: %w", call.hook, stateDocID(pluginID), err)
 		}
-		for _, s := range sets {
+		for _, s := range sets[pluginID] {
 			settle(evals, s.eval, err)
 		}
 	}
@@ -362,21 +378,22 @@ func (h *Handlers) projectSettings(ctx context.Context, c chat) (map[string]any,
 }
 
 // tokenUsage is the share of the user's daily token budget spent (0 when
-// unlimited), as checkTokens counts it.
-func (h *Handlers) tokenUsage(ctx context.Context, uid string) (float64, error) {
+// unlimited), as checkTokens counts it, with the record it read (nil when
+// none was), which the step's model call takes as read.
+func (h *Handlers) tokenUsage(ctx context.Context, uid string) (float64, *usageRead, error) {
 	limit := h.cfg.UserTokensPerDay
 	if limit <= 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
-	d, err := h.getOpt(ctx, usagePath(uid, time.Now()))
-	if err != nil || d == nil {
-		return 0, err
+	read, err := h.readUsage(ctx, uid, nil)
+	if err != nil || read.doc == nil {
+		return 0, read, err
 	}
-	n, ok := collections.Int64(d.Data["tokens"])
+	n, ok := collections.Int64(read.doc.Data["tokens"])
 	if !ok || n < 0 {
-		return 1, nil // counts as spent (checkTokens)
+		return 1, read, nil // counts as spent (checkTokens)
 	}
-	return float64(n) / float64(limit), nil
+	return float64(n) / float64(limit), read, nil
 }
 
 // plainMap converts a decoded document value (json.Number and the like)

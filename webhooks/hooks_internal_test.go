@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -105,5 +106,33 @@ func TestTruncate_RuneBoundary(t *testing.T) {
 	}
 	if got := truncate("abc", 5); got != "abc" {
 		t.Errorf("truncate = %q", got)
+	}
+}
+
+// A tool call's arguments reach the context bounded: a model can put a
+// whole file (or a thousand keys) in them.
+func TestArgsOf_Bounded(t *testing.T) {
+	big := strings.Repeat("x", 10*maxContextText)
+	many := map[string]any{}
+	for i := range 5000 {
+		many[fmt.Sprintf("key-%05d", i)] = []any{"v", 1}
+	}
+	for name, in := range map[string]any{
+		"long string": map[string]any{"path": "a.txt", "content": big},
+		"many keys":   many,
+		"long list":   map[string]any{"items": make([]any, 100000)},
+	} {
+		b, _ := json.Marshal(in)
+		out, _ := json.Marshal(argsOf(string(b)))
+		if len(out) > 2*maxContextText {
+			t.Errorf("%s: %d bytes of arguments in the context, want at most about %d", name, len(out), maxContextText)
+		}
+	}
+	got := argsOf(`{"path":"a.txt","content":"` + big + `"}`)
+	if got["path"] != "a.txt" {
+		t.Errorf("a short argument was lost: %v", got["path"])
+	}
+	if got := argsOf(`{"n": 3, "s": "é"}`); got["n"] != float64(3) || got["s"] != "é" {
+		t.Errorf("small arguments changed: %v", got)
 	}
 }

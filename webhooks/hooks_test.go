@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -391,5 +392,45 @@ func TestRules_StateOverItsBoundIsNotWritten(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Errorf("no execution-log entry records the refused state write\n%v", s.docs("agent-rule-log"))
+	}
+}
+
+// A prompt carries at most maxNotices (20) notifications: a pending one
+// that did not fit (here behind 20 of higher priority fired for the step)
+// stays pending instead of being marked delivered unseen.
+func TestRules_PendingNoticeOverTheCapStaysPending(t *testing.T) {
+	fake, model := newFake(t, script{
+		sub: toolThenAnswer(call("call_calc", "calculator", `{"expression":"6*7"}`), "42"),
+	})
+	files := map[string]string{"tool-done": rule("tool-done", "on_tool_complete", "true",
+		`type = "notify_self"
+message = "the tool is done"
+priority = "low"`)}
+	for i := range 20 {
+		id := fmt.Sprintf("loud-%02d", i)
+		files[id] = rule(id, "on_turn_start", "true", `type = "notify_self"
+message = "loud `+id+`"
+priority = "high"`)
+	}
+	s := startStack(t, stackOpts{model: model, rulesDir: ruleFiles(t, files)})
+	s.say("c1", "m1", "What is 6*7?")
+	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
+	s.settle(10 * time.Second)
+	subs := fake.reqs("sub")
+	if len(subs) != 2 {
+		t.Fatalf("%d sub-agent requests\n%s", len(subs), s.dump())
+	}
+	for i, req := range subs {
+		got := notified(req)
+		if len(got) != 20 || slices.Contains(got, "[notification info/low] the tool is done") {
+			t.Errorf("step %d: %d notifications, the low one among them: %q", i, len(got), got)
+		}
+	}
+	docs := s.chatDocs("c1", "notifications")
+	if len(docs) != 1 {
+		t.Fatalf("%d notification documents, want 1", len(docs))
+	}
+	if st := field(docs[0], "status"); st != "pending" {
+		t.Errorf("a notification no prompt carried is %q (in %s), want pending", st, field(docs[0], "deliveredIn"))
 	}
 }

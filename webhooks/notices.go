@@ -133,14 +133,11 @@ func priorityRank(p string) int {
 	return 1
 }
 
-// withNotices places notifications in a prompt: each one a system message
-// "[notification <category>/<priority>] <message>", higher priority first
-// (then older first), deliver_at "turn_start" right after the leading
-// system messages, "immediately" as the last messages.
-func withNotices(msgs []llm.Message, notes []notice) []llm.Message {
-	if len(notes) == 0 {
-		return msgs
-	}
+// promptNotices are the notifications a prompt carries, in order: higher
+// priority first (then older first), at most maxNotices. The prompt
+// builders record as delivered only the pending ones among them: one that
+// did not fit stays pending for a later prompt.
+func promptNotices(notes []notice) []notice {
 	notes = slices.Clone(notes)
 	slices.SortStableFunc(notes, func(a, b notice) int {
 		if d := priorityRank(b.priority) - priorityRank(a.priority); d != 0 {
@@ -151,6 +148,18 @@ func withNotices(msgs []llm.Message, notes []notice) []llm.Message {
 	if len(notes) > maxNotices {
 		notes = notes[:maxNotices]
 	}
+	return notes
+}
+
+// withNotices places notifications in a prompt: each one a system message
+// "[notification <category>/<priority>] <message>", in promptNotices'
+// order, deliver_at "turn_start" right after the leading system messages,
+// "immediately" as the last messages.
+func withNotices(msgs []llm.Message, notes []notice) []llm.Message {
+	if len(notes) == 0 {
+		return msgs
+	}
+	notes = promptNotices(notes)
 	var start, now []llm.Message
 	for _, n := range notes {
 		m := llm.Message{Role: "system", Content: "[notification " + n.category + "/" + n.priority + "] " + n.message}

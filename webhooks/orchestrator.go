@@ -95,7 +95,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	}
 	// on_query_start, then the notifications of the chat's finished tasks
 	// (on_session_end): both go into this decision's prompt.
-	notes, err := h.queryStartHook(ctx, c, msg, history)
+	notes, seen, err := h.queryStartHook(ctx, c, msg, history)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,8 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if err != nil {
 		return nil, err
 	}
-	res, err := h.askOrchestrator(ctx, c, msg, history, append(notes, pending...))
+	notes = promptNotices(append(notes, pending...))
+	res, err := h.askOrchestrator(ctx, c, msg, history, notes, seen)
 	if le, ok := asLimit(err); ok {
 		// A limit of the user's: say so once, in the chat, and stop.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
@@ -135,7 +136,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
 	}
-	if ids := noticeIDs(pending); len(ids) > 0 {
+	if ids := noticeIDs(notes); len(ids) > 0 {
 		data["notifications"] = ids
 	}
 	return h.createOnce(ctx, replyPath, h.seals.seal(replyPath, data, chatMessageSeal))
@@ -143,14 +144,14 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 
 // askOrchestrator asks the model about the chat's history, with the
 // rules' notifications, once the user's concurrent runs allow it.
-func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections.Document, history []llm.Message, notes []notice) (*llm.Response, error) {
+func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections.Document, history []llm.Message, notes []notice, seen *usageRead) (*llm.Response, error) {
 	if err := h.checkRuns(ctx, c, msg); err != nil {
 		return nil, err
 	}
-	return h.complete(ctx, c.uid, llm.Request{
+	return h.completeSeen(ctx, c.uid, llm.Request{
 		Messages: withNotices(append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...), notes),
 		Tools:    h.orchestratorTools(),
-	})
+	}, seen)
 }
 
 // failReply writes (once) a failed reply to msg; fields says why.

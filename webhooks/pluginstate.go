@@ -27,8 +27,9 @@ const (
 	// stateAppliedKeep is how many recent effect ids a state document
 	// remembers for redeliveries.
 	stateAppliedKeep = 64
-	// stateCASAttempts bounds the retries of a state write that lost a race
-	// with another of the chat's hooks.
+	// stateCASAttempts bounds the evaluations of a hook whose state write
+	// lost a race with another of the chat's hooks (then the delivery
+	// retries).
 	stateCASAttempts = 5
 )
 
@@ -58,16 +59,16 @@ type stateSet struct {
 	eval    int
 }
 
-// readStates reads the state of each plugin in ids (empty state for none,
-// or for a document that fails the seal).
-func (h *Handlers) readStates(ctx context.Context, c chat, ids []string) (map[string]map[string]any, error) {
-	out := make(map[string]map[string]any, len(ids))
+// readStates reads the state document of each plugin in ids (nil for
+// none; stateValues says what the rules see of it).
+func (h *Handlers) readStates(ctx context.Context, c chat, ids []string) (map[string]*collections.Document, error) {
+	out := make(map[string]*collections.Document, len(ids))
 	for _, id := range ids {
 		d, err := h.getOpt(ctx, c.pluginState(id))
 		if err != nil {
 			return nil, err
 		}
-		out[id] = h.stateValues(d)
+		out[id] = d
 	}
 	return out, nil
 }
@@ -89,65 +90,64 @@ func (h *Handlers) stateValues(d *collections.Document) map[string]any {
 	return plainMap(v)
 }
 
+// errStateMoved is a state write that lost a race with another hook of
+// the chat (a tool's hooks and another tool's run concurrently): the
+// values were rendered from the state before, so the hook's rules are
+// evaluated again over the new one.
+var errStateMoved = errors.New("plugin state changed while the rules ran")
+
 // writeState merges the set_state actions of one hook into the plugin's
-// state, with compare-and-swap (the chat's hooks may run concurrently: a
-// tool's hooks and another tool's). Actions whose effect id the document
-// lists were written by an earlier delivery and are skipped. Over
-// maxStateBytes the write fails and nothing is written.
-func (h *Handlers) writeState(ctx context.Context, c chat, pluginID string, sets []stateSet) error {
+// state d, the document the rules were evaluated over (nil: none), with
+// compare-and-swap on it. Actions whose effect id the document lists were
+// written by an earlier delivery and are skipped. Over maxStateBytes the
+// write fails and nothing is written.
+func (h *Handlers) writeState(ctx context.Context, c chat, pluginID string, d *collections.Document, sets []stateSet) error {
 	path := c.pluginState(pluginID)
-	for range stateCASAttempts {
-		d, err := h.getOpt(ctx, path)
-		if err != nil {
-			return err
-		}
-		values := h.stateValues(d)
-		var applied []any
-		if d != nil && h.seals.valid(d, pluginStateSeal) {
-			applied, _ = d.Data["applied"].([]any)
-		}
-		changed := false
-		for _, s := range sets {
-			if slices.Contains(applied, any(s.applied)) {
-				continue // a redelivery: written before
-			}
-			values[s.key] = plainValue(s.value)
-			applied = append(applied, s.applied)
-			changed = true
-		}
-		if !changed {
-			return nil
-		}
-		if len(applied) > stateAppliedKeep {
-			applied = applied[len(applied)-stateAppliedKeep:]
-		}
-		b, err := canonicalJSON(values)
-		if err != nil {
-			return fmt.Errorf("%w: state is not JSON: %v", errActionRefused, err)
-		}
-		if len(b) > maxStateBytes {
-			return fmt.Errorf("%w: state of %d bytes would be over the %d-byte limit", errActionRefused, len(b), maxStateBytes)
-		}
-		sealed := h.seals.seal(path, map[string]any{"values": values, "applied": applied}, pluginStateSeal)
-		if d == nil {
-			_, err = h.docs.Create(ctx, path, map[string]any{
-				"userId": c.uid, "chatId": c.id, "pluginId": pluginID,
-				"values": values, "applied": applied, sealField: sealed[sealField],
-			})
-		} else {
-			// An update deep-merges: drop the old values, then set each
-			// (keys hold no dots), so the stored values are exactly the
-			// sealed ones.
-			patch := map[string]any{"values": nil, "applied": applied, sealField: sealed[sealField]}
-			for k, v := range values {
-				patch["values."+k] = v
-			}
-			_, err = h.docs.Update(ctx, path, patch, d.Version)
-		}
-		if errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrPreconditionFailed) {
-			continue // another hook of the chat wrote first: read it again
-		}
-		return err
+	values := h.stateValues(d)
+	var applied []any
+	if d != nil && h.seals.valid(d, pluginStateSeal) {
+		applied, _ = d.Data["applied"].([]any)
 	}
-	return fmt.Errorf("plugin state %s: still conflicting after %d attempts", path, stateCASAttempts)
+	changed := false
+	for _, s := range sets {
+		if slices.Contains(applied, any(s.applied)) {
+			continue // a redelivery: written before
+		}
+		values[s.key] = plainValue(s.value)
+		applied = append(applied, s.applied)
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	if len(applied) > stateAppliedKeep {
+		applied = applied[len(applied)-stateAppliedKeep:]
+	}
+	b, err := canonicalJSON(values)
+	if err != nil {
+		return fmt.Errorf("%w: state is not JSON: %v", errActionRefused, err)
+	}
+	if len(b) > maxStateBytes {
+		return fmt.Errorf("%w: state of %d bytes would be over the %d-byte limit", errActionRefused, len(b), maxStateBytes)
+	}
+	sealed := h.seals.seal(path, map[string]any{"values": values, "applied": applied}, pluginStateSeal)
+	if d == nil {
+		_, err = h.docs.Create(ctx, path, map[string]any{
+			"userId": c.uid, "chatId": c.id, "pluginId": pluginID,
+			"values": values, "applied": applied, sealField: sealed[sealField],
+		})
+	} else {
+		// An update deep-merges: drop the old values, then set each
+		// (keys hold no dots), so the stored values are exactly the
+		// sealed ones.
+		patch := map[string]any{"values": nil, "applied": applied, sealField: sealed[sealField]}
+		for k, v := range values {
+			patch["values."+k] = v
+		}
+		_, err = h.docs.Update(ctx, path, patch, d.Version)
+	}
+	if errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrPreconditionFailed) {
+		return fmt.Errorf("plugin state %s: %w", path, errStateMoved)
+	}
+	return err
 }

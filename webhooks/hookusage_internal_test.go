@@ -1,0 +1,113 @@
+package webhooks
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/plugins"
+)
+
+// getCounter is a Docs that counts the reads of each path.
+type getCounter struct {
+	Docs
+	gets map[string]int
+}
+
+func (g *getCounter) Get(ctx context.Context, path string) (*collections.Document, error) {
+	g.gets[path]++
+	return g.Docs.Get(ctx, path)
+}
+
+// A step whose on_turn_start rule reads turn.token_usage reads the user's
+// usage record once: the model call's budget check takes the hook's read.
+// Likewise a decision with an on_query_start rule.
+func TestHooks_UsageReadOncePerModelCall(t *testing.T) {
+	files := map[string]string{}
+	for _, hook := range []string{"on_turn_start", "on_query_start"} {
+		files[hook] = `
+[rule]
+id = "` + strings.ReplaceAll(hook, "_", "-") + `"
+trigger = "` + hook + `"
+
+[condition]
+expression = "context.turn.token_usage >= 0.5"
+
+[action]
+type = "notify_self"
+message = "half spent"
+`
+	}
+	env := &rulesEnv{store: openTestStore(t)}
+	docs := &getCounter{Docs: env.serviceDocs(), gets: map[string]int{}}
+	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, files), UserTokensPerDay: 1000})
+	ctx := context.Background()
+	c := chat{uid: "u1", id: "c1"}
+	usage := usagePath(c.uid, time.Now())
+	if _, err := docs.Create(ctx, usage, map[string]any{"userId": c.uid, "tokens": 600}); err != nil {
+		t.Fatal(err)
+	}
+
+	agent := &collections.Document{Path: c.subAgent("s1"), Data: map[string]any{"taskId": "t1", "role": "general", "iterationCount": 0}}
+	msgs := []*collections.Document{
+		{Data: map[string]any{"role": "system", "content": "You help.", "seq": 0}},
+		{Data: map[string]any{"role": "user", "content": "hi", "seq": 1}},
+	}
+	docs.gets[usage] = 0
+	notes, seen, err := h.turnStartHook(ctx, c, "s1", agent, msgs)
+	if err != nil || len(notes) != 1 {
+		t.Fatalf("turnStartHook: %d notices, err=%v; want the rule's one", len(notes), err)
+	}
+	if _, failure, err := h.askModel(ctx, c.uid, "general", agent, msgs, notes, seen); err != nil || failure != "" {
+		t.Fatalf("askModel: failure=%q err=%v", failure, err)
+	}
+	if n := docs.gets[usage]; n != 1 {
+		t.Errorf("a step read the usage record %d times, want 1", n)
+	}
+
+	msg := &collections.Document{Path: c.path() + "/messages/m1", ID: "m1", Data: map[string]any{"role": "user", "content": "hi"}}
+	docs.gets[usage] = 0
+	notes, seen, err = h.queryStartHook(ctx, c, msg, nil)
+	if err != nil || len(notes) != 1 {
+		t.Fatalf("queryStartHook: %d notices, err=%v; want the rule's one", len(notes), err)
+	}
+	if _, err := h.completeSeen(ctx, c.uid, llmSummaryRequest("x", "y"), seen); err != nil {
+		t.Fatal(err)
+	}
+	if n := docs.gets[usage]; n != 1 {
+		t.Errorf("a decision read the usage record %d times, want 1", n)
+	}
+	if got := num(mustGet(t, docs, usage), "tokens"); got <= 600 {
+		t.Errorf("tokens=%d after two calls from 600: the calls' usage was not added", got)
+	}
+}
+
+// testEngine is an engine over standalone rule files (name → TOML).
+func testEngine(t *testing.T, files map[string]string) *plugins.Engine {
+	t.Helper()
+	dir := t.TempDir()
+	for name, src := range files {
+		writeTestFile(t, filepath.Join(dir, name+".toml"), src)
+	}
+	set, err := plugins.Load(plugins.LoadOptions{RulesDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := plugins.NewEngine(set, plugins.EngineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+func mustGet(t *testing.T, d Docs, path string) *collections.Document {
+	t.Helper()
+	doc, err := d.Get(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
