@@ -42,9 +42,15 @@ type remoteAdmin struct {
 func newRemoteAdmin(base string) *remoteAdmin {
 	return &remoteAdmin{
 		base: strings.TrimRight(base, "/"),
-		hc:   &http.Client{Timeout: remoteAdminTimeout},
-		now:  time.Now,
-		ok:   map[[32]byte]time.Time{},
+		hc: &http.Client{
+			Timeout: remoteAdminTimeout,
+			// A redirect is not the remote's answer: a proxy in front of
+			// it sending unauthenticated callers to a sign-in page (200)
+			// would pass everyone. A 3xx is "could not tell".
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		now: time.Now,
+		ok:  map[[32]byte]time.Time{},
 	}
 }
 

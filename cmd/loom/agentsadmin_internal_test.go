@@ -86,3 +86,24 @@ func TestRemoteAdmin(t *testing.T) {
 		t.Errorf("remote down: status %d, want 502 (closed)", code)
 	}
 }
+
+// A redirect from the remote (a proxy sending unauthenticated callers to a
+// sign-in page that answers 200) is not followed: it admits nobody.
+func TestRemoteAdmin_RedirectIsNotAnAnswer(t *testing.T) {
+	remote := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/sign-in" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		http.Redirect(w, r, "/sign-in", http.StatusFound)
+	}))
+	defer remote.Close()
+	h := newRemoteAdmin(remote.URL).wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	r := httptest.NewRequest(http.MethodGet, "/admin/v1/agents/rules", nil)
+	r.Header.Set("Authorization", "Bearer anything")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusBadGateway {
+		t.Errorf("remote redirecting: status %d, want 502 (not admitted)", w.Code)
+	}
+}
