@@ -19,7 +19,8 @@ const (
 	maxLoggedEvaluations = 500
 	// maxLoggedError bounds one evaluation's error text.
 	maxLoggedError = 512
-	// pruneEvery is how often one process prunes the log at most.
+	// pruneEvery is how often one process prunes the log at most, unless
+	// the last pruning deleted its whole quota (then it goes on at once).
 	pruneEvery = time.Minute
 	// pruneBatch and pruneBatches bound one pruning: the documents deleted
 	// by one run (the next one continues).
@@ -99,8 +100,8 @@ func (h *Handlers) ruleLogRetention() time.Duration {
 }
 
 // maybePruneRuleLog starts a pruning in the background when none ran in
-// this process for pruneEvery (and none is running): a handler never waits
-// for it.
+// this process for pruneEvery, or the last one was cut short by its quota
+// (and none is running): a handler never waits for it.
 func (h *Handlers) maybePruneRuleLog(now time.Time) {
 	rs := h.rules
 	last := rs.lastPrune.Load()
@@ -111,11 +112,18 @@ func (h *Handlers) maybePruneRuleLog(now time.Time) {
 		return
 	}
 	go func() {
-		defer rs.pruning.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), pruneTimeout)
 		defer cancel()
-		if _, err := h.pruneRuleLog(ctx, now.Add(-h.ruleLogRetention())); err != nil {
+		n, err := h.pruneRuleLog(ctx, now.Add(-h.ruleLogRetention()))
+		if err != nil {
 			h.log.Warn("could not prune the rules' execution log", "err", err)
+		}
+		rs.pruning.Store(false)
+		if n == pruneBatches*pruneBatch {
+			// More may have expired than one run deletes: were the next
+			// run a pruneEvery away, a log written faster than that would
+			// grow without end. The next recorded evaluation starts it.
+			rs.lastPrune.Store(0)
 		}
 	}()
 }

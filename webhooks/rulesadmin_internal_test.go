@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -488,4 +489,41 @@ if    = "request.auth != null && 'service' in request.auth.roles"
 	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "agent-rules/{id}") {
 		t.Errorf("switch without the grant: %d %s, want 500 saying what to grant", w.Code, w.Body)
 	}
+}
+
+// A log that expires faster than one pruning deletes is not left to grow:
+// a pruning that deleted its whole quota lets the next recorded
+// evaluation start the next one instead of waiting pruneEvery.
+func TestRuleLog_PruningKeepsUp(t *testing.T) {
+	e := newRulesEnv(t)
+	ctx := context.Background()
+	now := time.Now()
+	e.h.rules.now = func() time.Time { return now }
+	old := now.Add(-2 * DefaultRuleLogRetention).UnixMilli()
+	const expired = pruneBatches*pruneBatch + 10
+	writes := make([]collections.Write, expired)
+	for i := range writes {
+		writes[i] = collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("%s/old-%04d", ruleLogCollection, i),
+			Data: map[string]any{"userId": "alice", "hook": "on_query_start", "at": old}}
+	}
+	if _, err := e.store.Commit(ctx, access.DefaultDatabase, writes, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evals := []plugins.Evaluation{{Rule: "say-hello", Hook: plugins.OnQueryStart, Matched: true, Executed: true}}
+	alice := chat{uid: "alice", id: "c1"}
+	waitPruned := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for (counterValue(t, e.h.rules.logPruned) < want || e.h.rules.pruning.Load()) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := counterValue(t, e.h.rules.logPruned); got != want {
+			t.Fatalf("pruned %v, want %v", got, want)
+		}
+	}
+	e.h.recordEvaluations(ctx, alice, plugins.OnQueryStart, "users/alice/orch-chats/c1/messages/m1", evals)
+	waitPruned(pruneBatches * pruneBatch)
+	// Still within pruneEvery of the first run: the rest goes now.
+	e.h.recordEvaluations(ctx, alice, plugins.OnQueryStart, "users/alice/orch-chats/c1/messages/m2", evals)
+	waitPruned(expired)
 }
