@@ -241,7 +241,10 @@ func (h *Handlers) setSwitch(ctx context.Context, key string, on bool) error {
 	rs := h.rules
 	rs.swMu.Lock()
 	defer rs.swMu.Unlock()
-	c := &switchCache{sw: plugins.Switches{}, expires: rs.now().Add(switchesTTL)}
+	// Without switches read before (a node just started), this one is not
+	// all there are: the cache stays expired, so the next use reads them
+	// all, this one included.
+	c := &switchCache{sw: plugins.Switches{}}
 	if prev := rs.sw.Load(); prev != nil {
 		maps.Copy(c.sw, prev.sw) // copied: callers may hold the previous map
 		c.expires = prev.expires

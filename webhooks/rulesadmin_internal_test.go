@@ -527,3 +527,22 @@ func TestRuleLog_PruningKeepsUp(t *testing.T) {
 	e.h.recordEvaluations(ctx, alice, plugins.OnQueryStart, "users/alice/orch-chats/c1/messages/m2", evals)
 	waitPruned(expired)
 }
+
+// A switch set on a node that has not read the switches yet (just
+// started) does not hide the others: a rule an admin disabled earlier
+// stays off there.
+func TestSetSwitch_BeforeFirstRead(t *testing.T) {
+	e := newRulesEnv(t)
+	ctx := context.Background()
+	if err := e.h.setSwitch(ctx, "say-hello", false); err != nil {
+		t.Fatal(err)
+	}
+	fresh := offlineHandlers(t, Config{Docs: e.serviceDocs(), Rules: e.h.cfg.Rules})
+	if err := fresh.setSwitch(ctx, pluginSwitch("token-budget"), true); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := fresh.switches(ctx)
+	if err != nil || sw["say-hello"] != false || sw[pluginSwitch("token-budget")] != true || len(sw) != 2 {
+		t.Errorf("switches %v %v, want say-hello off (set before) and token-budget on", sw, err)
+	}
+}
