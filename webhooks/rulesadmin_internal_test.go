@@ -409,6 +409,9 @@ func TestValidateWrite_UserRuleSettings(t *testing.T) {
 		{path, `{"plugins":{"research-assistant":{"max_sources":20}},"disabledRules":["research-assistant/enough-sources"],"mine":1}`, ""},
 		{"users/alice/notes/n1", `{"plugins":{"research-assistant":{"max_sources":60}}}`, ""},
 		{"users/alice/agent-settings/other", `{"disabledRules":["nope"]}`, ""},
+		// More names than there are: refused before the per-name check.
+		{path, `{"plugins":{` + manyKeys("p", 100, `{}`) + `}}`, "plugins"},
+		{path, `{"plugins":{"research-assistant":{` + manyKeys("s", 100, `1`) + `}}}`, "plugins.research-assistant"},
 	} {
 		data, err := collections.DecodeObject([]byte(tt.doc))
 		if err != nil {
@@ -433,6 +436,15 @@ func TestValidateWrite_UserRuleSettings(t *testing.T) {
 	if doc, err := e.h.userRuleSettings(ctx, "alice"); err != nil || jsonOf(doc["disabledRules"]) != `["say-hello"]` {
 		t.Errorf("settings document: %v %v", doc, err)
 	}
+}
+
+// manyKeys is n JSON members "<prefix><i>": value.
+func manyKeys(prefix string, n int, value string) string {
+	members := make([]string, n)
+	for i := range members {
+		members[i] = fmt.Sprintf("%q:%s", fmt.Sprint(prefix, i), value)
+	}
+	return strings.Join(members, ",")
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }

@@ -39,7 +39,35 @@ func ValidateUserRuleSettings(set *plugins.Set, path string, data map[string]any
 	if set == nil || data == nil || !isUserRuleSettingsPath(path) {
 		return nil
 	}
+	if err := tooManySettings(set, data); err != nil {
+		return err
+	}
 	return set.ValidateUserSettings(data)
+}
+
+// tooManySettings refuses a document naming more plugins, or more
+// settings of a plugin, than there are: one of them is unknown, and the
+// full check (which sorts the names and words an error for each) would
+// spend tens of milliseconds on a megabyte of them, on every such write.
+func tooManySettings(set *plugins.Set, data map[string]any) error {
+	plugs, ok := data["plugins"].(map[string]any)
+	if !ok {
+		return nil // absent, or wrong in a way the full check names cheaply
+	}
+	if len(plugs) > len(set.Plugins) {
+		return &plugins.SettingError{Setting: "plugins",
+			Msg: fmt.Sprintf("names %d plugins; this server has %d", len(plugs), len(set.Plugins))}
+	}
+	for pid, v := range plugs {
+		values, ok := v.(map[string]any)
+		p := set.Plugin(pid)
+		if !ok || p == nil || len(values) <= len(p.Settings) {
+			continue // the full check names what is wrong here
+		}
+		return &plugins.SettingError{Setting: "plugins." + pid,
+			Msg: fmt.Sprintf("names %d settings; plugin %s has %d", len(values), pid, len(p.Settings))}
+	}
+	return nil
 }
 
 // userRuleSettings returns the data of the user's agent settings document
