@@ -56,7 +56,7 @@ func tooManySettings(set *plugins.Set, data map[string]any) error {
 	}
 	if len(plugs) > len(set.Plugins) {
 		return &plugins.SettingError{Setting: "plugins",
-			Msg: fmt.Sprintf("names %d plugins; this server has %d", len(plugs), len(set.Plugins))}
+			Msg: fmt.Sprintf("names %d plugins, more than this server has", len(plugs))}
 	}
 	for pid, v := range plugs {
 		values, ok := v.(map[string]any)
@@ -65,7 +65,7 @@ func tooManySettings(set *plugins.Set, data map[string]any) error {
 			continue // the full check names what is wrong here
 		}
 		return &plugins.SettingError{Setting: "plugins." + pid,
-			Msg: fmt.Sprintf("names %d settings; plugin %s has %d", len(values), pid, len(p.Settings))}
+			Msg: fmt.Sprintf("names %d settings, more than plugin %s has", len(values), pid)}
 	}
 	return nil
 }
