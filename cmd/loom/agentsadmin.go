@@ -23,6 +23,11 @@ const (
 	remoteAdminTTL = 30 * time.Second
 	// remoteAdminCache bounds the credentials remembered.
 	remoteAdminCache = 64
+	// remoteAdminProbes bounds the checks in flight: anyone can send
+	// bearers, and each one not remembered is a request to the remote Loom
+	// held up to remoteAdminTimeout. Past it a check waits for a slot
+	// (within its timeout).
+	remoteAdminProbes = 16
 )
 
 // remoteAdmin guards loom agents' rules admin API: the caller's bearer
@@ -34,6 +39,8 @@ type remoteAdmin struct {
 	base string
 	hc   *http.Client
 	now  func() time.Time
+	// probes holds a slot per check in flight (remoteAdminProbes).
+	probes chan struct{}
 
 	mu sync.Mutex
 	ok map[[32]byte]time.Time // credential hash → expiry
@@ -49,8 +56,9 @@ func newRemoteAdmin(base string) *remoteAdmin {
 			// would pass everyone. A 3xx is "could not tell".
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		now: time.Now,
-		ok:  map[[32]byte]time.Time{},
+		now:    time.Now,
+		probes: make(chan struct{}, remoteAdminProbes),
+		ok:     map[[32]byte]time.Time{},
 	}
 }
 
@@ -90,6 +98,12 @@ func (g *remoteAdmin) check(ctx context.Context, token string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, remoteAdminTimeout)
 	defer cancel()
+	select {
+	case g.probes <- struct{}{}:
+		defer func() { <-g.probes }()
+	case <-ctx.Done():
+		return http.StatusBadGateway
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.base+remoteAdminProbe, nil)
 	if err != nil {
 		return http.StatusBadGateway

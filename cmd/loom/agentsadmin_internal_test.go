@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -105,5 +107,46 @@ func TestRemoteAdmin_RedirectIsNotAnAnswer(t *testing.T) {
 	h.ServeHTTP(w, r)
 	if w.Code != http.StatusBadGateway {
 		t.Errorf("remote redirecting: status %d, want 502 (not admitted)", w.Code)
+	}
+}
+
+// Checks in flight to the remote Loom are bounded: a flood of unknown
+// bearers holds at most remoteAdminProbes requests there.
+func TestRemoteAdmin_ProbesBounded(t *testing.T) {
+	release := make(chan struct{})
+	var inFlight, most atomic.Int32
+	remote := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer remote.Close()
+	g := newRemoteAdmin(remote.URL)
+	const callers = 3 * remoteAdminProbes
+	done := make(chan int, callers)
+	for i := range callers {
+		go func() { done <- g.check(context.Background(), fmt.Sprint("guess-", i)) }()
+	}
+	// Wait until the remote holds as many as it will get, then a little
+	// more for any check that would wrongly go past the bound.
+	deadline := time.Now().Add(5 * time.Second)
+	for inFlight.Load() < remoteAdminProbes && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	for range callers {
+		if code := <-done; code != http.StatusUnauthorized {
+			t.Errorf("check: %d, want 401", code)
+		}
+	}
+	if m := most.Load(); m != remoteAdminProbes {
+		t.Errorf("at most %d checks in flight at the remote, want %d", m, remoteAdminProbes)
 	}
 }
