@@ -117,7 +117,7 @@ func (h *Handlers) toolHook(ctx context.Context, hook plugins.Hook, c chat, sa s
 				if msgs, err = h.subMessages(ctx, c, sa); err != nil {
 					return err
 				}
-				pc.History = subHistory(msgs)
+				pc.History = subHistory(withOutcome(msgs, hook, tc, content))
 			}
 			if agent != nil {
 				steps, _ := stepsTaken(agent, msgs)
@@ -139,6 +139,28 @@ func (h *Handlers) toolHook(ctx context.Context, hook plugins.Hook, c chat, sa s
 			return nil
 		}})
 	return err
+}
+
+// withOutcome returns msgs with the outcome of tc as its tool message, on
+// on_tool_complete and on_tool_failure: the hooks run before that message
+// is written, yet the call has happened, and a rule counting failures
+// ("the third failure of this tool") must count this one. A redelivery
+// that finds the message written already adds nothing.
+func withOutcome(msgs []*collections.Document, hook plugins.Hook, tc *collections.Document, content string) []*collections.Document {
+	if hook == plugins.OnToolCall {
+		return msgs
+	}
+	id := str(tc, "callId")
+	for _, m := range msgs {
+		if str(m, "role") == "tool" && str(m, "toolCallId") == id {
+			return msgs
+		}
+	}
+	out := make([]*collections.Document, len(msgs), len(msgs)+1)
+	copy(out, msgs)
+	return append(out, &collections.Document{Path: tc.Path, CreatedAt: time.Now().UnixMilli(), Data: map[string]any{
+		"role": "tool", "toolCallId": id, "name": str(tc, "toolName"), "content": content,
+	}})
 }
 
 // sessionEndHook runs on_session_end as a sub-agent's task ends; its

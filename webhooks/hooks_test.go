@@ -106,7 +106,7 @@ func TestRules_ToolFailureNotifiesTheNextStep(t *testing.T) {
 	})
 	dir := ruleFiles(t, map[string]string{"tool-failed": rule("tool-failed", "on_tool_failure", "!context.result.success",
 		`type = "notify_self"
-message = "Tool {{ context.result.name }} failed ({{ context.history.failures[context.result.name] | default(0) }} before); try another way."
+message = "Tool {{ context.result.name }} failed ({{ context.history.failures[context.result.name] | default(0) }} failures); try another way."
 category = "warning"
 deliver_at = "immediately"`)})
 	s := startStack(t, stackOpts{model: model, rulesDir: dir})
@@ -121,7 +121,8 @@ deliver_at = "immediately"`)})
 		t.Errorf("first step carried %q", n)
 	}
 	got := notified(subs[1])
-	if len(got) != 1 || !strings.HasPrefix(got[0], "[notification warning/normal] Tool calculator failed") {
+	// The failure being reported counts in history.failures.
+	if len(got) != 1 || !strings.HasPrefix(got[0], "[notification warning/normal] Tool calculator failed (1 failures)") {
 		t.Fatalf("second step notifications %q", got)
 	}
 	ms := reqMessages(subs[1])
