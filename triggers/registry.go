@@ -344,21 +344,17 @@ func (r *registry) updateLocked(ctx context.Context, id string, fn func(e *entry
 // fn refuses the new state), and following the log will not apply this
 // state again (a tombstone finds no entry; seen skips the rest).
 func (r *registry) refreshLocked(ctx context.Context, id string) error {
-	doc, err := r.store.Get(ctx, SystemDB, statePath(id))
-	if errors.Is(err, collections.ErrNotFound) {
+	st, doc, err := readStateDoc(ctx, r.store, id)
+	if err != nil {
+		return err
+	}
+	if st == nil {
 		if r.applyLocked(id, nil, 0) {
 			r.publishLocked()
 		}
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	st, err := decodeState(doc)
-	if err != nil {
-		return err
-	}
-	if r.applyLocked(id, &st, doc.Version) {
+	if r.applyLocked(id, st, doc.Version) {
 		r.publishLocked()
 	}
 	r.noteSeqLocked(id, doc.Seq)

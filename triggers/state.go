@@ -161,16 +161,26 @@ func stateWrite(id string, st *state, version int64) (collections.Write, error) 
 
 // readState reads one state document (nil, 0 when absent).
 func readState(ctx context.Context, s collections.Store, id string) (*state, int64, error) {
+	st, doc, err := readStateDoc(ctx, s, id)
+	if st == nil {
+		return nil, 0, err
+	}
+	return st, doc.Version, nil
+}
+
+// readStateDoc reads one state document and decodes it (nil, nil when
+// absent).
+func readStateDoc(ctx context.Context, s collections.Store, id string) (*state, *collections.Document, error) {
 	doc, err := s.Get(ctx, SystemDB, statePath(id))
 	if errors.Is(err, collections.ErrNotFound) {
-		return nil, 0, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	st, err := decodeState(doc)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	return &st, doc.Version, nil
+	return &st, doc, nil
 }
