@@ -99,7 +99,7 @@ func (r *registry) load(ctx context.Context, fileTriggers []*Compiled, head int6
 	r.pos = head
 	r.mu.Lock()
 	for id, sd := range states {
-		if sd.st.Source != SourceAPI || sd.st.Def == nil {
+		if !sd.st.registered() {
 			continue
 		}
 		c, err := Compile(*sd.st.Def, r.cfg.Expand)
@@ -385,7 +385,7 @@ func (r *registry) applyLocked(id string, st *state, ver int64) bool {
 		ne.ver = 0
 		r.entries[id] = &ne
 		return true
-	case st.Source == SourceAPI && st.Def != nil:
+	case st.registered():
 		ne := &entry{source: SourceAPI, st: *st, ver: ver}
 		if cur != nil && cur.source == SourceAPI && reflect.DeepEqual(cur.st.Def, st.Def) {
 			ne.c = cur.c // the definition did not change (a switch, a counter flush)
