@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -181,7 +182,7 @@ func (l *loader) loadPlugin(fsys fs.FS, pdir, dirName string, file func(string) 
 		}
 	}
 	for _, c := range p.Requires {
-		if !contains(l.opts.Capabilities, c) {
+		if !slices.Contains(l.opts.Capabilities, c) {
 			p.Missing = append(p.Missing, c)
 		}
 	}
@@ -276,13 +277,4 @@ func pathlessError(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
 }

@@ -118,7 +118,7 @@ func TestLuaCompileErrors(t *testing.T) {
 
 // TestLuaEscapes: what a script could use to reach the host is not there.
 func TestLuaEscapes(t *testing.T) {
-	for _, tc := range []struct{ name, src, want string }{
+	checkLuaCases(t, []luaCase{
 		{"os.execute", "os.execute('touch /tmp/pwned'); return true", "attempt to index a non-table object(nil)"},
 		{"io.open", "io.open('/etc/passwd'); return true", "(nil)"},
 		{"require", "require('os'); return true", "attempt to call a non-function object"},
@@ -141,7 +141,16 @@ func TestLuaEscapes(t *testing.T) {
 		{"module", "module('x'); return true", "attempt to call a non-function object"},
 		{"randomseed", "math.randomseed(1); return true", "attempt to call a non-function object"},
 		{"_G has no loader", "return _G.load ~= nil or _G.require ~= nil", ""},
-	} {
+	})
+}
+
+// luaCase is a script run on sampleContext() and what it must give: an
+// error containing want, or, want empty, false and no error.
+type luaCase struct{ name, src, want string }
+
+func checkLuaCases(t *testing.T, cases []luaCase) {
+	t.Helper()
+	for _, tc := range cases {
 		got, err := runLua(t, tc.src, sampleContext())
 		if tc.want == "" {
 			if err != nil || got {
@@ -158,7 +167,7 @@ func TestLuaEscapes(t *testing.T) {
 // TestLuaReadOnly: the context, the libraries and the string metatable
 // cannot be written.
 func TestLuaReadOnly(t *testing.T) {
-	for _, tc := range []struct{ name, src, want string }{
+	checkLuaCases(t, []luaCase{
 		{"context field", "context.turn.number = 99; return true", "read-only"},
 		{"context new key", "context.state.evil = 1; return true", "read-only"},
 		{"context top", "context.turn = {}; return true", "read-only"},
@@ -176,18 +185,7 @@ func TestLuaReadOnly(t *testing.T) {
 		{"string value index", "local s = ''; s.rep = nil; return true", "attempt to index"},
 		{"number metatable", "setmetatable(1, {__index = function() return 1 end}); return true", "table expected"},
 		{"env metatable", "setmetatable(_G, nil); return true", "protected metatable"},
-	} {
-		got, err := runLua(t, tc.src, sampleContext())
-		if tc.want == "" {
-			if err != nil || got {
-				t.Errorf("%s: %v, %v; want false, nil", tc.name, got, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, %v; want an error containing %q", tc.name, got, err, tc.want)
-		}
-	}
+	})
 	// The context the runtime passed is untouched.
 	c := sampleContext()
 	runLua(t, "pcall(function() context.state.count = 0 end); return true", c)
@@ -442,6 +440,12 @@ func BenchmarkLua(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchMatch(b, cond)
+}
+
+// benchMatch measures cond on sampleContext() with state warned false,
+// where it must hold.
+func benchMatch(b *testing.B, cond Condition) {
 	c := sampleContext()
 	c.State["warned"] = false
 	ctx := context.Background()

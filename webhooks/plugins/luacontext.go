@@ -111,22 +111,31 @@ func goIndex(v any, k lua.LValue) (any, bool) {
 	return nil, false
 }
 
-// structFields are the Lua names of the context's structs, sorted (the
-// order pairs gives).
-var structFields = map[reflect.Type][]string{
-	reflect.TypeFor[*Context]():    {"event", "history", "project", "result", "settings", "state", "turn", "user"},
-	reflect.TypeFor[*Turn]():       {"context_usage", "iteration_count", "number", "token_usage"},
-	reflect.TypeFor[*History]():    {"failures", "messages", "tools"},
-	reflect.TypeFor[*Message]():    {"content", "role"},
-	reflect.TypeFor[*ToolCall]():   {"arguments", "name", "result", "success", "timestamp"},
-	reflect.TypeFor[*User]():       {"id", "settings"},
-	reflect.TypeFor[*Project]():    {"id", "settings"},
-	reflect.TypeFor[*ToolResult](): {"arguments", "duration_ms", "error", "name", "result", "success"},
-}
+// structFields are the Lua names of the context's structs, by pointer
+// type: their fields' cel tags (the names CEL and Context.Map() use),
+// sorted (the order pairs gives). structField reads them
+// (TestLuaContextMatchesMap checks both agree with Map()).
+var structFields = func() map[reflect.Type][]string {
+	m := map[reflect.Type][]string{}
+	for _, v := range []any{&Context{}, &Turn{}, &History{}, &Message{}, &ToolCall{}, &User{}, &Project{}, &ToolResult{}} {
+		t := reflect.TypeOf(v)
+		var names []string
+		for i := range t.Elem().NumField() {
+			if name := t.Elem().Field(i).Tag.Get("cel"); name != "" {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		m[t] = names
+	}
+	return m
+}()
 
 // structField is the field called name of one of the context's structs
 // (isStruct false when v is none of them). Pointers into the context, so
-// nothing is copied.
+// nothing is copied. A switch, not reflection over structFields: it runs
+// for every field a script reads, and reflection costs it three times as
+// much.
 func structField(v any, name string) (x any, ok, isStruct bool) {
 	switch t := v.(type) {
 	case *Context:

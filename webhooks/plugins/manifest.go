@@ -179,7 +179,7 @@ func parseSetting(name string, f settingFile, md toml.MetaData) (s Setting, errs
 			bad(sub, "only for integer and float settings")
 			return nil
 		}
-		x, ok := tomlNumber(v)
+		x, ok := jsonNumber(v)
 		if !ok {
 			bad(sub, "must be a number")
 			return nil
@@ -224,15 +224,4 @@ func parseSetting(name string, f settingFile, md toml.MetaData) (s Setting, errs
 	}
 	s.Default = v
 	return s, errs
-}
-
-// tomlNumber is a TOML integer or float as a float64.
-func tomlNumber(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case float64:
-		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
-	}
-	return 0, false
 }

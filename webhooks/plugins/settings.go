@@ -3,8 +3,9 @@ package plugins
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -212,7 +213,7 @@ func (s *Set) readUserSettings(doc map[string]any, disabled map[string]bool, set
 		bad("plugins", "must be an object of plugin ids to settings")
 		return errs
 	}
-	for _, pid := range sortedKeys(plugins) {
+	for _, pid := range slices.Sorted(maps.Keys(plugins)) {
 		p := s.Plugin(pid)
 		if p == nil {
 			bad("plugins."+clip(pid), "no plugin %q", clip(pid))
@@ -223,7 +224,7 @@ func (s *Set) readUserSettings(doc map[string]any, disabled map[string]bool, set
 			bad("plugins."+pid, "must be an object of settings")
 			continue
 		}
-		for _, name := range sortedKeys(values) {
+		for _, name := range slices.Sorted(maps.Keys(values)) {
 			setting := "plugins." + pid + "." + clip(name)
 			def, ok := p.Settings[name]
 			if !ok {
@@ -263,13 +264,4 @@ func stringList(v any) ([]string, bool) {
 		return out, true
 	}
 	return nil, false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
