@@ -177,7 +177,7 @@ func (e *Engine) Evaluate(ctx context.Context, h Hook, c *Context, scope Scope) 
 		if ctx.Err() != nil {
 			break
 		}
-		if !set.runnable(r, scope.Switches) || (!r.Core && scope.Disabled[r.Key()]) {
+		if !set.Runs(r, scope.Switches, scope.Disabled) {
 			continue
 		}
 		if r.PluginID != pid {
@@ -216,6 +216,13 @@ func (e *Engine) Evaluate(ctx context.Context, h Hook, c *Context, scope Scope) 
 		e.m.hookSeconds.WithLabelValues(string(h)).Observe(time.Since(start).Seconds())
 	}
 	return fired, evals
+}
+
+// Runs reports whether Evaluate runs r for a user who disabled the rules
+// in disabled (core rules ignore it), under the admin's switches sw: what
+// a caller asks to decide what to read before evaluating.
+func (s *Set) Runs(r *Rule, sw Switches, disabled map[string]bool) bool {
+	return s.runnable(r, sw) && (r.Core || !disabled[r.Key()])
 }
 
 // runnable reports whether r may run given the admin's switches: enabled by
