@@ -111,3 +111,52 @@ func mustGet(t *testing.T, d Docs, path string) *collections.Document {
 	}
 	return doc
 }
+
+// A tool run whose on_tool_call and on_tool_complete rules can run reads
+// the sub-agent once: the hooks take the document the role check read.
+func TestHooks_ToolRunReadsSubAgentOnce(t *testing.T) {
+	files := map[string]string{}
+	for _, hook := range []string{"on_tool_call", "on_tool_complete"} {
+		files[hook] = `
+[rule]
+id = "` + strings.ReplaceAll(hook, "_", "-") + `"
+trigger = "` + hook + `"
+
+[condition]
+expression = "context.turn.iteration_count >= 0"
+
+[action]
+type = "log"
+message = "tool"
+`
+	}
+	env := &rulesEnv{store: openTestStore(t)}
+	docs := &getCounter{Docs: env.serviceDocs(), gets: map[string]int{}}
+	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, files)})
+	h.cfg.Roles = map[string]Role{"general": {Tools: []string{"calculator"}}}
+	ctx := context.Background()
+	c := chat{uid: "u1", id: "c1"}
+	agentPath := c.subAgent("s1")
+	if _, err := docs.Create(ctx, agentPath, h.seals.seal(agentPath, map[string]any{
+		"userId": c.uid, "taskId": "t1", "role": "general", "iterationCount": 1,
+	}, subAgentSeal)); err != nil {
+		t.Fatal(err)
+	}
+	tcPath := c.toolCalls("s1") + "/tc1"
+	if _, err := docs.Create(ctx, tcPath, h.seals.seal(tcPath, map[string]any{
+		"userId": c.uid, "subAgentId": "s1", "toolName": "calculator", "argsJson": `{"expression":"6*7"}`,
+		"callId": "call1", "assistantSeq": 2, "index": 0, "status": "pending", "visibility": "hidden",
+	}, toolCallSeal)); err != nil {
+		t.Fatal(err)
+	}
+	docs.gets[agentPath] = 0
+	if err := h.toolRunner(ctx, &Event{Path: tcPath, ID: "tc1", Type: "create"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := str(mustGet(t, docs, tcPath), "status"); got != "success" {
+		t.Fatalf("tool call status %q, want success", got)
+	}
+	if n := docs.gets[agentPath]; n != 1 {
+		t.Errorf("a tool run read the sub-agent %d times, want 1", n)
+	}
+}
