@@ -167,16 +167,12 @@ func withOutcome(msgs []*collections.Document, hook plugins.Hook, tc *collection
 }
 
 // sessionEndHook runs on_session_end as a sub-agent's task ends; its
-// notifications go to the chat's next orchestrator decision.
-func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent, task *collections.Document, result, failure string) error {
+// notifications go to the chat's next orchestrator decision. msgs are the
+// sub-agent's messages as its handler read them (subMessages).
+func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent, task *collections.Document, msgs []*collections.Document, result, failure string) error {
 	_, err := h.runHook(ctx, hookCall{hook: plugins.OnSessionEnd, c: c, site: task.Path, target: orchestratorTarget,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
-			var msgs []*collections.Document
-			var err error
 			if needs.History {
-				if msgs, err = h.subMessages(ctx, c, sa); err != nil {
-					return err
-				}
 				pc.History = subHistory(msgs)
 			}
 			steps, _ := stepsTaken(agent, msgs)

@@ -160,3 +160,67 @@ message = "tool"
 		t.Errorf("a tool run read the sub-agent %d times, want 1", n)
 	}
 }
+
+// queryCounter is a Docs that counts the queries of each collection.
+type queryCounter struct {
+	Docs
+	queries map[string]int
+}
+
+func (q *queryCounter) Query(ctx context.Context, qq collections.Query) ([]*collections.Document, error) {
+	q.queries[qq.Collection]++
+	return q.Docs.Query(ctx, qq)
+}
+
+// A task that ends with an on_session_end rule reading the history queries
+// the sub-agent's messages once: the hook takes those the agent loop read.
+func TestHooks_SessionEndTakesTheLoopsMessages(t *testing.T) {
+	rule := `
+[rule]
+id = "ended"
+trigger = "on_session_end"
+
+[condition]
+expression = "size(context.history.messages) == 3"
+
+[action]
+type = "emit_event"
+event_type = "ended"
+`
+	env := &rulesEnv{store: openTestStore(t)}
+	docs := &queryCounter{Docs: env.serviceDocs(), queries: map[string]int{}}
+	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, map[string]string{"ended": rule})})
+	ctx := context.Background()
+	c := chat{uid: "u1", id: "c1"}
+	create := func(path string, data map[string]any, seal []string) *collections.Document {
+		t.Helper()
+		d, err := docs.Create(ctx, path, h.seals.seal(path, data, seal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	task := create(c.tasks()+"/t1", map[string]any{"userId": c.uid, "type": "delegate", "name": "n",
+		"instruction": "do", "triggerMessageId": "m1", "status": "running"}, taskSeal)
+	create(c.subAgent("s1"), map[string]any{"userId": c.uid, "taskId": "t1", "role": "general",
+		"status": "active", "iterationCount": 1}, subAgentSeal)
+	create(c.subMessages("s1")+"/"+msgID(0), map[string]any{"userId": c.uid, "role": "system", "content": "You help.", "seq": 0}, subMessageSeal)
+	user := create(c.subMessages("s1")+"/"+msgID(1), map[string]any{"userId": c.uid, "role": "user", "content": "hi", "seq": 1}, subMessageSeal)
+	create(c.subMessages("s1")+"/"+msgID(2), map[string]any{"userId": c.uid, "role": "assistant", "content": "done",
+		"seq": 2, "inReplyTo": user.ID}, subMessageSeal)
+
+	docs.queries = map[string]int{}
+	if err := h.agentLoop(ctx, &Event{Path: user.Path, ID: user.ID, Type: "create", Doc: user}); err != nil {
+		t.Fatal(err)
+	}
+	if got := str(mustGet(t, docs, task.Path), "status"); got != "success" {
+		t.Fatalf("task status %q, want success", got)
+	}
+	events, err := docs.Query(ctx, collections.Query{Collection: c.events(), Limit: 10})
+	if err != nil || len(events) != 1 {
+		t.Fatalf("%d events (err=%v), want the rule's one: it saw the history", len(events), err)
+	}
+	if n := docs.queries[c.subMessages("s1")]; n != 1 {
+		t.Errorf("the agent loop queried the sub-agent's messages %d times, want 1", n)
+	}
+}
