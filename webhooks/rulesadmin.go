@@ -88,10 +88,8 @@ func newRulesState(reg prometheus.Registerer) (*rulesState, error) {
 			Help: "Reloads of the rule and plugin files by outcome (ok; error: the previous set stays in force).",
 		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{s.logWrites, s.logPruned, s.reloads} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := registerAll(reg, s.logWrites, s.logPruned, s.reloads); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
