@@ -113,7 +113,8 @@ func mustGet(t *testing.T, d Docs, path string) *collections.Document {
 }
 
 // A tool run whose on_tool_call and on_tool_complete rules can run reads
-// the sub-agent once: the hooks take the document the role check read.
+// the sub-agent once (the hooks take the document the role check read),
+// and the user's agent settings once.
 func TestHooks_ToolRunReadsSubAgentOnce(t *testing.T) {
 	files := map[string]string{}
 	for _, hook := range []string{"on_tool_call", "on_tool_complete"} {
@@ -149,8 +150,9 @@ message = "tool"
 	}, toolCallSeal)); err != nil {
 		t.Fatal(err)
 	}
-	docs.gets[agentPath] = 0
-	if err := h.toolRunner(ctx, &Event{Path: tcPath, ID: "tc1", Type: "create"}); err != nil {
+	settings := userRuleSettingsPath(c.uid)
+	docs.gets[agentPath], docs.gets[settings] = 0, 0
+	if err := h.routes["tool-runner"](ctx, &Event{Path: tcPath, ID: "tc1", Type: "create"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := str(mustGet(t, docs, tcPath), "status"); got != "success" {
@@ -158,6 +160,9 @@ message = "tool"
 	}
 	if n := docs.gets[agentPath]; n != 1 {
 		t.Errorf("a tool run read the sub-agent %d times, want 1", n)
+	}
+	if n := docs.gets[settings]; n != 1 {
+		t.Errorf("a tool run read the user's agent settings %d times, want 1", n)
 	}
 }
 
