@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -227,5 +228,54 @@ event_type = "ended"
 	}
 	if n := docs.queries[c.subMessages("s1")]; n != 1 {
 		t.Errorf("the agent loop queried the sub-agent's messages %d times, want 1", n)
+	}
+}
+
+// failLogOnce is a Docs whose first write of an execution-log document
+// fails as a store outage does.
+type failLogOnce struct {
+	Docs
+	failed bool
+}
+
+func (f *failLogOnce) Create(ctx context.Context, path string, data map[string]any) (*collections.Document, error) {
+	if strings.HasPrefix(path, ruleLogCollection+"/") && !f.failed {
+		f.failed = true
+		return nil, errors.New("store unavailable")
+	}
+	return f.Docs.Create(ctx, path, data)
+}
+
+// A hook whose execution log could not be written for now fails, so the
+// delivery retries and the log is written then (every evaluation that ran
+// a rule writes its document), rather than losing it to a log line.
+func TestHooks_TransientLogFailureRetries(t *testing.T) {
+	rule := `
+[rule]
+id = "greet"
+trigger = "on_query_start"
+
+[condition]
+expression = "true"
+
+[action]
+type = "notify_self"
+message = "hello"
+`
+	env := &rulesEnv{store: openTestStore(t)}
+	docs := &failLogOnce{Docs: env.serviceDocs()}
+	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, map[string]string{"greet": rule})})
+	ctx := context.Background()
+	c := chat{uid: "u1", id: "c1"}
+	msg := &collections.Document{Path: c.messages() + "/m1", ID: "m1", Data: map[string]any{"role": "user", "content": "hi"}}
+	if _, _, err := h.queryStartHook(ctx, c, msg, nil); err == nil {
+		t.Fatal("the hook succeeded without its execution log: the delivery would not retry")
+	}
+	notes, _, err := h.queryStartHook(ctx, c, msg, nil)
+	if err != nil || len(notes) != 1 {
+		t.Fatalf("retry: %d notices, err=%v; want the rule's one", len(notes), err)
+	}
+	if _, err := docs.Get(ctx, ruleLogCollection+"/"+ruleLogID(plugins.OnQueryStart, c.uid, msg.Path)); err != nil {
+		t.Errorf("the retry did not write the execution log: %v", err)
 	}
 }
