@@ -150,7 +150,7 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 			if err := h.afterStep(ctx, c, sa, agent, last, msgs); err != nil {
 				return err
 			}
-			return h.followUp(ctx, c, sa, agent, last)
+			return h.followUp(ctx, c, sa, agent, last, msgs)
 		}
 		return nil
 	}
@@ -180,7 +180,7 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 		return err
 	}
 	if failure != "" {
-		return h.finishTask(ctx, c, sa, agent, task, "", failure)
+		return h.finishTask(ctx, c, sa, agent, task, msgs, "", failure)
 	}
 	// on_turn_start, then the notifications of the sub-agent's earlier
 	// hooks (on_turn_end, on_tool_*): both go into this step's prompt.
@@ -198,16 +198,17 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 		return err
 	}
 	if failure != "" {
-		return h.finishTask(ctx, c, sa, agent, task, "", failure)
+		return h.finishTask(ctx, c, sa, agent, task, msgs, "", failure)
 	}
 	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(notes))
 	if err != nil || step == nil {
 		return err
 	}
-	if err := h.afterStep(ctx, c, sa, agent, step, append(msgs[:len(msgs):len(msgs)], step)); err != nil {
+	msgs = append(msgs[:len(msgs):len(msgs)], step)
+	if err := h.afterStep(ctx, c, sa, agent, step, msgs); err != nil {
 		return err
 	}
-	return h.followUp(ctx, c, sa, agent, step)
+	return h.followUp(ctx, c, sa, agent, step, msgs)
 }
 
 // afterStep settles a written step's rule work: the pending notifications
@@ -406,8 +407,9 @@ func toolCallsOf(m *collections.Document) []llm.ToolCall {
 
 // followUp carries out a written step: tool-call documents for its calls,
 // the wait for the user for ask_user, or the task's end for a final
-// answer. Every write is idempotent.
-func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step *collections.Document) error {
+// answer. Every write is idempotent. msgs are the sub-agent's messages,
+// ending with step.
+func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step *collections.Document, msgs []*collections.Document) error {
 	calls := toolCallsOf(step)
 	task, err := h.docs.Get(ctx, c.tasks()+"/"+str(agent, "taskId"))
 	if err != nil {
@@ -416,9 +418,9 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 	if len(calls) == 0 {
 		content := str(step, "content")
 		if content == "" && str(step, "finishReason") == "length" {
-			return h.finishTask(ctx, c, sa, agent, task, "", "the model stopped at its token limit without an answer")
+			return h.finishTask(ctx, c, sa, agent, task, msgs, "", "the model stopped at its token limit without an answer")
 		}
-		return h.finishTask(ctx, c, sa, agent, task, content, "")
+		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
 	var question string
 	for i, tc := range calls {
@@ -460,8 +462,10 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 	return nil
 }
 
-// finishTask ends a sub-agent's task with a result or an error.
-func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, task *collections.Document, result, failure string) error {
+// finishTask ends a sub-agent's task with a result or an error; msgs are
+// the sub-agent's messages as the handler read them (on_session_end's
+// history).
+func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, task *collections.Document, msgs []*collections.Document, result, failure string) error {
 	agentStatus, patch := "completed", map[string]any{"status": "success", "result": result}
 	if failure != "" {
 		agentStatus, patch = "failed", map[string]any{"status": "failed", "error": failure}
@@ -472,7 +476,7 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	// on_session_end before the task's end is written: a delivery retried
 	// for a hook's failed read runs it again, while once the task has
 	// ended nothing would.
-	if err := h.sessionEndHook(ctx, c, sa, agent, task, result, failure); err != nil {
+	if err := h.sessionEndHook(ctx, c, sa, agent, task, msgs, result, failure); err != nil {
 		return err
 	}
 	if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0); err != nil {

@@ -164,6 +164,9 @@ func New(cfg Config) (*Handlers, error) {
 		"orchestrator-finalize": h.finalize,
 		"orchestrator-notify":   h.notify,
 	}
+	for name, fn := range h.routes {
+		h.routes[name] = func(ctx context.Context, ev *Event) error { return fn(withSettingsMemo(ctx), ev) }
+	}
 	return h, nil
 }
 

@@ -104,13 +104,16 @@ func (h *Handlers) turnEndHook(ctx context.Context, c chat, sa string, agent, st
 
 // toolHook runs on_tool_call (before the tool runs: tc pending), or
 // on_tool_complete / on_tool_failure (tc records the outcome; content is
-// the result as the model sees it).
-func (h *Handlers) toolHook(ctx context.Context, hook plugins.Hook, c chat, sa string, tc *collections.Document, content string) error {
+// the result as the model sees it). agent is the sub-agent document the
+// caller read (nil: the hook reads it, when a rule can run).
+func (h *Handlers) toolHook(ctx context.Context, hook plugins.Hook, c chat, sa string, agent, tc *collections.Document, content string) error {
 	_, err := h.runHook(ctx, hookCall{hook: hook, c: c, site: tc.Path, target: sa,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
-			agent, err := h.getOpt(ctx, c.subAgent(sa))
-			if err != nil {
-				return err
+			var err error
+			if agent == nil {
+				if agent, err = h.getOpt(ctx, c.subAgent(sa)); err != nil {
+					return err
+				}
 			}
 			var msgs []*collections.Document
 			if needs.History {
@@ -164,16 +167,12 @@ func withOutcome(msgs []*collections.Document, hook plugins.Hook, tc *collection
 }
 
 // sessionEndHook runs on_session_end as a sub-agent's task ends; its
-// notifications go to the chat's next orchestrator decision.
-func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent, task *collections.Document, result, failure string) error {
+// notifications go to the chat's next orchestrator decision. msgs are the
+// sub-agent's messages as its handler read them (subMessages).
+func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent, task *collections.Document, msgs []*collections.Document, result, failure string) error {
 	_, err := h.runHook(ctx, hookCall{hook: plugins.OnSessionEnd, c: c, site: task.Path, target: orchestratorTarget,
 		fill: func(ctx context.Context, pc *plugins.Context, needs plugins.Needs) error {
-			var msgs []*collections.Document
-			var err error
 			if needs.History {
-				if msgs, err = h.subMessages(ctx, c, sa); err != nil {
-					return err
-				}
 				pc.History = subHistory(msgs)
 			}
 			steps, _ := stepsTaken(agent, msgs)

@@ -63,7 +63,8 @@ func promptHook(h plugins.Hook) bool {
 // when no rule at the hook could run.
 //
 // Errors: a document the hook needs that cannot be read for now (a
-// transient error) is returned, so the delivery retries; every effect is
+// transient error) is returned, so the delivery retries, and so is a
+// transient failure to write the execution log; every effect is
 // idempotent, so a retry writes nothing twice. A rule's own failure (its
 // condition, its rendering, an action over a bound, a write the store
 // refuses) is recorded in the execution log and never fails the run.
@@ -154,8 +155,8 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 		if err != nil {
 			return nil, err
 		}
-		if len(evals) > 0 {
-			h.recordEvaluations(ctx, call.c, call.hook, call.site, evals)
+		if err := h.recordEvaluations(ctx, call.c, call.hook, call.site, evals); err != nil {
+			return nil, err
 		}
 		return notices, nil
 	}

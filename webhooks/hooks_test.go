@@ -54,6 +54,14 @@ func (s *stack) chatDocs(chatID, coll string) []*collections.Document {
 	return s.docs(s.chat(chatID) + "/" + coll)
 }
 
+// replyTo waits (what) for the orchestrator's reply to message msgID of
+// chat chatID and returns its content.
+func (s *stack) replyTo(what, chatID, msgID string) string {
+	path := s.chat(chatID) + "/messages/" + msgID + "-reply"
+	s.waitFor(what, 10*time.Second, func() bool { return s.get(path) != nil })
+	return field(s.get(path), "content")
+}
+
 // A notify_self rule at on_turn_start reaches the very request of the step
 // it fired for, right after the system prompt, rendered from the context.
 func TestRules_NotifyAtTurnStartReachesTheModel(t *testing.T) {
@@ -299,8 +307,7 @@ message = "Task {{ context.event.task_id }} ended: {{ context.event.status }}"`)
 	})
 	s := startStack(t, stackOpts{rulesDir: dir})
 	s.say("c1", "m1", "hi")
-	s.waitFor("the reply", 10*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m1-reply") != nil })
-	reply := field(s.get(s.chat("c1")+"/messages/m1-reply"), "content")
+	reply := s.replyTo("the reply", "c1", "m1")
 	if !strings.HasSuffix(reply, "(notified: Message 1: hi)") {
 		t.Errorf("reply %q does not show the notification", reply)
 	}
@@ -308,8 +315,7 @@ message = "Task {{ context.event.task_id }} ended: {{ context.event.status }}"`)
 	s.waitFor("the task", 15*time.Second, s.taskDone("c1", "m2-t0"))
 	s.settle(10 * time.Second)
 	s.say("c1", "m3", "hello again")
-	s.waitFor("the third reply", 10*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m3-reply") != nil })
-	reply = field(s.get(s.chat("c1")+"/messages/m3-reply"), "content")
+	reply = s.replyTo("the third reply", "c1", "m3")
 	if !strings.Contains(reply, "(notified: Task m2-t0 ended: success)") {
 		t.Errorf("reply %q does not carry the session-end notification", reply)
 	}
@@ -344,13 +350,13 @@ message = "never"`),
 	s.waitFor("the task", 15*time.Second, s.taskDone("c1", "m1-t0"))
 	s.settle(10 * time.Second)
 	s.say("c1", "m2", "hi")
-	s.waitFor("the reply", 10*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m2-reply") != nil })
+	reply := s.replyTo("the reply", "c1", "m2")
 	for _, d := range append(s.chatDocs("c1", "messages"), s.docs(s.chat("c1")+"/sub-agents/m1-t0/messages")...) {
 		if strings.Contains(field(d, "content"), "FORGED") {
 			t.Errorf("%s shows the forged notification: %q", d.Path, field(d, "content"))
 		}
 	}
-	if !strings.Contains(field(s.get(s.chat("c1")+"/messages/m2-reply"), "content"), "(notified: ended)") {
+	if !strings.Contains(reply, "(notified: ended)") {
 		t.Error("the runtime's own notification did not reach the orchestrator")
 	}
 	for _, target := range []string{"orchestrator", "m1-t0"} {

@@ -38,12 +38,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Tool runs by tool and outcome (success, failed; refused: a tool call the runtime did not create).",
 		}, []string{"tool", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.handled, m.llmCalls, m.llmTokens, m.toolRuns} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := registerAll(reg, m.handled, m.llmCalls, m.llmTokens, m.toolRuns); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// registerAll registers the runtime's collectors on reg, stopping at the
+// first error.
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unknownTool is the "tool" label of a tool call naming no registered tool.

@@ -44,11 +44,14 @@ func ruleLogID(hook plugins.Hook, uid, site string) string {
 // recordEvaluations writes the execution log of one hook evaluation in
 // chat c (one document, its id derived from hook and site so a redelivery
 // writes it once), counts it in the metrics and now and then prunes
-// entries older than the retention. Failing to record is logged, never
-// fails the handler.
-func (h *Handlers) recordEvaluations(ctx context.Context, c chat, hook plugins.Hook, site string, evals []plugins.Evaluation) {
+// entries older than the retention. A transient failure to record is
+// returned, so the delivery retries (the hook's effects are idempotent and
+// the document's id is the same); a refusal that a retry cannot change
+// (the security rules, an invalid document) is logged and lets the run go
+// on.
+func (h *Handlers) recordEvaluations(ctx context.Context, c chat, hook plugins.Hook, site string, evals []plugins.Evaluation) error {
 	if len(evals) == 0 {
-		return
+		return nil
 	}
 	now := h.rules.now()
 	logged := evals[:min(len(evals), maxLoggedEvaluations)]
@@ -83,12 +86,16 @@ func (h *Handlers) recordEvaluations(ctx context.Context, c chat, hook plugins.H
 	case forbidden(err):
 		h.rules.logWrites.WithLabelValues("error").Inc()
 		h.warnUngranted(ruleLogCollection, err)
-		return // and nothing to prune
-	default:
+		return nil // and nothing to prune
+	case permanent(err):
 		h.rules.logWrites.WithLabelValues("error").Inc()
 		h.log.Warn("could not record the rules' execution log", "hook", hook, "user", c.uid, "chat", c.id, "err", err)
+	default:
+		h.rules.logWrites.WithLabelValues("error").Inc()
+		return fmt.Errorf("rules %s: execution log: %w", hook, err)
 	}
 	h.maybePruneRuleLog(now)
+	return nil
 }
 
 // ruleLogRetention is how long log documents are kept.

@@ -77,7 +77,7 @@ func newRulesState(reg prometheus.Registerer) (*rulesState, error) {
 		now:  time.Now,
 		logWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loom_agent_rule_log_writes_total",
-			Help: "Execution-log documents of the lifecycle rules by outcome (ok; duplicate: a redelivery's, already written; error: not recorded).",
+			Help: "Execution-log documents of the lifecycle rules by outcome (ok; duplicate: a redelivery's, already written; error: not recorded, the delivery retried unless a retry cannot help).",
 		}, []string{"outcome"}),
 		logPruned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "loom_agent_rule_log_pruned_total",
@@ -88,10 +88,8 @@ func newRulesState(reg prometheus.Registerer) (*rulesState, error) {
 			Help: "Reloads of the rule and plugin files by outcome (ok; error: the previous set stays in force).",
 		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{s.logWrites, s.logPruned, s.reloads} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := registerAll(reg, s.logWrites, s.logPruned, s.reloads); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

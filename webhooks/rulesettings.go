@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/plugins"
@@ -71,14 +72,47 @@ func tooManySettings(set *plugins.Set, data map[string]any) error {
 }
 
 // userRuleSettings returns the data of the user's agent settings document
-// (nil when there is none).
+// (nil when there is none). Within one handler invocation (ctx from
+// withSettingsMemo) it is read once: the invocation's hooks (on_tool_call
+// and on_tool_complete; on_turn_start, on_turn_end and on_session_end)
+// share it.
 func (h *Handlers) userRuleSettings(ctx context.Context, uid string) (map[string]any, error) {
+	memo, _ := ctx.Value(settingsMemoKey{}).(*settingsMemo)
+	if memo != nil {
+		memo.mu.Lock()
+		defer memo.mu.Unlock()
+		if data, ok := memo.read[uid]; ok {
+			return data, nil
+		}
+	}
 	d, err := h.docs.Get(ctx, userRuleSettingsPath(uid))
 	if errors.Is(err, collections.ErrNotFound) {
-		return nil, nil
+		err = nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the user's agent settings: %w", err)
 	}
-	return d.Data, nil
+	var data map[string]any
+	if d != nil {
+		data = d.Data
+	}
+	if memo != nil {
+		memo.read[uid] = data
+	}
+	return data, nil
+}
+
+// settingsMemo holds the user settings documents one handler invocation
+// read (by user id).
+type settingsMemo struct {
+	mu   sync.Mutex
+	read map[string]map[string]any
+}
+
+type settingsMemoKey struct{}
+
+// withSettingsMemo is ctx for one handler invocation: userRuleSettings
+// reads each user's settings once in it.
+func withSettingsMemo(ctx context.Context) context.Context {
+	return context.WithValue(ctx, settingsMemoKey{}, &settingsMemo{read: map[string]map[string]any{}})
 }

@@ -38,16 +38,21 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		// wake nobody.
 		return h.refuseToolCall(ctx, tc)
 	}
+	// agent is the sub-agent as mayRun read it (nil: not read), which the
+	// tool hooks take rather than read it again: a tool run does not
+	// change it.
+	var agent *collections.Document
 	if str(tc, "status") == "pending" {
 		start := time.Now()
 		var result any
-		runErr := h.mayRun(ctx, c, sa, str(tc, "toolName"))
+		var runErr error
+		agent, runErr = h.mayRun(ctx, c, sa, str(tc, "toolName"))
 		if runErr != nil && !errors.Is(runErr, errToolRefused) {
 			return runErr // could not read the sub-agent: retry the delivery
 		}
 		if runErr == nil {
 			// on_tool_call: the tool is about to run.
-			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, tc, ""); err != nil {
+			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, agent, tc, ""); err != nil {
 				return err
 			}
 			result, runErr = h.tools.Run(ctx, str(tc, "toolName"), str(tc, "argsJson"), toolsCall(c.uid))
@@ -91,7 +96,7 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	if str(tc, "status") == "failed" {
 		hook = plugins.OnToolFailure
 	}
-	if err := h.toolHook(ctx, hook, c, sa, tc, content); err != nil {
+	if err := h.toolHook(ctx, hook, c, sa, agent, tc, content); err != nil {
 		return err
 	}
 	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
@@ -105,20 +110,21 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 }
 
 // mayRun checks that a sub-agent may run a tool: the tool is in its role's
-// list (the model may name a tool it was not offered).
-func (h *Handlers) mayRun(ctx context.Context, c chat, sa, tool string) error {
+// list (the model may name a tool it was not offered). It returns the
+// sub-agent document it read (nil: none).
+func (h *Handlers) mayRun(ctx context.Context, c chat, sa, tool string) (*collections.Document, error) {
 	agent, err := h.getOpt(ctx, c.subAgent(sa))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !h.seals.valid(agent, subAgentSeal) {
-		return fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
+		return agent, fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
 	}
 	role := str(agent, "role")
 	if r, ok := h.cfg.Roles[role]; !ok || !slices.Contains(r.Tools, tool) {
-		return fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
+		return agent, fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
 	}
-	return nil
+	return agent, nil
 }
 
 // errToolRefused is a tool call the runtime does not run.
