@@ -318,7 +318,7 @@ func runningPlugins(set *plugins.Set, hook plugins.Hook, sw plugins.Switches, di
 	seen := map[string]bool{}
 	var out []string
 	for _, r := range set.ByHook(hook) {
-		if !ruleMayRun(set, r, sw, disabled) || seen[r.PluginID] {
+		if !set.Runs(r, sw, disabled) || seen[r.PluginID] {
 			continue
 		}
 		seen[r.PluginID] = true
@@ -336,29 +336,6 @@ func setsState(set *plugins.Set, hook plugins.Hook) bool {
 		}
 	}
 	return false
-}
-
-// ruleMayRun mirrors the engine's skip rules (Engine.Evaluate) to decide
-// what to read before it runs; erring towards true only reads more.
-func ruleMayRun(set *plugins.Set, r *plugins.Rule, sw plugins.Switches, disabled map[string]bool) bool {
-	on := r.Enabled
-	if v, ok := sw[r.Key()]; ok {
-		on = v
-	}
-	if !on || (disabled[r.Key()] && !r.Core) {
-		return false
-	}
-	if r.PluginID == "" {
-		return true
-	}
-	p := set.Plugin(r.PluginID)
-	if p == nil || len(p.Missing) > 0 {
-		return false
-	}
-	if v, ok := sw["plugin:"+p.ID]; ok {
-		return v
-	}
-	return p.Enabled
 }
 
 // projectSettings is the chat document's data without the runtime's
