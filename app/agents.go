@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -128,6 +129,9 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 		TokenBudget:        cfg.Agents.TokenBudget,
 		UserTokensPerDay:   cfg.Agents.UserTokensPerDay,
 		UserConcurrentRuns: cfg.Agents.UserConcurrentRuns,
+		History:            cfg.Agents.ChatHistory,
+		ChatSuspendAfter:   cfg.Agents.ChatSuspendAfter.Duration,
+		ChatCleanupAfter:   chatCleanupAfter(cfg.Agents.ChatCleanupAfter),
 		// A delivery carries an outbox row's event: a document, its previous
 		// state and the changed field names of both — what the engine lets
 		// a system document hold, so no event the evaluator could store is
@@ -248,4 +252,13 @@ func agentsKey(ctx context.Context, a *auth.Service) (string, error) {
 		return "", fmt.Errorf("agents service key: %w", err)
 	}
 	return key, nil
+}
+
+// chatCleanupAfter maps [agents] chat_cleanup_after to the runtime's
+// setting: absent → 0 (the default), "0s" or negative → -1 (never).
+func chatCleanupAfter(d config.SignedDuration) time.Duration {
+	if d.Set && d.Duration <= 0 {
+		return -1
+	}
+	return d.Duration
 }

@@ -64,8 +64,16 @@ type Config struct {
 	// TokenBudget is a sub-agent's context size (prompt tokens) above which
 	// older messages are compressed into a summary (default 8000).
 	TokenBudget int
-	// History is how many chat messages the orchestrator reads (default 20).
+	// History is how many recent chat messages the orchestrator reads
+	// verbatim ([agents] chat_history, default 20); older ones are folded
+	// into the chat's summary (memory.go).
 	History int
+	// ChatSuspendAfter suspends a chat after that long without a user
+	// message (default DefaultChatSuspendAfter); ChatCleanupAfter deletes a
+	// suspended or closed chat's documents that long after (0:
+	// DefaultChatCleanupAfter; negative: never). See chatidle.go.
+	ChatSuspendAfter time.Duration
+	ChatCleanupAfter time.Duration
 	// MaxBody bounds a delivery's body (default and minimum 4 MiB). It must
 	// hold the largest event, a document and its previous state, or that
 	// document's deliveries are refused on every attempt.
@@ -134,6 +142,7 @@ func New(cfg Config) (*Handlers, error) {
 	if cfg.History <= 0 {
 		cfg.History = DefaultHistory
 	}
+	cfg.applyChatDefaults()
 	cfg.MaxBody = max(cfg.MaxBody, DefaultMaxBody)
 	if cfg.UserTokensPerDay == 0 {
 		cfg.UserTokensPerDay = DefaultUserTokensPerDay
@@ -163,6 +172,7 @@ func New(cfg Config) (*Handlers, error) {
 		"tool-runner":           h.toolRunner,
 		"orchestrator-finalize": h.finalize,
 		"orchestrator-notify":   h.notify,
+		"chat-idle":             h.chatIdle,
 	}
 	for name, fn := range h.routes {
 		h.routes[name] = func(ctx context.Context, ev *Event) error { return fn(withSettingsMemo(ctx), ev) }

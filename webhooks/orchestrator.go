@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/llm"
@@ -48,10 +49,17 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		return err
 	}
 	msg := ev.Doc
+	replyPath := c.messages() + "/" + replyID(msg.ID)
+	// The chat document: created if need be, its activity recorded
+	// (memory.go); a closed chat runs nothing.
+	if doc, err := h.touchChat(ctx, c, time.Now()); err != nil {
+		return err
+	} else if str(doc, "status") == chatClosed {
+		return h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "closed", "content": closedReply})
+	}
 	if routed, err := h.routeToWaiting(ctx, c, msg); err != nil || routed {
 		return err
 	}
-	replyPath := c.messages() + "/" + replyID(msg.ID)
 	reply, err := h.getOpt(ctx, replyPath)
 	if err != nil {
 		return err
@@ -93,6 +101,12 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if err != nil {
 		return nil, err
 	}
+	// The summary of the messages before the recent ones (compressed now
+	// when some fell out of the window).
+	mem, err := h.chatMemory(ctx, c, msg)
+	if err != nil {
+		return nil, err
+	}
 	// on_query_start, then the notifications of the chat's finished tasks
 	// (on_session_end): both go into this decision's prompt.
 	notes, seen, err := h.queryStartHook(ctx, c, msg, history)
@@ -104,7 +118,8 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 		return nil, err
 	}
 	notes = promptNotices(append(notes, pending...))
-	res, err := h.askOrchestrator(ctx, c, msg, history, notes, seen)
+	res, err := h.askOrchestrator(ctx, c, msg, append(mem, history...), notes, seen)
+	h.countChatTokens(ctx, c, res)
 	if le, ok := asLimit(err); ok {
 		// A limit of the user's: say so once, in the chat, and stop.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
@@ -162,11 +177,13 @@ func (h *Handlers) failReply(ctx context.Context, c chat, msg *collections.Docum
 	return err
 }
 
-// chatHistory returns the chat's recent messages, oldest first, ending with
-// msg.
+// chatHistory returns the chat's recent messages (the last Config.History
+// up to msg), oldest first, ending with msg. The older ones are in the
+// chat's summary (chatMemory).
 func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Document) ([]llm.Message, error) {
 	docs, err := h.docs.Query(ctx, collections.Query{
 		Collection: c.messages(),
+		Filters:    []collections.Filter{{Field: collections.FieldCreatedAt, Op: collections.OpLe, Value: msg.CreatedAt}},
 		OrderBy:    []collections.Order{{Field: collections.FieldCreatedAt, Direction: "desc"}},
 		Limit:      h.cfg.History,
 	})

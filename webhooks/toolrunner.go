@@ -186,6 +186,7 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 		content = str(task, "result")
 		if h.model.Name() != "offline" && content != "" {
 			res, err := h.complete(ctx, c.uid, llmSummaryRequest(str(task, "instruction"), content))
+			h.countChatTokens(ctx, c, res)
 			_, limited := asLimit(err)
 			switch {
 			case limited, permanentModelError(err):

@@ -216,6 +216,14 @@ type Agents struct {
 	LuaInstructions int64    `toml:"lua_instructions"`
 	LuaTimeout      Duration `toml:"lua_timeout"`
 	LuaMemory       int64    `toml:"lua_memory"`
+	// ChatHistory is how many recent chat messages the orchestrator reads
+	// verbatim; older ones are folded into the chat's summary (default 20).
+	ChatHistory int `toml:"chat_history"`
+	// ChatSuspendAfter suspends a chat without a user message for that long
+	// (default 24h); ChatCleanupAfter deletes a suspended or closed chat's
+	// documents that long after (default 720h; "0s" or negative: never).
+	ChatSuspendAfter Duration       `toml:"chat_suspend_after"`
+	ChatCleanupAfter SignedDuration `toml:"chat_cleanup_after"`
 }
 
 // Upper bounds of the Lua limits: past them one rule's script could hold a
@@ -493,6 +501,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: [auth] max_concurrent_hashes and signup_burst must not be negative")
 	}
 	if err := c.Agents.validateRules(); err != nil {
+		return err
+	}
+	if err := c.Agents.validateChat(); err != nil {
 		return err
 	}
 	for _, ix := range c.Indexes {

@@ -24,7 +24,9 @@ const OfflinePrefix = "[offline model] "
 //     "calculator" offered → calculator; "current_time" offered →
 //     current_time; else a direct answer. Once tool results are in → the final
 //     answer "Result: <tool results joined by '; '>".
-//   - no tools (summaries): "Summary: " + the last user message (200 chars).
+//   - no tools (summaries): "Summary: " + the last user message (200 chars);
+//     but a chat compression (system message starting ChatSummaryPrefix) is
+//     answered with the JSON it asks for: chatSummary.
 //
 // When the request carries notifications of the lifecycle rules (system
 // messages starting "[notification "), the content ends with
@@ -56,6 +58,8 @@ func (o offline) Complete(ctx context.Context, req Request) (*Response, error) {
 	var content string
 	var call *ToolCall
 	switch {
+	case len(req.Tools) == 0 && isChatSummary(req.Messages):
+		content = OfflinePrefix + chatSummary(userText)
 	case len(req.Tools) == 0:
 		content = OfflinePrefix + "Summary: " + truncate(userText, 200)
 	case offered["delegate_task"]:
@@ -251,3 +255,70 @@ func truncate(s string, n int) string {
 }
 
 func ceilDiv4(n int) int { return (n + 3) / 4 }
+
+// ChatSummaryPrefix starts the system message of the agent runtime's chat
+// compression request. Its user message has the lines "Previous summary:
+// <text>", "Key decision: <text>" (each optional), "Messages:", then one
+// "<role>: <text>" line per message.
+const ChatSummaryPrefix = "Summarise this chat"
+
+// Bounds of the offline chat summary.
+const (
+	offlineSummaryRunes = 4000
+	offlineDecisions    = 20
+)
+
+func isChatSummary(msgs []Message) bool {
+	return len(msgs) > 0 && msgs[0].Role == "system" && strings.HasPrefix(msgs[0].Content, ChatSummaryPrefix)
+}
+
+// decisionMarkers mark a user sentence the offline summary keeps as a key
+// decision.
+var decisionMarkers = []string{"let's ", "let us ", "we decided", "i decided", "decision:", "we will ", "agreed"}
+
+// chatSummary answers a chat compression request deterministically: the
+// summary is the previous one followed by "The user said: " and the user's
+// messages (the assistant's are left out: the offline model's own answers
+// carry no facts), at most 4000 runes, the earliest kept; the key decisions
+// are the previous ones and the user's messages that read like one ("let's",
+// "we decided", "decision:", ...), the latest 20.
+func chatSummary(request string) string {
+	var prev string
+	var decisions, said []string
+	for _, line := range strings.Split(request, "\n") {
+		switch {
+		case strings.HasPrefix(line, "Previous summary: "):
+			prev = strings.TrimPrefix(strings.TrimPrefix(line, "Previous summary: "), OfflinePrefix)
+		case strings.HasPrefix(line, "Key decision: "):
+			decisions = append(decisions, strings.TrimPrefix(line, "Key decision: "))
+		case strings.HasPrefix(line, "user: "):
+			text := strings.TrimSpace(strings.TrimPrefix(line, "user: "))
+			said = append(said, truncate(text, 200))
+			lower := strings.ToLower(text)
+			for _, m := range decisionMarkers {
+				if strings.Contains(lower, m) {
+					decisions = append(decisions, truncate(text, 200))
+					break
+				}
+			}
+		}
+	}
+	summary := prev
+	if len(said) > 0 {
+		if summary != "" {
+			summary += " "
+		}
+		summary += "The user said: " + strings.Join(said, " / ")
+	}
+	if summary == "" {
+		summary = "Nothing of note was said."
+	}
+	if len(decisions) > offlineDecisions {
+		decisions = decisions[len(decisions)-offlineDecisions:]
+	}
+	if decisions == nil {
+		decisions = []string{}
+	}
+	b, _ := json.Marshal(map[string]any{"summary": OfflinePrefix + truncate(summary, offlineSummaryRunes), "keyDecisions": decisions})
+	return string(b)
+}
