@@ -61,6 +61,7 @@ var Indexes = []collections.Index{
 	{Collection: outboxColl, Fields: []string{fTrigger, fStatus, fSeq}},       // log by trigger and status
 	{Collection: outboxColl, Fields: []string{fTrigger, fKey, fStatus, fSeq}}, // head of an ordering key
 	{Collection: outboxColl, Fields: []string{fStatus, fDeliverAt}},           // scheduled rows
+	{Collection: outboxColl, Fields: []string{fTrigger, fStatus, fDeliverAt}}, // scheduled rows of a trigger
 }
 
 // Attempt is one recorded delivery attempt.
