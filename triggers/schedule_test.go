@@ -156,6 +156,7 @@ func TestScheduledDeliveryWaitsForDeliverAt(t *testing.T) {
 	// The past one goes at once; the other is listed as scheduled, with its
 	// deliverAt, and nowhere else.
 	rc.WaitFor(t, "the past reminder", apptest.HasDoc("past"))
+	waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{Status: triggers.StatusDelivered}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
 	ds := waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{Status: triggers.StatusScheduled}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
 	if d := ds[0]; d.DeliverAt != at || d.Status != triggers.StatusScheduled || d.NextAttemptAt != at || len(d.Attempts) != 0 {
 		t.Fatalf("scheduled delivery %+v, want deliverAt %d", d, at)
@@ -368,5 +369,34 @@ func TestScheduledDeliverySurvivesRestart(t *testing.T) {
 	}
 	if len(ids) != 1 || ids[got[0].ID()] != 1 {
 		t.Fatalf("webhook-ids %v, want one delivery", ids)
+	}
+}
+
+// Purge goes by the time a row finished: a scheduled delivery, finished
+// long after the rows that follow it in commit order, does not hold their
+// purge back.
+func TestPurgeNotHeldBackByLateScheduledDelivery(t *testing.T) {
+	const retention = 500 * time.Millisecond
+	rc := apptest.NewReceiver(t, nil)
+	e := apptest.Start(t, apptest.Options{
+		Triggers: "[" + remindJSON("remind", rc.URL) + "]",
+		Config:   func(c *config.Config) { c.Delivery.Retention = config.Duration{Duration: retention} },
+	})
+	scheduleAt(t, e.Store, "late", time.Now().Add(700*time.Millisecond).UnixMilli())
+	scheduleAt(t, e.Store, "now", 0)
+	ds := waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{Status: triggers.StatusDelivered}, func(ds []*triggers.Delivery) bool { return len(ds) == 2 })
+	late, now := ds[1], ds[0] // newest first: "now" has the higher seq
+	if late.Seq > now.Seq || late.FinishedAt <= now.FinishedAt+int64(retention/time.Millisecond) {
+		t.Fatalf("setup: late %+v, now %+v", late, now)
+	}
+	if err := e.Triggers.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().UnixMilli() >= late.FinishedAt+int64(retention/time.Millisecond) {
+		t.Fatalf("setup: the purge ran %v after the late delivery finished; it should run within the retention", time.Since(time.UnixMilli(late.FinishedAt)))
+	}
+	left, _, err := e.Triggers.Deliveries(context.Background(), triggers.DeliveryQuery{})
+	if err != nil || len(left) != 1 || left[0].ID != late.ID {
+		t.Fatalf("after purge: %s, %v (want only the late one, finished within the retention)", show(left), err)
 	}
 }
