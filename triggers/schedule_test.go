@@ -62,6 +62,37 @@ func TestCompile_DeliverAt(t *testing.T) {
 	}
 }
 
+// The README's example: a reminder 1 h after remindAt, scheduled again
+// when remindAt changes, not on other updates.
+func TestEvaluate_DeliverAtReadmeExample(t *testing.T) {
+	def := valid()
+	def.Events = []string{"create", "update"}
+	def.Condition = "'remindAt' in event.changedFields && has(event.document.data.remindAt)"
+	def.DeliverAt = "event.document.data.remindAt + 3600000"
+	c, err := triggers.Compile(def, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.UnixMilli(1_800_000_000_000)
+	at := now.UnixMilli() + 60_000
+	for _, tt := range []struct {
+		ch   *collections.Change
+		want int64 // 0: no match
+	}{
+		{createCh(t, fmt.Sprintf(`{"remindAt":%d}`, at)), at + 3600000},
+		{createCh(t, `{"title":"x"}`), 0},
+		{updateCh(t, `{"title":"x"}`, fmt.Sprintf(`{"title":"x","remindAt":%d}`, at)), at + 3600000},
+		{updateCh(t, fmt.Sprintf(`{"remindAt":%d}`, at), fmt.Sprintf(`{"remindAt":%d}`, at+1)), at + 1 + 3600000},
+		{updateCh(t, fmt.Sprintf(`{"remindAt":%d}`, at), fmt.Sprintf(`{"remindAt":%d,"title":"y"}`, at)), 0},
+		{updateCh(t, fmt.Sprintf(`{"remindAt":%d}`, at), `{}`), 0},
+	} {
+		r, err := c.Evaluate(event(t, c, tt.ch), now)
+		if err != nil || r.Matched != (tt.want != 0) || r.DeliverAt != tt.want {
+			t.Errorf("%s %v: %+v, %v; want deliverAt %d", tt.ch.Op, tt.ch.After.Data, r, err, tt.want)
+		}
+	}
+}
+
 func TestEvaluate_DeliverAt(t *testing.T) {
 	now := time.UnixMilli(1_800_000_000_000)
 	nowMs := now.UnixMilli()
