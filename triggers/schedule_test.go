@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -429,5 +430,65 @@ func TestPurgeNotHeldBackByLateScheduledDelivery(t *testing.T) {
 	left, _, err := e.Triggers.Deliveries(context.Background(), triggers.DeliveryQuery{})
 	if err != nil || len(left) != 1 || left[0].ID != late.ID {
 		t.Fatalf("after purge: %s, %v (want only the late one, finished within the retention)", show(left), err)
+	}
+}
+
+// The log lists each row under one status: a page of pending rows skips
+// the scheduled ones between them, and paging neither repeats nor skips.
+func TestDeliveriesLogPagesPendingAndScheduled(t *testing.T) {
+	rc := apptest.NewReceiver(t, apptest.Status(http.StatusInternalServerError))
+	e := startNode(t, "["+triggerJSON("mix", rc.URL, `, "events": ["create"], "deliverAt": "event.document.data.remindAt", "retryPolicy": {"maxAttempts": 5, "initialBackoff": "1h"}`)+"]")
+	base := time.Now().Add(time.Hour).UnixMilli()
+	// In commit order: s1, p1, s2, s3, p2 (the p rows are due at once and
+	// fail: pending, waiting an hour for their retry).
+	scheduleAt(t, e.Store, "s1", base+3)
+	scheduleAt(t, e.Store, "p1", 0)
+	scheduleAt(t, e.Store, "s2", base+1)
+	scheduleAt(t, e.Store, "s3", base+2)
+	scheduleAt(t, e.Store, "p2", 0)
+	rc.WaitFor(t, "both immediate deliveries", apptest.Exactly(2))
+	ctx := context.Background()
+	pageAll := func(status string, limit int) (ids []string, pages int) {
+		t.Helper()
+		cursor := ""
+		for {
+			ds, next, err := e.Triggers.Deliveries(ctx, triggers.DeliveryQuery{Status: status, Limit: limit, Cursor: cursor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages++
+			for _, d := range ds {
+				if status != "" && d.Status != status {
+					t.Fatalf("%s page holds %s", status, show(ds))
+				}
+				ids = append(ids, d.ID)
+			}
+			if next == "" {
+				return ids, pages
+			}
+			cursor = next
+		}
+	}
+	apptest.WaitFor(t, "two failed attempts recorded", func() bool {
+		ids, _ := pageAll(triggers.StatusPending, 10)
+		ds, _, _ := e.Triggers.Deliveries(ctx, triggers.DeliveryQuery{Status: triggers.StatusPending})
+		return len(ids) == 2 && len(ds[0].Attempts) == 1 && len(ds[1].Attempts) == 1
+	})
+	pending, _ := pageAll(triggers.StatusPending, 1)
+	scheduled, _ := pageAll(triggers.StatusScheduled, 2)
+	if len(pending) != 2 || len(scheduled) != 3 {
+		t.Fatalf("pending %v, scheduled %v", pending, scheduled)
+	}
+	all, _ := pageAll("", 2)
+	if len(all) != 5 {
+		t.Fatalf("all: %v", all)
+	}
+	// Scheduled: soonest first (s2, s3, s1); pending: newest first (p2, p1).
+	order := map[string]int{}
+	for i, id := range all {
+		order[id] = i // newest first: p2, s3, s2, p1, s1
+	}
+	if !(order[pending[0]] < order[pending[1]]) || !(order[scheduled[0]] > order[scheduled[1]]) || !(order[scheduled[2]] == 4) {
+		t.Fatalf("order: all %v, pending %v, scheduled %v", all, pending, scheduled)
 	}
 }
