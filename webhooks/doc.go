@@ -2,7 +2,10 @@
 // (orchestrator, agent-init, agent-loop, tool-runner, orchestrator-finalize,
 // orchestrator-notify) that turn trigger deliveries into an orchestrator →
 // sub-agent → tool → answer run whose entire state is documents (listed in
-// docs/architecture.md, "The agent runtime's documents").
+// docs/architecture.md, "The agent runtime's documents"). The chat document
+// is the chat's memory (memory.go: a summary of the messages older than the
+// recent window, key decisions, token counts) and lifecycle (chatidle.go,
+// the chat-idle handler: suspension and cleanup of idle or closed chats).
 //
 // Handlers are real webhook consumers: they verify the Standard Webhooks
 // signature and read and write documents through Loom's HTTP API with a

@@ -68,6 +68,9 @@ func TestAgents_OfflineModelRunsTheWholePipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range ds {
+		if d.Status == triggers.StatusScheduled {
+			continue // the chat's idle timer, not yet due
+		}
 		if d.Status != triggers.StatusDelivered || len(d.Attempts) != 1 {
 			t.Fatalf("delivery %s of %s: %s after %d attempts\n%s", d.ID, d.TriggerID, d.Status, len(d.Attempts), s.dump())
 		}

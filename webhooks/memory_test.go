@@ -377,23 +377,6 @@ func TestChatMemory_ClosedChatRunsNothing(t *testing.T) {
 	s.noRetries()
 }
 
-// idleNow delivers the chat's timer as on-chat-idle would at its idleAt
-// (waiting for it first), signed like a trigger delivery.
-func (s *stack) idleNow(chatID string) {
-	s.t.Helper()
-	d := s.get(s.chat(chatID))
-	at := numField(d, "idleAt")
-	if at < 0 {
-		s.t.Fatalf("no idleAt: %v", d.Data)
-	}
-	if wait := time.Until(time.UnixMilli(at)); wait > 0 {
-		time.Sleep(wait + 5*time.Millisecond)
-	}
-	if code := s.postSigned("chat-idle", fmt.Sprintf("idle-%s-%d-%d", chatID, d.Version, time.Now().UnixNano()), "update", d); code != 200 {
-		s.t.Fatalf("chat-idle: %d\n%s", code, s.dump())
-	}
-}
-
 func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	s := startChatStack(t, llm.Offline(), func(a *config.Agents) {
 		a.ChatSuspendAfter = config.Duration{Duration: time.Second}
@@ -404,15 +387,16 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	if field(first, "status") != "active" || numField(first, "idleAt") != numField(first, "lastActivityAt")+1000 {
 		t.Fatalf("chat %v", first.Data)
 	}
-	// Early: nothing happens.
+	// A delivery before its time (a replay) does nothing.
 	if code := s.postSigned("chat-idle", "early", "update", first); code != 200 {
 		t.Fatalf("early: %d", code)
 	}
-	if d := s.get(s.chat("c1")); d.Version != first.Version {
+	if d := s.get(s.chat("c1")); d.Version != first.Version && time.Now().UnixMilli() < numField(first, "idleAt") {
 		t.Fatalf("an early delivery changed the chat: %v", d.Data)
 	}
-	// A second message within the second keeps the timer; when it fires
-	// it re-arms at the new lastActivityAt + 1s instead of suspending.
+	// A second message within the second keeps the timer (one pending per
+	// chat); when it fires it re-arms at the new lastActivityAt + 1s
+	// instead of suspending.
 	time.Sleep(300 * time.Millisecond)
 	s.say("c1", "m02", "hello")
 	s.waitFor("the reply", 10*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m02-reply") != nil })
@@ -420,20 +404,26 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	if numField(second, "idleAt") != numField(first, "idleAt") || numField(second, "lastActivityAt") <= numField(first, "lastActivityAt") {
 		t.Fatalf("chat after a second message %v", second.Data)
 	}
-	s.idleNow("c1")
-	rearmed := s.get(s.chat("c1"))
-	if field(rearmed, "status") != "active" || numField(rearmed, "idleAt") != numField(second, "lastActivityAt")+1000 {
-		t.Fatalf("chat after the first timer %v", rearmed.Data)
-	}
-	// The superseded timer does nothing.
-	if code := s.postSigned("chat-idle", "superseded", "update", second); code != 200 {
-		t.Fatal(code)
-	}
-	s.idleNow("c1")
+	// on-chat-idle, a scheduled delivery, suspends the chat.
+	s.waitFor("the chat suspended", 10*time.Second, func() bool { return field(s.get(s.chat("c1")), "status") == "suspended" })
 	suspended := s.get(s.chat("c1"))
 	at := numField(suspended, "suspendedAt")
-	if field(suspended, "status") != "suspended" || at <= 0 || numField(suspended, "idleAt") != at+time.Hour.Milliseconds() {
-		t.Fatalf("suspended chat %v", suspended.Data)
+	if at < numField(second, "lastActivityAt")+1000 || numField(suspended, "idleAt") != at+time.Hour.Milliseconds() {
+		t.Fatalf("suspended chat %v (second message at %d)", suspended.Data, numField(second, "lastActivityAt"))
+	}
+	// The timer's deliveries: scheduled at idleAt, none early.
+	var fired int
+	for _, d := range s.allDeliveries() {
+		if d.TriggerID != "on-chat-idle" || d.Status != "delivered" {
+			continue
+		}
+		fired++
+		if len(d.Attempts) != 1 || d.DeliverAt <= 0 || d.Attempts[0].At < d.DeliverAt {
+			t.Errorf("delivery %+v", d)
+		}
+	}
+	if fired < 2 {
+		t.Fatalf("%d idle deliveries, want the first timer and its re-arm\n%s", fired, s.dump())
 	}
 	// A message reactivates it (and is answered).
 	s.say("c1", "m03", "hey")
@@ -445,13 +435,16 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	if field(s.get(s.chat("c1")+"/messages/m03-reply"), "status") != "done" {
 		t.Fatalf("reply %v", s.get(s.chat("c1")+"/messages/m03-reply").Data)
 	}
-	// The suspended chat's cleanup timer is superseded: nothing deleted.
+	// The suspended chat's cleanup timer is superseded: delivered now (a
+	// replay), it deletes nothing.
 	if code := s.postSigned("chat-idle", "old-cleanup", "update", suspended); code != 200 {
 		t.Fatal(code)
 	}
 	if s.get(s.chat("c1")) == nil || len(s.docs(s.chat("c1")+"/messages")) != 6 {
 		t.Fatalf("documents of a reactivated chat deleted\n%s", s.dump())
 	}
+	// And it is suspended again a second later.
+	s.waitFor("the chat suspended again", 10*time.Second, func() bool { return field(s.get(s.chat("c1")), "status") == "suspended" })
 }
 
 // chatTree returns every document below a chat (up to four collections
@@ -514,18 +507,20 @@ func TestChatIdle_CleanupRemovesTheChatOnly(t *testing.T) {
 		t.Fatalf("close: %d", code)
 	}
 	s.waitFor("the cleanup scheduled", 10*time.Second, func() bool { return numField(s.get(target), "closedAt") > 0 })
-	// The cleanup: a batch per delivery, re-armed until the chat document
-	// itself is gone.
-	deliveries := 0
-	for s.get(target) != nil {
-		if deliveries++; deliveries > 10 {
-			t.Fatalf("still there after %d deliveries\n%s", deliveries, s.dump())
+	// on-chat-idle cleans it up: a batch per delivery, re-armed until the
+	// chat document itself is gone.
+	s.waitFor("the chat deleted", 15*time.Second, func() bool { return s.get(target) == nil })
+	s.settle(10 * time.Second)
+	var deliveries int
+	for _, d := range s.allDeliveries() {
+		if d.TriggerID == "on-chat-idle" && d.Status == "delivered" {
+			deliveries++
 		}
-		s.idleNow("c1")
 	}
 	if deliveries < 3 {
-		t.Fatalf("%d deliveries for %d documents: not bounded per delivery", deliveries, len(doomed))
+		t.Fatalf("%d deliveries for %d documents: not bounded per delivery\n%s", deliveries, len(doomed), s.dump())
 	}
+	s.noRetries()
 	if left := s.chatTree(target); len(left) != 0 {
 		t.Fatalf("%d documents left: %v", len(left), left)
 	}

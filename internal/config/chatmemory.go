@@ -9,6 +9,10 @@ import (
 // many messages for every decision.
 const MaxChatHistory = 500
 
+// MaxChatTimer bounds chat_suspend_after and chat_cleanup_after: a chat's
+// timer is a scheduled delivery, at most 366 days ahead.
+const MaxChatTimer = 365 * 24 * time.Hour
+
 // SignedDuration is a duration that may be zero or negative ("0s", "-1h"),
 // for settings where those mean "never"; Set tells a value from an absent
 // key.
@@ -35,6 +39,14 @@ func (d *SignedDuration) UnmarshalText(b []byte) error {
 func (a *Agents) validateChat() error {
 	if n := a.ChatHistory; n < 0 || n > MaxChatHistory {
 		return fmt.Errorf("config: [agents] chat_history must be between 1 and %d (0: the default, 20), got %d", MaxChatHistory, n)
+	}
+	// The runtime's timers are scheduled deliveries, which may be at most
+	// 366 days ahead.
+	if d := a.ChatSuspendAfter.Duration; d > MaxChatTimer {
+		return fmt.Errorf("config: [agents] chat_suspend_after must be at most %s, got %s", MaxChatTimer, d)
+	}
+	if d := a.ChatCleanupAfter.Duration; d > MaxChatTimer {
+		return fmt.Errorf("config: [agents] chat_cleanup_after must be at most %s, got %s", MaxChatTimer, d)
 	}
 	return nil
 }

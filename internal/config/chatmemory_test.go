@@ -31,7 +31,7 @@ func TestLoad_ChatMemory(t *testing.T) {
 			t.Fatalf("%s: %+v", tt.cleanup, a)
 		}
 	}
-	for _, bad := range []string{"chat_history = -1", "chat_history = 501", `chat_suspend_after = "0s"`, `chat_suspend_after = "-1h"`, `chat_cleanup_after = "soon"`} {
+	for _, bad := range []string{"chat_history = -1", "chat_history = 501", `chat_suspend_after = "0s"`, `chat_suspend_after = "-1h"`, `chat_cleanup_after = "soon"`, `chat_suspend_after = "8761h"`, `chat_cleanup_after = "9000h"`} {
 		if _, err := config.Load(config.Flags{Config: writeFile(t, "[agents]\n"+bad+"\n")}, env(nil)); err == nil {
 			t.Errorf("%s: loaded", bad)
 		}
