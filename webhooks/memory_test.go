@@ -586,3 +586,36 @@ func TestChatIdle_CleanupRemovesTheChatOnly(t *testing.T) {
 		t.Fatalf("new chat %v", d)
 	}
 }
+
+// chat_cleanup_after "0s": a suspended or closed chat is never deleted (no
+// timer is left armed).
+func TestChatIdle_CleanupNever(t *testing.T) {
+	s := startChatStack(t, llm.Offline(), func(a *config.Agents) {
+		a.ChatSuspendAfter = config.Duration{Duration: time.Second}
+		a.ChatCleanupAfter = config.SignedDuration{Duration: 0, Set: true}
+	})
+	s.converse("c1", "hi")
+	s.say("c2", "m1", "hello")
+	s.waitFor("the reply", 10*time.Second, func() bool { return s.get(s.chat("c2")+"/messages/m1-reply") != nil })
+	if code := s.patchChat("c2", map[string]any{"status": "closed"}, false); code != 200 {
+		t.Fatalf("close: %d", code)
+	}
+	s.waitFor("c1 suspended, c2's close seen", 10*time.Second, func() bool {
+		return field(s.get(s.chat("c1")), "status") == "suspended" && numField(s.get(s.chat("c2")), "closedAt") > 0
+	})
+	// Every timer, c2's from before the close too, fired and did nothing.
+	s.waitFor("every delivery done", 10*time.Second, func() bool {
+		for _, d := range s.allDeliveries() {
+			if d.Status != "delivered" {
+				return false
+			}
+		}
+		return true
+	})
+	for _, c := range []string{"c1", "c2"} {
+		d := s.get(s.chat(c))
+		if _, armed := d.Data["idleAt"]; armed || len(s.docs(s.chat(c)+"/messages")) != 2 {
+			t.Fatalf("%s: %v", c, d.Data)
+		}
+	}
+}
