@@ -492,3 +492,36 @@ func TestDeliveriesLogPagesPendingAndScheduled(t *testing.T) {
 		t.Fatalf("order: all %v, pending %v, scheduled %v", all, pending, scheduled)
 	}
 }
+
+// Two nodes on one store: the node that scheduled a delivery stops before
+// it is due; the other delivers it, once, at its time.
+func TestScheduledDeliveryTakenByAnotherNode(t *testing.T) {
+	rc := apptest.NewReceiver(t, nil)
+	st := apptest.OpenStore(t, t.TempDir())
+	opts := apptest.Options{Store: st, Triggers: "[" + remindJSON("remind", rc.URL) + "]"}
+	b := apptest.Start(t, opts)
+	var bID string
+	apptest.WaitFor(t, "node b to take the evaluator lease", func() bool {
+		bID = apptest.EvaluatorOwner(t, st)
+		return bID != ""
+	})
+	a := apptest.Start(t, opts)
+	at := time.Now().Add(time.Second).UnixMilli()
+	scheduleAt(t, st, "m1", at)
+	waitDeliveries(t, a.Triggers, triggers.DeliveryQuery{Status: triggers.StatusScheduled}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
+	if owner := apptest.EvaluatorOwner(t, st); owner != bID {
+		t.Fatalf("evaluator %q, want node b %q", owner, bID)
+	}
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := rc.WaitFor(t, "the delivery by node a", apptest.Exactly(1))
+	if got[0].At.UnixMilli() < at {
+		t.Fatalf("delivered at %d, before %d", got[0].At.UnixMilli(), at)
+	}
+	waitDeliveries(t, a.Triggers, triggers.DeliveryQuery{Status: triggers.StatusDelivered}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
+	time.Sleep(150 * time.Millisecond)
+	if n := len(rc.Requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
+	}
+}
