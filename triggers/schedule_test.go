@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -66,10 +67,24 @@ func TestCompile_DeliverAt(t *testing.T) {
 // The README's example: a reminder 1 h after remindAt, scheduled again
 // when remindAt changes, not on other updates.
 func TestEvaluate_DeliverAtReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(readme), "### Scheduled deliveries (deliverAt)")
+	_, block, ok2 := strings.Cut(sec, "```json\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README: the scheduled deliveries example is gone")
+	}
+	cs, err := triggers.ParseFile([]byte("["+block+"]"), nil)
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	// The same expressions on the test collection.
 	def := valid()
-	def.Events = []string{"create", "update"}
-	def.Condition = "'remindAt' in event.changedFields && has(event.document.data.remindAt)"
-	def.DeliverAt = "event.document.data.remindAt + 3600000"
+	def.Events = cs[0].Def.Events
+	def.Condition, def.DeliverAt = cs[0].Def.Condition, cs[0].Def.DeliverAt
 	c, err := triggers.Compile(def, testEnv)
 	if err != nil {
 		t.Fatal(err)
