@@ -529,11 +529,13 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	// The task first, version-checked, so a user's cancel is never
 	// overwritten; the sub-agent follows only when the task's end was
 	// written.
-	_, err := h.docs.Update(ctx, task.Path, patch, task.Version)
-	if errors.Is(err, collections.ErrPreconditionFailed) {
-		return nil
-	}
-	if err != nil {
+	ended, err := h.casUpdate(ctx, task.Path, func(cur *collections.Document) map[string]any {
+		if taskFinished(str(cur, "status")) {
+			return nil // canceled (or ended by another delivery) meanwhile
+		}
+		return patch
+	})
+	if err != nil || ended == nil || str(ended, "status") != patch["status"] {
 		return err
 	}
 	_, err = h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0)

@@ -236,7 +236,9 @@ func (h *Handlers) chatCancel(ctx context.Context, ev *Event) error {
 		if num(cur, "canceledThrough") < cutoff {
 			patch["canceledThrough"] = cutoff
 		}
-		if str(cur, "runStatus") == statusCanceled && cur.UpdatedAt <= cutoff {
+		if str(cur, "runStatus") == statusCanceled {
+			// Acknowledged. (A later cancel's own delivery records its
+			// later time: it cancels all this one would have.)
 			patch["runStatus"] = "idle"
 		}
 		if len(patch) == 0 {
