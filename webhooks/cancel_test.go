@@ -128,9 +128,10 @@ func TestAgents_CancelDuringASlowTool(t *testing.T) {
 	s.noRetries()
 }
 
-// The user cancels a task that waits for their answer: the sub-agent is
-// canceled, a later message is not routed to it (the orchestrator answers
-// it), and a canceled task cannot be canceled again.
+// The user cancels a task that waits for their answer: on_session_end
+// runs with the status canceled, the sub-agent is canceled, a later
+// message is not routed to it (the orchestrator answers it), and a
+// canceled task cannot be canceled again.
 func TestAgents_CancelWhileWaitingForTheUser(t *testing.T) {
 	fake, model := newFake(t, script{
 		orch: func(n int, _ map[string]any) llmtest.Step {
@@ -141,7 +142,9 @@ func TestAgents_CancelWhileWaitingForTheUser(t *testing.T) {
 		},
 		sub: toolThenAnswer(call("call_ask", "ask_user", `{"question":"Which city?"}`), "Sunny in Paris."),
 	})
-	s := startStack(t, stackOpts{model: model})
+	dir := ruleFiles(t, map[string]string{"ended": rule("ended", "on_session_end", "true", `type = "notify_self"
+message = "Task {{ context.event.task_id }} ended: {{ context.event.status }} ({{ context.event.error }})"`)})
+	s := startStack(t, stackOpts{model: model, rulesDir: dir})
 	s.say("c1", "m1", "What's the weather?")
 	task := s.chat("c1") + "/tasks/m1-t0"
 	s.waitFor("the task waiting", 15*time.Second, func() bool { return field(s.get(task), "status") == "waiting" })
@@ -161,6 +164,9 @@ func TestAgents_CancelWhileWaitingForTheUser(t *testing.T) {
 
 	if n := len(fake.reqs("sub")); n != 1 {
 		t.Fatalf("%d sub-agent requests, want 1", n)
+	}
+	if orch := fake.reqs("orch"); len(orch) != 2 || !reqContains(orch[1], "Task m1-t0 ended: canceled (canceled)") {
+		t.Fatalf("the next decision lacks the session-end notification\n%s", s.dump())
 	}
 	for _, d := range s.docs(s.chat("c1") + "/sub-agents/m1-t0/messages") {
 		if field(d, "content") == "Paris" {
