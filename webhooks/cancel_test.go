@@ -126,6 +126,22 @@ func TestAgents_CancelDuringASlowTool(t *testing.T) {
 		t.Fatalf("chat runStatus %q after the cancel\n%s", st, s.dump())
 	}
 	s.noRetries()
+
+	// Redelivered, the settlement and the canceled call write nothing.
+	before, nreq := s.agentDocs(), len(fake.Requests())
+	for i := range 2 {
+		if code := s.postSigned("orchestrator-finalize", fmt.Sprint("evt_fin_", i), "update", s.get(task)); code != 200 {
+			t.Fatalf("finalize again: %d", code)
+		}
+		if code := s.postSigned("tool-runner", fmt.Sprint("evt_tool_", i), "create", s.get(sub+"/tool-calls/call_get")); code != 200 {
+			t.Fatalf("tool-runner again: %d", code)
+		}
+	}
+	s.settle(10 * time.Second)
+	s.wantAgentDocs(before, "after the redeliveries")
+	if n := len(fake.Requests()); n != nreq {
+		t.Fatalf("%d LLM requests after the redeliveries, %d before", n, nreq)
+	}
 }
 
 // The user cancels a task that waits for their answer: on_session_end

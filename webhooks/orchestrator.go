@@ -88,16 +88,20 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
 		return err
 	}
-	if err := h.markRunning(ctx, c, msg.CreatedAt); err != nil {
-		return err
-	}
 	for i, p := range plan {
 		call, _ := p.(map[string]any)
 		if err := h.startTask(ctx, c, msg, i, call); err != nil {
 			return err
 		}
 	}
-	return nil
+	// The chat runs once its tasks exist (so a concurrent finalize that
+	// finds none unfinished cannot leave it idle behind them), and is
+	// idle again at once when they all ended already (a run_tool task, a
+	// redelivery).
+	if err := h.markRunning(ctx, c, msg.CreatedAt); err != nil {
+		return err
+	}
+	return h.maybeIdle(ctx, c)
 }
 
 // decide asks the model what to do about msg and writes its answer as the
@@ -257,10 +261,7 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		// Version-checked: a cancel while the tool ran wins, and its
 		// result is discarded.
 		_, err = h.docs.Update(ctx, path, patch, task.Version)
-		if err = ignoreConflict(err); err != nil {
-			return err
-		}
-		return h.maybeIdle(ctx, c)
+		return ignoreConflict(err)
 	default:
 		// A call the orchestrator was not offered: record it as a failed
 		// task so the user sees it.
