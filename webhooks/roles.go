@@ -60,9 +60,10 @@ func (h *Handlers) roleIterations(role string) int {
 }
 
 // roleModel is the model name a sub-agent of role uses: the role's, else
-// the configured model's. Names come from the configuration only.
+// the configured model's (the offline model ignores the role's). Names
+// come from the configuration only.
 func (h *Handlers) roleModel(role string) string {
-	if m := h.cfg.Roles[role].Model; m != "" {
+	if m := h.cfg.Roles[role].Model; m != "" && h.model.Name() != "offline" {
 		return m
 	}
 	return h.model.Name()
@@ -71,7 +72,7 @@ func (h *Handlers) roleModel(role string) string {
 // orchestratorModel is the model name of the orchestrator's decisions and
 // finalize's summaries.
 func (h *Handlers) orchestratorModel() string {
-	if h.cfg.OrchestratorModel != "" {
+	if h.cfg.OrchestratorModel != "" && h.model.Name() != "offline" {
 		return h.cfg.OrchestratorModel
 	}
 	return h.model.Name()
