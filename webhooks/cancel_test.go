@@ -348,3 +348,46 @@ func TestAgents_UserTaskWritesAreBounded(t *testing.T) {
 		t.Fatal(s.dump())
 	}
 }
+
+// The user cancels a task while its model call is in flight: the answer
+// is discarded (no step, no tool call is written) and its tokens still
+// count in the user's usage.
+func TestAgents_CancelDuringAModelCall(t *testing.T) {
+	fake, model := newFake(t, script{
+		sub: func(n int, _ map[string]any) llmtest.Step {
+			if n > 0 {
+				t.Errorf("sub-agent request #%d after the cancel", n+1)
+			}
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_calc", "calculator", `{"expression":"6*7"}`)}, Delay: time.Second}
+		},
+	})
+	s := startStack(t, stackOpts{model: model})
+	s.say("c1", "m1", "What is 6*7?")
+	task := s.chat("c1") + "/tasks/m1-t0"
+	s.waitFor("the model asked", 15*time.Second, func() bool { return len(fake.reqs("sub")) == 1 })
+	if code := s.patch(task, s.token, map[string]any{"status": "canceled"}); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	s.canceledNotice("c1", "m1-t0")
+	s.settle(10 * time.Second)
+
+	for _, d := range s.docs(s.chat("c1") + "/sub-agents/m1-t0/messages") {
+		if field(d, "role") == "assistant" {
+			t.Fatalf("the discarded step was written\n%s", s.dump())
+		}
+	}
+	if n := len(s.docs(s.chat("c1") + "/sub-agents/m1-t0/tool-calls")); n != 0 {
+		t.Fatalf("%d tool calls of a discarded step", n)
+	}
+	if st := field(s.get(task), "status"); st != "canceled" {
+		t.Fatalf("task %s", st)
+	}
+	var tokens int64
+	for _, d := range s.docs("users/" + s.user + "/agent-usage") {
+		tokens += numField(d, "tokens")
+	}
+	if tokens != 2*15 { // the orchestrator's decision and the discarded step
+		t.Fatalf("usage %d tokens, want 30", tokens)
+	}
+	s.noRetries()
+}
