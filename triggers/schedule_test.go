@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -66,10 +67,24 @@ func TestCompile_DeliverAt(t *testing.T) {
 // The README's example: a reminder 1 h after remindAt, scheduled again
 // when remindAt changes, not on other updates.
 func TestEvaluate_DeliverAtReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(readme), "### Scheduled deliveries (deliverAt)")
+	_, block, ok2 := strings.Cut(sec, "```json\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README: the scheduled deliveries example is gone")
+	}
+	cs, err := triggers.ParseFile([]byte("["+block+"]"), nil)
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	// The same expressions on the test collection.
 	def := valid()
-	def.Events = []string{"create", "update"}
-	def.Condition = "'remindAt' in event.changedFields && has(event.document.data.remindAt)"
-	def.DeliverAt = "event.document.data.remindAt + 3600000"
+	def.Events = cs[0].Def.Events
+	def.Condition, def.DeliverAt = cs[0].Def.Condition, cs[0].Def.DeliverAt
 	c, err := triggers.Compile(def, testEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -490,5 +505,38 @@ func TestDeliveriesLogPagesPendingAndScheduled(t *testing.T) {
 	}
 	if !(order[pending[0]] < order[pending[1]]) || !(order[scheduled[0]] > order[scheduled[1]]) || !(order[scheduled[2]] == 4) {
 		t.Fatalf("order: all %v, pending %v, scheduled %v", all, pending, scheduled)
+	}
+}
+
+// Two nodes on one store: the node that scheduled a delivery stops before
+// it is due; the other delivers it, once, at its time.
+func TestScheduledDeliveryTakenByAnotherNode(t *testing.T) {
+	rc := apptest.NewReceiver(t, nil)
+	st := apptest.OpenStore(t, t.TempDir())
+	opts := apptest.Options{Store: st, Triggers: "[" + remindJSON("remind", rc.URL) + "]"}
+	b := apptest.Start(t, opts)
+	var bID string
+	apptest.WaitFor(t, "node b to take the evaluator lease", func() bool {
+		bID = apptest.EvaluatorOwner(t, st)
+		return bID != ""
+	})
+	a := apptest.Start(t, opts)
+	at := time.Now().Add(time.Second).UnixMilli()
+	scheduleAt(t, st, "m1", at)
+	waitDeliveries(t, a.Triggers, triggers.DeliveryQuery{Status: triggers.StatusScheduled}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
+	if owner := apptest.EvaluatorOwner(t, st); owner != bID {
+		t.Fatalf("evaluator %q, want node b %q", owner, bID)
+	}
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := rc.WaitFor(t, "the delivery by node a", apptest.Exactly(1))
+	if got[0].At.UnixMilli() < at {
+		t.Fatalf("delivered at %d, before %d", got[0].At.UnixMilli(), at)
+	}
+	waitDeliveries(t, a.Triggers, triggers.DeliveryQuery{Status: triggers.StatusDelivered}, func(ds []*triggers.Delivery) bool { return len(ds) == 1 })
+	time.Sleep(150 * time.Millisecond)
+	if n := len(rc.Requests()); n != 1 {
+		t.Fatalf("%d requests, want 1", n)
 	}
 }

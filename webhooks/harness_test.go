@@ -53,6 +53,8 @@ type stackOpts struct {
 	rulesDir string
 	// Per-user limits (0: the runtime's defaults).
 	userTokensPerDay, userConcurrentRuns int
+	// configure, when set, adjusts the node's configuration last.
+	configure func(*config.Config)
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -63,6 +65,9 @@ func startStack(t testing.TB, o stackOpts) *stack {
 		c.Agents.MaxIterations, c.Agents.TokenBudget = o.maxIterations, o.tokenBudget
 		c.Agents.RulesDir = o.rulesDir
 		c.Agents.UserTokensPerDay, c.Agents.UserConcurrentRuns = o.userTokensPerDay, o.userConcurrentRuns
+		if o.configure != nil {
+			o.configure(c)
+		}
 	}})
 	s := &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
 	s.signup("alice")

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -57,6 +58,11 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	} else if str(doc, "status") == chatClosed {
 		return h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "closed", "content": closedReply})
 	}
+	// A message the user sent before canceling the chat's run starts
+	// nothing: no decision, no task.
+	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
+		return err
+	}
 	if routed, err := h.routeToWaiting(ctx, c, msg); err != nil || routed {
 		return err
 	}
@@ -83,13 +89,27 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		return err
 	}
 	plan, _ := reply.Data["plan"].([]any)
+	if len(plan) == 0 {
+		return nil
+	}
+	// Canceled while the model decided: the plan is not carried out.
+	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
+		return err
+	}
 	for i, p := range plan {
 		call, _ := p.(map[string]any)
 		if err := h.startTask(ctx, c, msg, i, call); err != nil {
 			return err
 		}
 	}
-	return nil
+	// The chat runs once its tasks exist (so a concurrent finalize that
+	// finds none unfinished cannot leave it idle behind them), and is
+	// idle again at once when they all ended already (a run_tool task, a
+	// redelivery).
+	if err := h.markRunning(ctx, c, msg.CreatedAt); err != nil {
+		return err
+	}
+	return h.maybeIdle(ctx, c)
 }
 
 // decide asks the model what to do about msg and writes its answer as the
@@ -127,7 +147,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if permanentModelError(err) {
 		// Tell the user rather than retry a request that cannot succeed.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{
-			"content": "Sorry, the model could not answer: " + modelFailure(err) + ".", "model": h.model.Name(),
+			"content": "Sorry, the model could not answer: " + modelFailure(err) + ".", "model": h.orchestratorModel(),
 		})
 	}
 	if err != nil {
@@ -149,7 +169,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	}
 	data := map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
-		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
+		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.orchestratorModel(),
 	}
 	if ids := noticeIDs(notes); len(ids) > 0 {
 		data["notifications"] = ids
@@ -163,10 +183,10 @@ func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections
 	if err := h.checkRuns(ctx, c, msg); err != nil {
 		return nil, err
 	}
-	return h.completeSeen(ctx, c.uid, llm.Request{
+	return h.completeSeen(ctx, c.uid, h.forOrchestrator(llm.Request{
 		Messages: withNotices(append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...), notes),
 		Tools:    h.orchestratorTools(),
-	}, seen)
+	}), seen)
 }
 
 // failReply writes (once) a failed reply to msg; fields says why.
@@ -255,6 +275,8 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 			b, _ := json.Marshal(result)
 			patch["result"] = string(b)
 		}
+		// Version-checked: a cancel while the tool ran wins, and its
+		// result is discarded.
 		_, err = h.docs.Update(ctx, path, patch, task.Version)
 		return ignoreConflict(err)
 	default:
@@ -290,14 +312,26 @@ func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.
 	if str(task, "type") != "agent" || str(task, "subAgentId") != sa {
 		return false, nil
 	}
-	// Wake the sub-agent before its new message triggers the loop.
-	if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "active"}, 0); err != nil {
-		return false, err
+	if taskFinished(str(task, "status")) {
+		// Canceled (or ended) after it took this answer: the answer is
+		// spent, and a canceled task is never woken.
+		return true, nil
 	}
+	// The task first, version-checked (a cancel in between wins: the
+	// message is not routed), then wake the sub-agent before its new
+	// message triggers the loop.
 	if str(task, "status") == "waiting" {
-		if _, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "answerMessageId": msg.ID}, task.Version); ignoreConflict(err) != nil {
+		_, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "answerMessageId": msg.ID}, task.Version)
+		if errors.Is(err, collections.ErrPreconditionFailed) {
+			if gone, err := h.taskGone(ctx, task); err != nil || gone {
+				return false, err
+			}
+		} else if err != nil {
 			return false, err
 		}
+	}
+	if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "active"}, 0); err != nil {
+		return false, err
 	}
 	// The answer's id derives from the chat message, so a redelivery does
 	// not write it twice; its seq follows the sub-agent's last message and

@@ -50,6 +50,17 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		if runErr != nil && !errors.Is(runErr, errToolRefused) {
 			return runErr // could not read the sub-agent: retry the delivery
 		}
+		// No tool run starts for a canceled (or ended) task, and the
+		// result of one that was canceled while the tool ran is discarded.
+		task := &collections.Document{Path: c.tasks() + "/" + str(agent, "taskId")}
+		if runErr == nil {
+			if gone, err := h.taskGone(ctx, task); err != nil || gone {
+				if err != nil {
+					return err
+				}
+				return h.cancelToolCall(ctx, tc.Path)
+			}
+		}
 		if runErr == nil {
 			// on_tool_call: the tool is about to run.
 			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, agent, tc, ""); err != nil {
@@ -59,6 +70,14 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		}
 		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
 			return runErr // cancelled: retry the delivery
+		}
+		if runErr == nil || !errors.Is(runErr, errToolRefused) {
+			if gone, err := h.taskGone(ctx, task); err != nil || gone {
+				if err != nil {
+					return err
+				}
+				return h.cancelToolCall(ctx, tc.Path)
+			}
 		}
 		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
 		if runErr != nil {
@@ -81,6 +100,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 			return err
 		}
 		tc = updated
+	}
+	if str(tc, "status") == statusCanceled {
+		return nil // no tool message: the loop of a canceled task stays asleep
 	}
 	content := str(tc, "result")
 	if str(tc, "status") == "failed" {
@@ -175,6 +197,9 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	if !h.seals.valid(task, taskSeal) {
 		return nil // see agentInit: not a task of the runtime's
 	}
+	if str(task, "status") == statusCanceled {
+		return h.settleCanceled(ctx, c, task)
+	}
 	path := c.messages() + "/" + resultID(task.ID)
 	if existing, err := h.getOpt(ctx, path); err != nil || existing != nil {
 		return err
@@ -185,7 +210,7 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	case "success":
 		content = str(task, "result")
 		if h.model.Name() != "offline" && content != "" {
-			res, err := h.complete(ctx, c.uid, llmSummaryRequest(str(task, "instruction"), content))
+			res, err := h.complete(ctx, c.uid, h.forOrchestrator(llmSummaryRequest(str(task, "instruction"), content)))
 			h.countChatTokens(ctx, c, res)
 			_, limited := asLimit(err)
 			switch {
@@ -202,11 +227,13 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	default:
 		return nil
 	}
-	_, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
+	if _, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 		"taskId": task.ID, "replyTo": str(task, "triggerMessageId"), "status": status,
-	}, chatMessageSeal))
-	return err
+	}, chatMessageSeal)); err != nil {
+		return err
+	}
+	return h.maybeIdle(ctx, c)
 }
 
 // notify writes a waiting task's question into the chat.
