@@ -268,7 +268,8 @@ func (h *Handlers) compressChat(ctx context.Context, c chat, msg *collections.Do
 	lines := h.foldLines(fold)
 	var res *llm.Response
 	if len(lines) > 0 {
-		res, err = h.complete(ctx, c.uid, llm.Request{Messages: []llm.Message{
+		// The orchestrator's model (its temperature is for its decisions).
+		res, err = h.complete(ctx, c.uid, llm.Request{Model: h.cfg.OrchestratorModel, Messages: []llm.Message{
 			{Role: "system", Content: chatSummaryPrompt},
 			{Role: "user", Content: summaryRequest(mem, lines)},
 		}})
@@ -423,7 +424,7 @@ func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, r
 				patch["compressionCount"] = max(num(cur, "compressionCount"), 0) + 1
 			}
 		}
-		addTokens(patch, cur, res, h.model.Name())
+		addTokens(patch, cur, res, h.chatModelName())
 		if len(patch) == 0 {
 			return nil
 		}
@@ -446,12 +447,21 @@ func (h *Handlers) countChatTokens(ctx context.Context, c chat, res *llm.Respons
 			return nil // a chat the orchestrator never saw, or cleaned up
 		}
 		patch := map[string]any{}
-		addTokens(patch, cur, res, h.model.Name())
+		addTokens(patch, cur, res, h.chatModelName())
 		return patch
 	})
 	if err != nil {
 		h.log.Error("chat tokens not recorded", "chat", c.path(), "tokens", res.Usage.TotalTokens, "err", err)
 	}
+}
+
+// chatModelName is the configured name of the model of the chat's calls
+// (the orchestrator's): what lastModel records when a response names none.
+func (h *Handlers) chatModelName() string {
+	if h.cfg.OrchestratorModel != "" {
+		return h.cfg.OrchestratorModel
+	}
+	return h.model.Name()
 }
 
 // addTokens adds to patch the chat's tokensUsed and lastModel after the call

@@ -228,7 +228,7 @@ func TestChatMemory_Compression_FakeModel(t *testing.T) {
 			return llmtest.Step{Content: "```json\n" + string(out) + "\n```", Usage: usage(20, 10)}
 		},
 	})
-	s := startChatStack(t, model, func(a *config.Agents) { a.ChatHistory = 4 })
+	s := startChatStack(t, model, func(a *config.Agents) { a.ChatHistory = 4; a.Orchestrator.Model = "orch-model" })
 	// No chat document: the orchestrator creates it.
 	s.converse("c1", "My cat is called Mila.", "one", "two", "three", "four", "five", "six")
 	s.settle(10 * time.Second)
@@ -271,8 +271,14 @@ func TestChatMemory_Compression_FakeModel(t *testing.T) {
 	if got := numField(chat, "tokensUsed"); got != 7*15+5*30 {
 		t.Fatalf("tokensUsed %d, want %d\n%v", got, 7*15+5*30, chat.Data)
 	}
-	if numField(chat, "compressionCount") != 4 || field(chat, "lastModel") != "fake" || field(chat, "status") != "active" {
+	if numField(chat, "compressionCount") != 4 || field(chat, "lastModel") != "orch-model" || field(chat, "status") != "active" {
 		t.Fatalf("chat %v", chat.Data)
+	}
+	// Compressions use the orchestrator's model.
+	for _, r := range plain {
+		if r["model"] != "orch-model" {
+			t.Fatalf("compression request with model %v", r["model"])
+		}
 	}
 	if field(chat, "userId") != s.user || numField(chat, "lastActivityAt") <= 0 || numField(chat, "idleAt") <= numField(chat, "lastActivityAt") {
 		t.Fatalf("chat %v", chat.Data)
