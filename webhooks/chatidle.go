@@ -23,6 +23,9 @@ import (
 //     cleanup (closedAt; idleAt = now + chat_cleanup_after, or none). A
 //     closed chat stays closed: its messages get a failed reply and run
 //     nothing.
+//   - suspended or closed, with its cleanup due, while a task of the chat
+//     has not finished (pending, running, waiting): looks again in a minute
+//     (or chat_cleanup_after, if shorter).
 //   - suspended or closed, with its cleanup due: deletes the chat's
 //     documents (everything below the chat document: messages, tasks,
 //     sub-agents with their messages and tool calls, notifications,
@@ -45,6 +48,9 @@ const (
 	// cleanupDepth is how deep below the chat document the cleanup looks
 	// (sub-agents/{id}/messages/{id} is 2 collections deep).
 	cleanupDepth = 4
+	// cleanupRetry is how long a due cleanup waits for a chat's unfinished
+	// tasks before it looks again (at most chat_cleanup_after).
+	cleanupRetry = time.Minute
 )
 
 // chatIdle handles the chat document's timer (on-chat-idle) and its close
@@ -78,7 +84,19 @@ func (h *Handlers) chatIdle(ctx context.Context, ev *Event) error {
 			case status == chatActive:
 				err = h.idleActive(ctx, cur, now)
 			case status == chatSuspended || status == chatClosed:
-				err = h.cleanupChat(ctx, c, cur, now)
+				var busy bool
+				if busy, err = h.chatBusy(ctx, c); err != nil {
+					return err
+				}
+				if busy {
+					// A run is still going (a task waiting for the user,
+					// a slow tool): deleting under it would leave its
+					// handlers writing into a deleted chat. Look again
+					// later.
+					err = h.writeChat(ctx, cur, map[string]any{"idleAt": now + min(cleanupRetry, h.cfg.ChatCleanupAfter).Milliseconds()})
+				} else {
+					err = h.cleanupChat(ctx, c, cur, now)
+				}
 			default:
 				return nil // not a chat the runtime has touched
 			}
@@ -90,6 +108,18 @@ func (h *Handlers) chatIdle(ctx context.Context, ev *Event) error {
 		// decide again on its new state.
 	}
 	return fmt.Errorf("chat %s: still conflicting after %d attempts", c.path(), chatCASAttempts)
+}
+
+// chatBusy reports whether the chat has a task of the runtime's that has
+// not finished (pending, running or waiting).
+func (h *Handlers) chatBusy(ctx context.Context, c chat) (bool, error) {
+	for _, status := range unfinishedTaskStatuses {
+		t, err := h.firstTask(ctx, c, eq("userId", c.uid), eq("status", status))
+		if err != nil || t != nil {
+			return t != nil, err
+		}
+	}
+	return false, nil
 }
 
 // cleanupAt is the idleAt of a chat's cleanup from now (nil: never, which
