@@ -228,7 +228,7 @@ func (h *Handlers) chatMemory(ctx context.Context, c chat, msg *collections.Docu
 	if err != nil || cur == nil {
 		return nil, err
 	}
-	mem, err := h.compressChat(ctx, c, msg, cur, h.readMemory(cur))
+	mem, err := h.compressChat(ctx, c, msg, h.readMemory(cur))
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +242,7 @@ func (h *Handlers) chatMemory(ctx context.Context, c chat, msg *collections.Docu
 // It returns the memory for the prompt. A failed call or an answer that is
 // not the JSON asked for keeps the memory as it was (logged); the
 // decision goes on either way, and the next one tries again.
-func (h *Handlers) compressChat(ctx context.Context, c chat, msg *collections.Document, cur *collections.Document, mem memory) (memory, error) {
+func (h *Handlers) compressChat(ctx context.Context, c chat, msg *collections.Document, mem memory) (memory, error) {
 	window := h.cfg.History
 	docs, err := h.docs.Query(ctx, collections.Query{
 		Collection: c.messages(),
