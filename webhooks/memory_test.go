@@ -11,6 +11,7 @@ import (
 
 	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/internal/config"
+	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks/llm"
 	"github.com/loomdb/loom/webhooks/llm/llmtest"
 )
@@ -460,19 +461,22 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	if at < numField(second, "lastActivityAt")+1000 || numField(suspended, "idleAt") != at+time.Hour.Milliseconds() {
 		t.Fatalf("suspended chat %v (second message at %d)", suspended.Data, numField(second, "lastActivityAt"))
 	}
-	// The timer's deliveries: scheduled at idleAt, none early.
-	var fired int
-	for _, d := range s.allDeliveries() {
-		if d.TriggerID != "on-chat-idle" || d.Status != "delivered" {
-			continue
+	// The timer's deliveries (the first timer and its re-arm, recorded
+	// once their answers are in): scheduled at idleAt, none early.
+	var fired []*triggers.Delivery
+	s.waitFor("two idle deliveries", 10*time.Second, func() bool {
+		fired = nil
+		for _, d := range s.allDeliveries() {
+			if d.TriggerID == "on-chat-idle" && d.Status == triggers.StatusDelivered {
+				fired = append(fired, d)
+			}
 		}
-		fired++
+		return len(fired) >= 2
+	})
+	for _, d := range fired {
 		if len(d.Attempts) != 1 || d.DeliverAt <= 0 || d.Attempts[0].At < d.DeliverAt {
 			t.Errorf("delivery %+v", d)
 		}
-	}
-	if fired < 2 {
-		t.Fatalf("%d idle deliveries, want the first timer and its re-arm\n%s", fired, s.dump())
 	}
 	// A message reactivates it (and is answered).
 	s.say("c1", "m03", "hey")
@@ -562,7 +566,7 @@ func TestChatIdle_CleanupRemovesTheChatOnly(t *testing.T) {
 	s.settle(10 * time.Second)
 	var deliveries int
 	for _, d := range s.allDeliveries() {
-		if d.TriggerID == "on-chat-idle" && d.Status == "delivered" {
+		if d.TriggerID == "on-chat-idle" && d.Status == triggers.StatusDelivered {
 			deliveries++
 		}
 	}
@@ -612,7 +616,7 @@ func TestChatIdle_CleanupNever(t *testing.T) {
 	// Every timer, c2's from before the close too, fired and did nothing.
 	s.waitFor("every delivery done", 10*time.Second, func() bool {
 		for _, d := range s.allDeliveries() {
-			if d.Status != "delivered" {
+			if d.Status != triggers.StatusDelivered {
 				return false
 			}
 		}
