@@ -428,13 +428,15 @@ func TestChatMemory_ClosedChatRunsNothing(t *testing.T) {
 }
 
 func TestChatIdle_SuspendAndReactivate(t *testing.T) {
+	const suspend = 2 * time.Second
+	ms := suspend.Milliseconds()
 	s := startChatStack(t, llm.Offline(), func(a *config.Agents) {
-		a.ChatSuspendAfter = config.Duration{Duration: time.Second}
+		a.ChatSuspendAfter = config.Duration{Duration: suspend}
 		a.ChatCleanupAfter = config.SignedDuration{Duration: time.Hour, Set: true}
 	})
 	s.converse("c1", "hi")
 	first := s.get(s.chat("c1"))
-	if field(first, "status") != "active" || numField(first, "idleAt") != numField(first, "lastActivityAt")+1000 {
+	if field(first, "status") != "active" || numField(first, "idleAt") != numField(first, "lastActivityAt")+ms {
 		t.Fatalf("chat %v", first.Data)
 	}
 	// A delivery before its time (a replay) does nothing.
@@ -444,8 +446,8 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	if d := s.get(s.chat("c1")); d.Version != first.Version && time.Now().UnixMilli() < numField(first, "idleAt") {
 		t.Fatalf("an early delivery changed the chat: %v", d.Data)
 	}
-	// A second message within the second keeps the timer (one pending per
-	// chat); when it fires it re-arms at the new lastActivityAt + 1s
+	// A second message before the timer keeps the timer (one pending per
+	// chat); when it fires it re-arms at the new lastActivityAt + 2s
 	// instead of suspending.
 	time.Sleep(300 * time.Millisecond)
 	s.say("c1", "m02", "hello")
@@ -458,7 +460,7 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	s.waitFor("the chat suspended", 10*time.Second, func() bool { return field(s.get(s.chat("c1")), "status") == "suspended" })
 	suspended := s.get(s.chat("c1"))
 	at := numField(suspended, "suspendedAt")
-	if at < numField(second, "lastActivityAt")+1000 || numField(suspended, "idleAt") != at+time.Hour.Milliseconds() {
+	if at < numField(second, "lastActivityAt")+ms || numField(suspended, "idleAt") != at+time.Hour.Milliseconds() {
 		t.Fatalf("suspended chat %v (second message at %d)", suspended.Data, numField(second, "lastActivityAt"))
 	}
 	// The timer's deliveries (the first timer and its re-arm, recorded
@@ -482,7 +484,7 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	s.say("c1", "m03", "hey")
 	s.waitFor("the reply", 10*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m03-reply") != nil })
 	active := s.get(s.chat("c1"))
-	if _, ok := active.Data["suspendedAt"]; ok || field(active, "status") != "active" || numField(active, "idleAt") != numField(active, "lastActivityAt")+1000 {
+	if _, ok := active.Data["suspendedAt"]; ok || field(active, "status") != "active" || numField(active, "idleAt") != numField(active, "lastActivityAt")+ms {
 		t.Fatalf("reactivated chat %v", active.Data)
 	}
 	if field(s.get(s.chat("c1")+"/messages/m03-reply"), "status") != "done" {
@@ -496,7 +498,7 @@ func TestChatIdle_SuspendAndReactivate(t *testing.T) {
 	if s.get(s.chat("c1")) == nil || len(s.docs(s.chat("c1")+"/messages")) != 6 {
 		t.Fatalf("documents of a reactivated chat deleted\n%s", s.dump())
 	}
-	// And it is suspended again a second later.
+	// And it is suspended again two seconds later.
 	s.waitFor("the chat suspended again", 10*time.Second, func() bool { return field(s.get(s.chat("c1")), "status") == "suspended" })
 }
 
