@@ -343,4 +343,3 @@ func TestClientTool_ResultAfterTaskEnded(t *testing.T) {
 		t.Fatal("the discarded result was mirrored")
 	}
 }
-
