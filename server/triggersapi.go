@@ -32,6 +32,7 @@ func (s *Server) triggerRoutes(r *gin.Engine) {
 	d := r.Group(routeDeliveries, s.authenticate, s.requireAdmin, s.triggersEnabled)
 	d.GET("", s.listDeliveries)
 	d.POST("/:id/replay", s.replayDelivery)
+	d.POST("/:id/cancel", s.cancelDelivery)
 }
 
 // triggersEnabled answers 404 when the server runs without the trigger
@@ -201,4 +202,12 @@ func (s *Server) replayDelivery(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusAccepted, gin.H{"id": c.Param("id"), "status": triggers.StatusPending})
+}
+
+func (s *Server) cancelDelivery(c *gin.Context) {
+	if err := s.triggers.Cancel(c.Request.Context(), c.Param("id")); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"id": c.Param("id"), "status": triggers.StatusCanceled})
 }

@@ -291,10 +291,11 @@ func (s *Service) RotateSecret(ctx context.Context, id string) (string, error) {
 	return s.reg.rotateSecret(ctx, id)
 }
 
-// DeliveryQuery selects deliveries for the log, newest first.
+// DeliveryQuery selects deliveries for the log, newest first (Status
+// "scheduled": the soonest due first).
 type DeliveryQuery struct {
 	TriggerID string
-	Status    string
+	Status    string // "" (all), pending, scheduled, delivered, dead or canceled
 	Limit     int
 	Cursor    string
 }
@@ -302,75 +303,144 @@ type DeliveryQuery struct {
 // ErrInvalid: a bad admin request (unknown status, bad cursor).
 var ErrInvalid = errors.New("invalid")
 
-// Deliveries returns one page of the delivery log.
+// A page of the log skips rows its status filter cannot pick out in the
+// query (scheduled rows under pending): it reads at most this many pages
+// to fill itself, and returns fewer rows (with a cursor) beyond that.
+const maxLogPages = 8
+
+// Deliveries returns one page of the delivery log. A pending row that has
+// had no attempt and whose deliverAt is ahead is reported as scheduled,
+// and only under that status.
 func (s *Service) Deliveries(ctx context.Context, dq DeliveryQuery) ([]*Delivery, string, error) {
+	now := time.Now()
+	limit := dq.Limit
+	switch {
+	case limit < 0:
+		return nil, "", fmt.Errorf("%w: limit must not be negative", ErrInvalid)
+	case limit == 0:
+		limit = 50
+	}
+	limit = min(limit, collections.MaxLimit)
 	q := collections.Query{
 		Collection: outboxColl,
 		OrderBy:    []collections.Order{{Field: fSeq, Direction: "desc"}},
-		Limit:      dq.Limit,
+		Limit:      limit,
 		StartAfter: dq.Cursor,
-	}
-	if q.Limit == 0 {
-		q.Limit = 50
 	}
 	if dq.TriggerID != "" {
 		q.Filters = append(q.Filters, collections.Filter{Field: fTrigger, Op: collections.OpEq, Value: dq.TriggerID})
 	}
+	keep := func(*Delivery) bool { return true }
 	switch dq.Status {
 	case "":
-	case StatusPending, StatusDelivered, StatusDead:
+	case StatusScheduled:
+		q.Filters = append(q.Filters,
+			collections.Filter{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
+			collections.Filter{Field: fDeliverAt, Op: collections.OpGt, Value: ms(now)})
+		q.OrderBy = []collections.Order{{Field: fDeliverAt}}
+		keep = func(d *Delivery) bool { return d.scheduled(now) }
+	case StatusPending:
+		q.Filters = append(q.Filters, collections.Filter{Field: fStatus, Op: collections.OpEq, Value: dq.Status})
+		keep = func(d *Delivery) bool { return !d.scheduled(now) }
+	case StatusDelivered, StatusDead, StatusCanceled:
 		q.Filters = append(q.Filters, collections.Filter{Field: fStatus, Op: collections.OpEq, Value: dq.Status})
 	default:
-		return nil, "", fmt.Errorf("%w: status %q (use pending, delivered or dead)", ErrInvalid, dq.Status)
+		return nil, "", fmt.Errorf("%w: status %q (use pending, scheduled, delivered, dead or canceled)", ErrInvalid, dq.Status)
 	}
 	if err := q.Normalize(); err != nil {
 		return nil, "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	res, err := s.cfg.Store.Query(ctx, SystemDB, q)
-	if err != nil {
-		return nil, "", err
-	}
-	out := make([]*Delivery, 0, len(res.Docs))
-	for _, doc := range res.Docs {
-		d, err := decodeDelivery(doc)
+	out := make([]*Delivery, 0, limit)
+	for page := 1; ; page++ {
+		res, err := s.cfg.Store.Query(ctx, SystemDB, q)
 		if err != nil {
 			return nil, "", err
 		}
-		out = append(out, d)
+		for _, doc := range res.Docs {
+			d, err := decodeDelivery(doc)
+			if err != nil {
+				return nil, "", err
+			}
+			if !keep(d) {
+				continue
+			}
+			if d.scheduled(now) {
+				d.Status = StatusScheduled
+			}
+			out = append(out, d)
+		}
+		if res.NextCursor == "" || len(out) >= limit || page >= maxLogPages {
+			return out, res.NextCursor, nil
+		}
+		// The next page only fills this one: no row is skipped or repeated.
+		q.StartAfter, q.Limit = res.NextCursor, limit-len(out)
 	}
-	return out, res.NextCursor, nil
+}
+
+// deliveryRow reads one outbox row by its delivery id.
+func (s *Service) deliveryRow(ctx context.Context, id string) (*Delivery, error) {
+	doc, err := s.cfg.Store.Get(ctx, SystemDB, outboxColl+"/"+id)
+	if errors.Is(err, collections.ErrNotFound) || (err == nil && !collections.ValidSegment(id)) {
+		return nil, fmt.Errorf("%w: delivery %q", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeDelivery(doc)
 }
 
 // Replay delivers a row again (a new attempt with the same webhook-id and a
-// fresh retry budget).
+// fresh retry budget). A scheduled row is delivered now.
 func (s *Service) Replay(ctx context.Context, id string) error {
-	doc, err := s.cfg.Store.Get(ctx, SystemDB, outboxColl+"/"+id)
-	if errors.Is(err, collections.ErrNotFound) || (err == nil && !collections.ValidSegment(id)) {
-		return fmt.Errorf("%w: delivery %q", ErrNotFound, id)
-	}
-	if err != nil {
-		return err
-	}
-	d, err := decodeDelivery(doc)
+	d, err := s.deliveryRow(ctx, id)
 	if err != nil {
 		return err
 	}
 	if e := s.reg.entry(d.TriggerID); e == nil || d.Seq <= e.st.ActiveFrom {
 		return fmt.Errorf("%w: trigger %q of delivery %q no longer exists", ErrConflict, d.TriggerID, id)
 	}
-	_, err = s.del.patchRow(ctx, d, map[string]any{
-		fStatus: StatusPending, fBudget: 0, fNext: ms(time.Now()), fOwner: nil, fFinishedAt: nil,
-	})
+	now := ms(time.Now())
+	patch := map[string]any{
+		fStatus: StatusPending, fBudget: 0, fNext: now, fOwner: nil, fFinishedAt: nil,
+	}
+	if d.DeliverAt > now {
+		patch[fDeliverAt] = now
+	}
+	_, err = s.del.patchRow(ctx, d, patch)
 	if errors.Is(err, collections.ErrPreconditionFailed) {
 		return fmt.Errorf("%w: delivery %q changed concurrently; try again", ErrConflict, id)
 	}
 	return err
 }
 
-// Purge deletes delivered and dead outbox rows that finished more than
-// the retention ago (the service also does it every 10 minutes).
+// Cancel finishes a pending (or scheduled) delivery as canceled: it is not
+// attempted again. An attempt already in flight may still reach the
+// receiver; its outcome is not recorded. A canceled delivery can be
+// replayed. ErrConflict when the delivery is finished already.
+func (s *Service) Cancel(ctx context.Context, id string) error {
+	d, err := s.deliveryRow(ctx, id)
+	if err != nil {
+		return err
+	}
+	if d.Status != StatusPending {
+		return fmt.Errorf("%w: delivery %q is %s; only a pending or scheduled delivery can be canceled", ErrConflict, id, d.Status)
+	}
+	_, err = s.del.patchRow(ctx, d, map[string]any{
+		fStatus: StatusCanceled, fNext: 0, fOwner: nil, fFinishedAt: ms(time.Now()),
+	})
+	if errors.Is(err, collections.ErrPreconditionFailed) {
+		return fmt.Errorf("%w: delivery %q changed concurrently; try again", ErrConflict, id)
+	}
+	if err == nil {
+		s.log.Info("delivery canceled", "delivery", id, "trigger", d.TriggerID)
+	}
+	return err
+}
+
+// Purge deletes delivered, dead and canceled outbox rows that finished
+// more than the retention ago (the service also does it every 10 minutes).
 func (s *Service) Purge(ctx context.Context) error {
-	for _, st := range []string{StatusDelivered, StatusDead} {
+	for _, st := range []string{StatusDelivered, StatusDead, StatusCanceled} {
 		if err := s.purge(ctx, st, time.Now().Add(-s.cfg.Retention)); err != nil {
 			return fmt.Errorf("triggers: purge %s deliveries: %w", st, err)
 		}
@@ -385,7 +455,9 @@ func (s *Service) purgeLoop(ctx context.Context) {
 	defer t.Stop()
 	last := time.Now()
 	for {
-		s.m.pending.Store(s.countPending(ctx))
+		pending, scheduled := s.countPending(ctx)
+		s.m.pending.Store(pending)
+		s.m.scheduled.Store(scheduled)
 		select {
 		case <-ctx.Done():
 			return
@@ -403,7 +475,7 @@ func (s *Service) purgeLoop(ctx context.Context) {
 // maxCounted bounds the pending count (the gauge then reads "at least").
 const maxCounted = 10000
 
-func (s *Service) countPending(ctx context.Context) int64 {
+func (s *Service) countPending(ctx context.Context) (pending, scheduled int64) {
 	q := collections.Query{
 		Collection: outboxColl,
 		Filters:    []collections.Filter{{Field: fStatus, Op: collections.OpEq, Value: StatusPending}},
@@ -411,21 +483,27 @@ func (s *Service) countPending(ctx context.Context) int64 {
 		Limit:      collections.MaxLimit,
 	}
 	if q.Normalize() != nil {
-		return -1
+		return -1, -1
 	}
-	var n int64
-	for n < maxCounted {
+	now := time.Now()
+	for pending+scheduled < maxCounted {
 		res, err := s.cfg.Store.Query(ctx, SystemDB, q)
 		if err != nil {
-			return -1
+			return -1, -1
 		}
-		n += int64(len(res.Docs))
+		for _, doc := range res.Docs {
+			if scheduledDoc(doc, now) {
+				scheduled++
+			} else {
+				pending++
+			}
+		}
 		if res.NextCursor == "" {
 			break
 		}
 		q.StartAfter = res.NextCursor
 	}
-	return n
+	return pending, scheduled
 }
 
 // purge deletes rows with status finished before cutoff, oldest first.

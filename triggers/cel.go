@@ -2,8 +2,11 @@ package triggers
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
@@ -48,20 +51,29 @@ var celEnv = func() *cel.Env {
 	return env
 }()
 
-// compileCEL compiles and type-checks a condition (output bool) or, with
-// wantString, an ordering key (output string). dyn is accepted for both and
-// checked at evaluation.
-func compileCEL(src string, wantString bool) (cel.Program, error) {
+// celOutput is the output an expression must have: one of kinds (dyn is
+// accepted for all and checked at evaluation).
+type celOutput struct {
+	kinds []types.Kind
+	name  string
+}
+
+var (
+	outBool   = celOutput{[]types.Kind{types.BoolKind}, "bool"}
+	outString = celOutput{[]types.Kind{types.StringKind}, "string"}
+	outTime   = celOutput{[]types.Kind{types.TimestampKind, types.IntKind, types.UintKind, types.DoubleKind, types.StringKind},
+		"a timestamp, a number (unix milliseconds) or an RFC 3339 string"}
+)
+
+// compileCEL compiles and type-checks a condition (outBool), an ordering
+// key (outString) or a deliverAt (outTime).
+func compileCEL(src string, want celOutput) (cel.Program, error) {
 	a, iss := celEnv.Compile(src)
 	if iss.Err() != nil {
 		return nil, iss.Err()
 	}
-	want, wantName := types.BoolKind, "bool"
-	if wantString {
-		want, wantName = types.StringKind, "string"
-	}
-	if k := a.OutputType().Kind(); k != want && k != types.DynKind {
-		return nil, fmt.Errorf("expression has type %s, want %s", a.OutputType(), wantName)
+	if k := a.OutputType().Kind(); k != types.DynKind && !slices.Contains(want.kinds, k) {
+		return nil, fmt.Errorf("expression has type %s, want %s", a.OutputType(), want.name)
 	}
 	if err := checkFields(a.NativeRep().Expr(), false); err != nil {
 		return nil, err
@@ -171,42 +183,131 @@ func (a eventActivation) ResolveName(name string) (any, bool) {
 
 func (a eventActivation) Parent() interpreter.Activation { return nil }
 
+// MaxDeliverAhead bounds how far ahead a deliverAt may schedule a delivery.
+const MaxDeliverAhead = 366 * 24 * time.Hour
+
+// Result is what a trigger makes of an event it matches.
+type Result struct {
+	// Matched: the condition holds (and the other expressions evaluated).
+	Matched bool
+	// OrderingKey is the evaluated orderingKey ("" without one).
+	OrderingKey string
+	// DeliverAt is when the first attempt is due, unix ms: the evaluated
+	// deliverAt, or now when that is in the past; 0 without a deliverAt.
+	DeliverAt int64
+}
+
 // Eval evaluates the condition (empty = true) and, when it is true and an
 // orderingKey is set, the key. A CEL runtime error (or the cost limit) is
 // returned as err and counts as no match for the caller; so does a
 // condition that is not a bool or a key that is not a string (an int key is
-// converted to its decimal text).
+// converted to its decimal text). A deliverAt is evaluated too (see
+// Evaluate), at the current time.
 func (c *Compiled) Eval(ev *Event) (matched bool, orderingKey string, err error) {
-	if c.cond == nil && c.key == nil {
-		return true, "", nil
+	r, err := c.Evaluate(ev, time.Now())
+	return r.Matched, r.OrderingKey, err
+}
+
+// Evaluate evaluates the condition (empty = true) and, when it is true,
+// the orderingKey and the deliverAt. A CEL runtime error (or the cost
+// limit) is returned as err and counts as no match for the caller; so does
+// a condition that is not a bool, a key that is not a string (an int key
+// is converted to its decimal text), and a deliverAt that is not a time
+// (a timestamp, a number of unix milliseconds or an RFC 3339 string),
+// is negative, NaN or infinite, or is more than MaxDeliverAhead after now.
+// A deliverAt before now is now.
+func (c *Compiled) Evaluate(ev *Event, now time.Time) (Result, error) {
+	if c.cond == nil && c.key == nil && c.at == nil {
+		return Result{Matched: true}, nil
 	}
 	act := eventActivation{celjson.Adapter{}.NativeToValue(ev.Map())}
 	if c.cond != nil {
 		out, _, err := c.cond.Eval(act)
 		if err != nil {
-			return false, "", fmt.Errorf("trigger %q: condition: %w", c.Def.ID, err)
+			return Result{}, fmt.Errorf("trigger %q: condition: %w", c.Def.ID, err)
 		}
 		b, ok := out.(types.Bool)
 		if !ok {
-			return false, "", fmt.Errorf("trigger %q: condition returned %s, want bool", c.Def.ID, out.Type().TypeName())
+			return Result{}, fmt.Errorf("trigger %q: condition returned %s, want bool", c.Def.ID, out.Type().TypeName())
 		}
 		if !b {
-			return false, "", nil
+			return Result{}, nil
 		}
 	}
+	var r Result
 	if c.key != nil {
 		out, _, err := c.key.Eval(act)
 		if err != nil {
-			return false, "", fmt.Errorf("trigger %q: orderingKey: %w", c.Def.ID, err)
+			return Result{}, fmt.Errorf("trigger %q: orderingKey: %w", c.Def.ID, err)
 		}
 		switch v := out.(type) {
 		case types.String:
-			orderingKey = string(v)
+			r.OrderingKey = string(v)
 		case types.Int, types.Uint:
-			orderingKey = fmt.Sprint(v.Value())
+			r.OrderingKey = fmt.Sprint(v.Value())
 		default:
-			return false, "", fmt.Errorf("trigger %q: orderingKey returned %s, want string", c.Def.ID, out.Type().TypeName())
+			return Result{}, fmt.Errorf("trigger %q: orderingKey returned %s, want string", c.Def.ID, out.Type().TypeName())
 		}
 	}
-	return true, orderingKey, nil
+	if c.at != nil {
+		out, _, err := c.at.Eval(act)
+		if err != nil {
+			return Result{}, fmt.Errorf("trigger %q: deliverAt: %w", c.Def.ID, err)
+		}
+		if r.DeliverAt, err = deliverAtOf(out, now); err != nil {
+			return Result{}, fmt.Errorf("trigger %q: deliverAt: %w", c.Def.ID, err)
+		}
+	}
+	r.Matched = true
+	return r, nil
+}
+
+// deliverAtOf converts a deliverAt result to unix ms: no earlier than now,
+// no later than now + MaxDeliverAhead (an error).
+func deliverAtOf(out ref.Val, now time.Time) (int64, error) {
+	nowMs := now.UnixMilli()
+	limit := nowMs + MaxDeliverAhead.Milliseconds()
+	tooFar := func(what string) error {
+		return fmt.Errorf("%s is more than %d days ahead", what, MaxDeliverAhead/(24*time.Hour))
+	}
+	var at int64
+	switch v := out.(type) {
+	case types.Timestamp:
+		at = v.Time.UnixMilli()
+	case types.Int:
+		at = int64(v)
+	case types.Uint:
+		if uint64(v) > uint64(limit) {
+			return 0, tooFar(fmt.Sprintf("%d ms", uint64(v)))
+		}
+		at = int64(v)
+	case types.Double:
+		f := float64(v)
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0):
+			return 0, fmt.Errorf("%v is not a time", f)
+		case f > float64(limit):
+			return 0, tooFar(fmt.Sprintf("%v ms", f))
+		case f < 0:
+			return 0, fmt.Errorf("%v ms is negative", f)
+		}
+		at = int64(f)
+	case types.String:
+		t, err := time.Parse(time.RFC3339Nano, string(v))
+		if err != nil {
+			return 0, fmt.Errorf("%q is not an RFC 3339 time", truncate(string(v), 64))
+		}
+		at = t.UnixMilli()
+	default:
+		return 0, fmt.Errorf("returned %s, want a timestamp, a number (unix milliseconds) or an RFC 3339 string", out.Type().TypeName())
+	}
+	switch {
+	case at < 0:
+		return 0, fmt.Errorf("%d ms is negative (before 1970)", at)
+	case at > limit:
+		return 0, tooFar(time.UnixMilli(at).UTC().Format(time.RFC3339))
+	case at < nowMs:
+		return nowMs, nil
+	}
+	return at, nil
 }

@@ -287,25 +287,25 @@ func (v *evaluator) match(ev *evalState, ch *collections.Change, act []activeTri
 		}
 		id := t.c.Def.ID
 		event := NewEvent(ch, params)
-		matched, key, err := t.c.Eval(event)
+		r, err := t.c.Evaluate(event, now)
 		if err != nil {
 			v.evalFailed(ev, id, ch, err, now)
 			countOf(counts, id).EvalErrors++
 			continue
 		}
-		if !matched {
+		if !r.Matched {
 			continue
 		}
 		countOf(counts, id).Matched++
-		d := &Delivery{TriggerID: id, Seq: ch.Seq, Status: StatusPending, OrderingKey: key, event: event.Map()}
+		d := &Delivery{TriggerID: id, Seq: ch.Seq, Status: StatusPending, OrderingKey: r.OrderingKey, DeliverAt: r.DeliverAt, event: event.Map()}
 		d.ID, d.EventID = deliveryIDs(v.epoch, ch.Seq, id)
 		rows = append(rows, d)
 	}
 	return rows
 }
 
-// evalFailed counts a failed condition or ordering key in the metric and
-// logs it at most once a minute per trigger.
+// evalFailed counts a failed condition, ordering key or deliverAt in the
+// metric and logs it at most once a minute per trigger.
 func (v *evaluator) evalFailed(ev *evalState, id string, ch *collections.Change, err error, now time.Time) {
 	v.m.evalErrors.WithLabelValues(id).Inc()
 	if now.Sub(ev.loggedAt[id]) < time.Minute {
@@ -315,7 +315,7 @@ func (v *evaluator) evalFailed(ev *evalState, id string, ch *collections.Change,
 		ev.loggedAt = map[string]time.Time{}
 	}
 	ev.loggedAt[id] = now
-	v.log.Warn("trigger condition failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
+	v.log.Warn("trigger condition, orderingKey or deliverAt failed; counted as no match (logged once a minute per trigger; see loom_trigger_eval_errors_total)", "trigger", id, "seq", ch.Seq, "path", ch.Path, "err", err)
 }
 
 func countOf(m map[string]*Counts, id string) *Counts {
@@ -338,7 +338,12 @@ func (v *evaluator) commitRows(ctx context.Context, from, to int64, rows []*Deli
 		// claim round-trip; otherwise the row waits, due at once, for its
 		// key's runner or a poller with room.
 		d.NextAttemptAt = ms(now)
-		if e := v.reg.entry(d.TriggerID); e != nil && v.intake.reserve(d, false) {
+		if d.DeliverAt > ms(now) {
+			// A scheduled row is neither leased nor held: it waits in the
+			// outbox, due at its deliverAt, for whichever poller finds it
+			// due then (here or on another node, after any restart).
+			d.NextAttemptAt = d.DeliverAt
+		} else if e := v.reg.entry(d.TriggerID); e != nil && v.intake.reserve(d, false) {
 			lease := now.Add(e.c.Timeout + v.cfg.LeaseSlack)
 			d.owner = v.cfg.NodeID
 			d.NextAttemptAt = ms(lease)

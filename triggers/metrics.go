@@ -20,6 +20,8 @@ type metrics struct {
 	lagSeconds     prometheus.Gauge
 	// pending is the outbox depth as last counted by the purge loop.
 	pending atomic.Int64
+	// scheduled is the number of scheduled rows (not yet due) counted then.
+	scheduled atomic.Int64
 }
 
 // newMetrics registers the pipeline's metrics; held counts the deliveries
@@ -58,8 +60,12 @@ func newMetrics(reg prometheus.Registerer, store collections.Store, held func() 
 	}
 	depth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "loom_webhook_outbox_pending",
-		Help: "Pending outbox rows (counted every few seconds).",
+		Help: "Pending outbox rows, scheduled ones not included (counted every few seconds).",
 	}, func() float64 { return float64(m.pending.Load()) })
+	scheduled := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "loom_webhook_outbox_scheduled",
+		Help: "Scheduled outbox rows waiting for their deliverAt (counted every few seconds).",
+	}, func() float64 { return float64(m.scheduled.Load()) })
 	heldGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "loom_webhook_deliveries_held",
 		Help: "Deliveries this node holds in memory (in flight or waiting for a retry).",
@@ -80,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, store collections.Store, held func() 
 		}
 		return float64(head - pos)
 	})
-	for _, c := range []prometheus.Collector{m.matches, m.evalErrors, m.deliveries, m.attemptSeconds, m.reloads, m.skipped, m.lagSeconds, depth, heldGauge, lag} {
+	for _, c := range []prometheus.Collector{m.matches, m.evalErrors, m.deliveries, m.attemptSeconds, m.reloads, m.skipped, m.lagSeconds, depth, scheduled, heldGauge, lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -23,11 +23,15 @@ const (
 	cursorName  = "triggers"
 )
 
-// Delivery statuses.
+// Delivery statuses. A row is stored as pending, delivered, dead or
+// canceled; the delivery log reports a pending row that has had no attempt
+// yet and whose deliverAt is still ahead as scheduled.
 const (
 	StatusPending   = "pending"
 	StatusDelivered = "delivered"
 	StatusDead      = "dead"
+	StatusCanceled  = "canceled"  // canceled through the admin API before it was delivered
+	StatusScheduled = "scheduled" // reported only: pending, waiting for its deliverAt
 )
 
 // Outbox row fields (user data of an _outbox document).
@@ -43,6 +47,7 @@ const (
 	fBudget      = "budgetUsed"
 	fPayload     = "event"
 	fFinishedAt  = "finishedAt"
+	fDeliverAt   = "deliverAt"
 	maxResponse  = 4 << 10
 	maxErrorText = 512
 )
@@ -55,6 +60,8 @@ var Indexes = []collections.Index{
 	{Collection: outboxColl, Fields: []string{fTrigger, fSeq}},                // log by trigger
 	{Collection: outboxColl, Fields: []string{fTrigger, fStatus, fSeq}},       // log by trigger and status
 	{Collection: outboxColl, Fields: []string{fTrigger, fKey, fStatus, fSeq}}, // head of an ordering key
+	{Collection: outboxColl, Fields: []string{fStatus, fDeliverAt}},           // scheduled rows
+	{Collection: outboxColl, Fields: []string{fTrigger, fStatus, fDeliverAt}}, // scheduled rows of a trigger
 }
 
 // Attempt is one recorded delivery attempt.
@@ -68,12 +75,15 @@ type Attempt struct {
 
 // Delivery is one outbox row: one matched (change, trigger) pair.
 type Delivery struct {
-	ID            string    `json:"id"`
-	TriggerID     string    `json:"triggerId"`
-	EventID       string    `json:"eventId"`
-	Seq           int64     `json:"seq"`
-	Status        string    `json:"status"`
-	OrderingKey   string    `json:"orderingKey,omitempty"`
+	ID          string `json:"id"`
+	TriggerID   string `json:"triggerId"`
+	EventID     string `json:"eventId"`
+	Seq         int64  `json:"seq"`
+	Status      string `json:"status"`
+	OrderingKey string `json:"orderingKey,omitempty"`
+	// DeliverAt is when a scheduled delivery (a trigger with deliverAt) is
+	// first attempted, unix ms.
+	DeliverAt     int64     `json:"deliverAt,omitempty"`
 	Attempts      []Attempt `json:"attempts"`
 	NextAttemptAt int64     `json:"nextAttemptAt,omitempty"`
 	CreatedAt     int64     `json:"createdAt"`
@@ -112,6 +122,9 @@ func newRow(d *Delivery) collections.Write {
 	if d.OrderingKey != "" {
 		data[fKey] = d.OrderingKey
 	}
+	if d.DeliverAt != 0 {
+		data[fDeliverAt] = d.DeliverAt
+	}
 	return collections.Write{Type: collections.WriteCreate, Path: outboxColl + "/" + d.ID, Data: data}
 }
 
@@ -124,6 +137,7 @@ func decodeDelivery(doc *collections.Document) (*Delivery, error) {
 	d.Seq = num(doc.Data[fSeq])
 	d.NextAttemptAt = num(doc.Data[fNext])
 	d.FinishedAt = num(doc.Data[fFinishedAt])
+	d.DeliverAt = num(doc.Data[fDeliverAt])
 	d.budget = int(num(doc.Data[fBudget]))
 	d.event, _ = doc.Data[fPayload].(map[string]any)
 	if raw, ok := doc.Data[fAttempts].([]any); ok {
@@ -142,6 +156,18 @@ func decodeDelivery(doc *collections.Document) (*Delivery, error) {
 		d.NextAttemptAt = 0
 	}
 	return d, nil
+}
+
+// scheduled reports whether d waits for its deliverAt at now: pending, not
+// attempted yet, deliverAt ahead.
+func (d *Delivery) scheduled(now time.Time) bool {
+	return d.Status == StatusPending && len(d.Attempts) == 0 && d.DeliverAt > ms(now)
+}
+
+// scheduledDoc is scheduled for a stored row, without decoding it.
+func scheduledDoc(doc *collections.Document, now time.Time) bool {
+	as, _ := doc.Data[fAttempts].([]any)
+	return str(doc.Data[fStatus]) == StatusPending && len(as) == 0 && num(doc.Data[fDeliverAt]) > ms(now)
 }
 
 // attemptsValue is the stored form of attempts.

@@ -153,7 +153,8 @@ func (dv *deliverer) takeOver(ctx context.Context, doc *collections.Document, no
 	return true
 }
 
-// wakeTrigger makes the parked pending rows of a trigger due now.
+// wakeTrigger makes the parked pending rows of a trigger due now (not the
+// scheduled ones, whose deliverAt is still ahead).
 func (dv *deliverer) wakeTrigger(ctx context.Context, id string) {
 	q := collections.Query{
 		Collection: outboxColl,
@@ -175,7 +176,8 @@ func (dv *deliverer) wakeTrigger(ctx context.Context, id string) {
 			return
 		}
 		for _, doc := range res.Docs {
-			if str(doc.Data[fOwner]) == "" && num(doc.Data[fNext]) > now {
+			// A scheduled row is not parked: it stays due at its deliverAt.
+			if str(doc.Data[fOwner]) == "" && num(doc.Data[fNext]) > now && num(doc.Data[fDeliverAt]) <= now {
 				d := &Delivery{ID: doc.ID, version: doc.Version}
 				_, _ = dv.patchRow(ctx, d, map[string]any{fNext: now})
 			}

@@ -61,7 +61,10 @@ type Trigger struct {
 	Timeout     string            `json:"timeout,omitempty"`   // Go duration, default 30s, 1s..5m
 	RetryPolicy *RetryPolicy      `json:"retryPolicy,omitempty"`
 	OrderingKey string            `json:"orderingKey,omitempty"` // CEL string expression
-	Enabled     *bool             `json:"enabled,omitempty"`     // default true
+	// DeliverAt (CEL: a timestamp, unix ms or an RFC 3339 string) schedules
+	// the delivery: its first attempt is made then (see MaxDeliverAhead).
+	DeliverAt string `json:"deliverAt,omitempty"`
+	Enabled   *bool  `json:"enabled,omitempty"` // default true
 }
 
 // RetryPolicy replaces the default retry schedule with exponential backoff.
@@ -82,6 +85,7 @@ type Compiled struct {
 	ops      opMask
 	cond     cel.Program // nil: always true
 	key      cel.Program // nil: no ordering key
+	at       cel.Program // nil: delivered at once
 	attempts int
 	// exponential is false for the default schedule.
 	exponential          bool
@@ -206,17 +210,27 @@ func (c *Compiled) compileMatch(def *Trigger) error {
 	return nil
 }
 
-// compileCEL compiles the condition and the ordering key.
+// compileCEL compiles the condition, the ordering key and deliverAt.
 func (c *Compiled) compileCEL(def *Trigger) error {
 	var err error
 	if def.Condition != "" {
-		if c.cond, err = compileCEL(def.Condition, false); err != nil {
+		if c.cond, err = compileCEL(def.Condition, outBool); err != nil {
 			return fmt.Errorf("condition %q: %v", def.Condition, err)
 		}
 	}
 	if def.OrderingKey != "" {
-		if c.key, err = compileCEL(def.OrderingKey, true); err != nil {
+		if c.key, err = compileCEL(def.OrderingKey, outString); err != nil {
 			return fmt.Errorf("orderingKey %q: %v", def.OrderingKey, err)
+		}
+	}
+	if def.DeliverAt != "" {
+		if def.OrderingKey != "" {
+			// Rows of a key are delivered one at a time in commit order: a
+			// scheduled row at the head would hold back every later one.
+			return fmt.Errorf("deliverAt: cannot be combined with orderingKey (a scheduled delivery would hold back every later delivery of its key); drop one of them")
+		}
+		if c.at, err = compileCEL(def.DeliverAt, outTime); err != nil {
+			return fmt.Errorf("deliverAt %q: %v", def.DeliverAt, err)
 		}
 	}
 	return nil
