@@ -52,7 +52,7 @@ const (
 // still be retried rather than ignored: the scheduled delivery is due at
 // waitUntil by the clock of the node that delivers it, which may run ahead
 // of this handler's.
-const clientSkew = 5 * time.Second
+const clientSkew = 2 * time.Second
 
 // errNotDue is a client call's timeout delivered before its deadline (by
 // less than clientSkew): the delivery is retried.

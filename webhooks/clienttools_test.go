@@ -343,3 +343,84 @@ func TestClientTool_ResultAfterTaskEnded(t *testing.T) {
 		t.Fatal("the discarded result was mirrored")
 	}
 }
+
+// A client call nobody answers times out at its waitUntil (a scheduled
+// delivery): it fails with a timeout the model sees, once, and the owner
+// can no longer answer it. A result that comes first stands: the timeout's
+// delivery then changes nothing.
+func TestClientTool_Timeout(t *testing.T) {
+	fake, model := newFake(t, script{
+		sub: func(n int, req map[string]any) llmtest.Step {
+			for _, m := range reqMessages(req) {
+				if m["role"] == "tool" {
+					return llmtest.Step{Content: "Done: " + msgText(m)}
+				}
+			}
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
+		},
+		plain: func(_ int, req map[string]any) llmtest.Step { return llmtest.Step{Content: "ok"} },
+	})
+	// Longer than the 2 s a delivery may come early (clientSkew): only the
+	// scheduled delivery can time the call out.
+	s := startClientStack(t, model, pickFile(2500), "pick_file")
+	s.say("c1", "m1", "Pick a file (nobody will).")
+	s.say("c2", "m2", "Pick a file (the app answers).")
+	pick1 := s.chat("c1") + "/sub-agents/m1-t0/tool-calls/call_pick"
+	pick2 := s.chat("c2") + "/sub-agents/m2-t0/tool-calls/call_pick"
+	s.waitFor("c2's client call", 15*time.Second, func() bool { return field(s.get(pick2), "status") == "pending" })
+	if code := s.patch(pick2, s.token, `{"status":"success","result":"in time"}`); code != 200 {
+		t.Fatalf("result: %d", code)
+	}
+	s.waitFor("both tasks", 20*time.Second, func() bool { return s.taskDone("c1", "m1-t0")() && s.taskDone("c2", "m2-t0")() })
+
+	tc := s.get(pick1)
+	want := "timeout: the client did not return a result within 2500 milliseconds"
+	if field(tc, "status") != "failed" || field(tc, "error") != want {
+		t.Fatalf("timed-out call %v", tc.Data)
+	}
+	if age := tc.UpdatedAt - tc.CreatedAt; age < 2500 {
+		t.Fatalf("timed out after %d ms, before its 2500", age)
+	}
+	if code := s.patch(pick1, s.token, `{"status":"success","result":"too late"}`); code != 403 {
+		t.Fatalf("a result after the timeout: %d, want 403", code)
+	}
+	if tc := s.get(pick2); field(tc, "status") != "success" || tc.Data["result"] != "in time" {
+		t.Fatalf("answered call %v", tc.Data)
+	}
+	var sawTimeout, sawResult bool
+	for _, req := range fake.reqs("sub") {
+		if got, ok := toolResultIn(req, "call_pick"); ok {
+			sawTimeout = sawTimeout || got == "error: "+want
+			sawResult = sawResult || got == `"in time"`
+		}
+	}
+	if !sawTimeout || !sawResult {
+		t.Fatalf("the model saw the timeout: %v, the result: %v", sawTimeout, sawResult)
+	}
+	if st := field(s.get(s.chat("c1")+"/tasks/m1-t0"), "status"); st != "success" {
+		t.Fatalf("task after the timeout %q", st)
+	}
+	// Both scheduled deliveries were made; the one for the answered call
+	// changed nothing, and neither wrote a second tool message.
+	s.waitFor("the timeout deliveries", 15*time.Second, func() bool {
+		n := 0
+		for _, d := range s.allDeliveries() {
+			if d.TriggerID == "on-client-tool-timeout" && d.Status == "delivered" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if s.toolMessages("c1", "m1-t0", "call_pick") != 1 || s.toolMessages("c2", "m2-t0", "call_pick") != 1 || len(fake.reqs("sub")) != 4 {
+		t.Fatalf("tool messages or steps written twice\n%s", s.dump())
+	}
+	// A late redelivery of either timeout writes nothing.
+	s.settle(10 * time.Second)
+	before := s.agentDocs()
+	for i, p := range []string{pick1, pick2} {
+		if code := s.postSigned("tool-runner", "evt-timeout-again-"+string(rune('a'+i)), "create", s.get(p)); code != 200 {
+			t.Fatalf("redelivery: %d", code)
+		}
+	}
+	s.wantAgentDocs(before, "after redelivering the timeouts")
+}
