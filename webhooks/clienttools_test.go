@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/webhooks/llm"
@@ -423,4 +425,80 @@ func TestClientTool_Timeout(t *testing.T) {
 		}
 	}
 	s.wantAgentDocs(before, "after redelivering the timeouts")
+}
+
+// The app's side, as docs/agent-runs.md describes it: a WebSocket
+// subscription to the user's pending client calls sees the call arrive,
+// the app writes the result, and the call leaves the subscription.
+func TestClientTool_AppWatchesOverWebSocket(t *testing.T) {
+	_, model := newFake(t, script{sub: func(n int, req map[string]any) llmtest.Step {
+		if n == 0 {
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"image/*"}`)}}
+		}
+		return llmtest.Step{Content: "Thanks for the picture."}
+	}})
+	s := startClientStack(t, model, pickFile(60000), "pick_file")
+	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(s.URL, "http")+"/realtime/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func(m map[string]any) {
+		if err := c.WriteJSON(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type delta struct {
+		Type     string         `json:"type"`
+		Path     string         `json:"path"`
+		Document map[string]any `json:"document"`
+	}
+	read := func(want string) delta {
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+			_, raw, err := c.ReadMessage()
+			if err != nil {
+				t.Fatalf("waiting for %s: %v\n%s", want, err, s.dump())
+			}
+			var m struct {
+				Type    string `json:"type"`
+				Payload struct {
+					Delta delta `json:"delta"`
+				} `json:"payload"`
+			}
+			if err := json.Unmarshal(raw, &m); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case m.Type == "error":
+				t.Fatalf("server error: %s", raw)
+			case m.Type == want && want == "subscribe_ack":
+				return delta{}
+			case m.Type == "event" && m.Payload.Delta.Type == want:
+				return m.Payload.Delta
+			}
+		}
+	}
+	send(map[string]any{"id": "a", "type": "auth", "payload": map[string]any{"token": s.token}})
+	send(map[string]any{"id": "calls", "type": "subscribe", "payload": map[string]any{"query": map[string]any{
+		"collection": "users/" + s.user + "/orch-chats/*/sub-agents/*/tool-calls",
+		"filters": []any{
+			map[string]any{"field": "executionType", "op": "==", "value": "client"},
+			map[string]any{"field": "status", "op": "==", "value": "pending"},
+		},
+	}}})
+	read("subscribe_ack")
+	s.say("c1", "m1", "Send me a picture.")
+
+	d := read("create")
+	if d.Document["toolName"] != "pick_file" || d.Document["argsJson"] != `{"accept":"image/*"}` {
+		t.Fatalf("pending call %v", d.Document)
+	}
+	if code := s.patch(d.Path, s.token, `{"status":"success","result":{"file":"cat.png"}}`); code != 200 {
+		t.Fatalf("result: %d", code)
+	}
+	if gone := read("delete"); gone.Path != d.Path {
+		t.Fatalf("left the subscription: %s, want %s", gone.Path, d.Path)
+	}
+	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
 }
