@@ -1,7 +1,11 @@
 package webhooks_test
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -488,11 +492,36 @@ func TestClientTool_AppWatchesOverWebSocket(t *testing.T) {
 		},
 	}}})
 	read("subscribe_ack")
+	// The same subscription over SSE, as the docs' curl opens it.
+	filters := `[{"field":"executionType","op":"==","value":"client"},{"field":"status","op":"==","value":"pending"}]`
+	sseReq, _ := http.NewRequest("GET", s.URL+"/realtime/sse?database=default&collection="+url.QueryEscape("users/"+s.user+"/orch-chats/*/sub-agents/*/tool-calls")+
+		"&filters="+url.QueryEscape(filters)+"&access_token="+url.QueryEscape(s.token), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	sse, err := s.node.Client.Do(sseReq.WithContext(ctx))
+	if err != nil || sse.StatusCode != 200 {
+		t.Fatalf("SSE: %v %v", err, sse)
+	}
+	defer sse.Body.Close()
+	sseLines := bufio.NewScanner(sse.Body)
+	sseLines.Buffer(nil, 1<<20)
 	s.say("c1", "m1", "Send me a picture.")
 
 	d := read("create")
 	if d.Document["toolName"] != "pick_file" || d.Document["argsJson"] != `{"accept":"image/*"}` {
 		t.Fatalf("pending call %v", d.Document)
+	}
+	sawSSE := false
+	for !sawSSE && sseLines.Scan() {
+		if line := sseLines.Text(); strings.HasPrefix(line, "data:") && strings.Contains(line, `"type":"create"`) {
+			if !strings.Contains(line, `"toolName":"pick_file"`) {
+				t.Fatalf("SSE event %s", line)
+			}
+			sawSSE = true
+		}
+	}
+	if !sawSSE {
+		t.Fatalf("SSE ended without the pending call: %v", sseLines.Err())
 	}
 	if code := s.patch(d.Path, s.token, `{"status":"success","result":{"file":"cat.png"}}`); code != 200 {
 		t.Fatalf("result: %d", code)
