@@ -531,3 +531,54 @@ func TestClientTool_AppWatchesOverWebSocket(t *testing.T) {
 	}
 	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
 }
+
+// The timeout is durable: a node stopped while a client call is pending,
+// and restarted after its deadline, still times the call out, once.
+func TestClientTool_TimeoutAfterRestart(t *testing.T) {
+	fake, model := newFake(t, script{sub: func(n int, req map[string]any) llmtest.Step {
+		if got, ok := toolResultIn(req, "call_pick"); ok {
+			return llmtest.Step{Content: "Gave up: " + got}
+		}
+		return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
+	}})
+	dir := t.TempDir()
+	opts := apptest.Options{Agents: true, Model: model, DataDir: dir, Config: func(c *config.Config) {
+		c.Tools = append(c.Tools, pickFile(3000))
+		c.Agents.Roles = map[string]config.AgentRole{"researcher": {Tools: []string{"pick_file"}}}
+	}}
+	node := apptest.Start(t, opts)
+	s := &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
+	s.signup("alice")
+	s.say("c1", "m1", "Pick a file.")
+	pick := s.chat("c1") + "/sub-agents/m1-t0/tool-calls/call_pick"
+	s.waitFor("the pending client call", 15*time.Second, func() bool { return field(s.get(pick), "status") == "pending" })
+	until := time.UnixMilli(numField(s.get(pick), "waitUntil"))
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(until) + 100*time.Millisecond) // due while the node is down
+
+	node = apptest.Start(t, opts)
+	s = &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry, user: s.user, token: s.token}
+	s.waitFor("the task after the restart", 15*time.Second, s.taskDone("c1", "m1-t0"))
+	if tc := s.get(pick); field(tc, "status") != "failed" || !strings.HasPrefix(field(tc, "error"), "timeout: ") {
+		t.Fatalf("call %v", tc.Data)
+	}
+	subs := fake.reqs("sub")
+	if got, _ := toolResultIn(subs[len(subs)-1], "call_pick"); got != "error: timeout: the client did not return a result within 3 seconds" {
+		t.Fatalf("the model saw %q", got)
+	}
+	s.settle(10 * time.Second)
+	n := 0
+	for _, d := range s.allDeliveries() {
+		if d.TriggerID == "on-client-tool-timeout" {
+			n++
+			if d.Status != "delivered" {
+				t.Errorf("timeout delivery %s", d.Status)
+			}
+		}
+	}
+	if n != 1 || s.toolMessages("c1", "m1-t0", "call_pick") != 1 || len(subs) != 2 {
+		t.Fatalf("%d timeout deliveries, %d tool messages, %d model steps", n, s.toolMessages("c1", "m1-t0", "call_pick"), len(subs))
+	}
+}
