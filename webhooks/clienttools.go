@@ -87,7 +87,7 @@ func (h *Handlers) clientCallFields(name string, data map[string]any) {
 // step whose results came back moves nothing. A step that also asks the
 // user (ask_user, send_message) leaves the statuses to that wait; its
 // client calls still hold the loop back until they are answered. It
-// returns the task and sub-agent as they now are.
+// returns the sub-agent and the task as they now are.
 func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agent, task, step *collections.Document) (*collections.Document, *collections.Document, error) {
 	client := false
 	for _, tc := range toolCallsOf(step) {

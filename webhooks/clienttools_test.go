@@ -420,6 +420,29 @@ func TestClientTool_Timeout(t *testing.T) {
 	if s.toolMessages("c1", "m1-t0", "call_pick") != 1 || s.toolMessages("c2", "m2-t0", "call_pick") != 1 || len(fake.reqs("sub")) != 4 {
 		t.Fatalf("tool messages or steps written twice\n%s", s.dump())
 	}
+	// One timeout counted, for the call that timed out.
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeouts := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() != "loom_agent_tool_runs_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tool"] == "pick_file" && labels["outcome"] == "timeout" {
+				timeouts = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if timeouts != 1 {
+		t.Fatalf("loom_agent_tool_runs_total{tool=pick_file,outcome=timeout} = %v, want 1", timeouts)
+	}
 	// A late redelivery of either timeout writes nothing.
 	s.settle(10 * time.Second)
 	before := s.agentDocs()
