@@ -43,8 +43,8 @@ func startClientStack(t *testing.T, model llm.Model, tool config.Tool, roleTools
 	return s
 }
 
-// writeOutcome PATCHes a document as token's user and returns the status.
-func (s *stack) writeOutcome(path, token, doc string) int {
+// patchAs PATCHes a document as token's user and returns the status.
+func (s *stack) patchAs(path, token, doc string) int {
 	s.t.Helper()
 	code, _ := s.do("PATCH", "/api/v1/databases/default/documents/"+path, token, `{"doc":`+doc+`}`)
 	return code
@@ -147,7 +147,7 @@ func TestClientTool_RoundTrip(t *testing.T) {
 		{"a server call made client", calc, s.token, `{"executionType":"client","status":"failed","error":"e"}`},
 		{"the task", task, s.token, `{"status":"running"}`},
 	} {
-		if code := s.writeOutcome(w.path, w.token, w.doc); code != 403 && code != 401 {
+		if code := s.patchAs(w.path, w.token, w.doc); code != 403 && code != 401 {
 			t.Errorf("%s: PATCH answered %d, want 403", w.name, code)
 		}
 	}
@@ -163,7 +163,7 @@ func TestClientTool_RoundTrip(t *testing.T) {
 	s.wantAgentDocs(before, "after refused writes")
 
 	// The owner's app writes the result.
-	if code := s.writeOutcome(pick, s.token, `{"status":"success","result":{"file":"cat.png","size":1234}}`); code != 200 {
+	if code := s.patchAs(pick, s.token, `{"status":"success","result":{"file":"cat.png","size":1234}}`); code != 200 {
 		t.Fatalf("owner's result: %d", code)
 	}
 	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
@@ -188,7 +188,7 @@ func TestClientTool_RoundTrip(t *testing.T) {
 	}
 
 	// A finished call is not the owner's to write any more.
-	if code := s.writeOutcome(pick, s.token, `{"status":"failed","error":"late"}`); code != 403 {
+	if code := s.patchAs(pick, s.token, `{"status":"failed","error":"late"}`); code != 403 {
 		t.Fatalf("a second outcome: %d, want 403", code)
 	}
 	// A redelivered result event (and a replayed create) writes nothing.
@@ -237,7 +237,7 @@ func TestClientTool_TwoCalls_OversizedAndFailed(t *testing.T) {
 
 	big := strings.Repeat("é", 30_000) // 60,000 bytes of text
 	body, _ := json.Marshal(map[string]any{"status": "success", "result": map[string]any{"text": big}})
-	if code := s.writeOutcome(a, s.token, string(body)); code != 200 {
+	if code := s.patchAs(a, s.token, string(body)); code != 200 {
 		t.Fatalf("result a: %d", code)
 	}
 	s.waitFor("a's tool message", 10*time.Second, func() bool { return s.toolMsgCount("c1", "m1-t0", "call_a") == 1 })
@@ -245,7 +245,7 @@ func TestClientTool_TwoCalls_OversizedAndFailed(t *testing.T) {
 	if len(fake.reqs("sub")) != 1 || field(s.get(task), "status") != "waiting_tool" || field(s.get(agent), "status") != "waiting" {
 		t.Fatalf("the loop went on with a client call pending\n%s", s.dump())
 	}
-	if code := s.writeOutcome(b, s.token, `{"status":"failed","error":"the user closed the dialog"}`); code != 200 {
+	if code := s.patchAs(b, s.token, `{"status":"failed","error":"the user closed the dialog"}`); code != 200 {
 		t.Fatalf("result b: %d", code)
 	}
 	s.waitFor("the chat result", 15*time.Second, s.taskDone("c1", "m1-t0"))
@@ -327,11 +327,11 @@ func TestClientTool_ResultAfterTaskEnded(t *testing.T) {
 		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
 	})
 	// The task ends meanwhile (as a cancel or a budget stop would end it).
-	if code := s.writeOutcome(task, adminKey, `{"status":"failed","error":"stopped"}`); code != 200 {
+	if code := s.patchAs(task, adminKey, `{"status":"failed","error":"stopped"}`); code != 200 {
 		t.Fatalf("ending the task: %d", code)
 	}
 	s.waitFor("the failure in the chat", 10*time.Second, s.taskDone("c1", "m1-t0"))
-	if code := s.writeOutcome(pick, s.token, `{"status":"success","result":"late"}`); code != 200 {
+	if code := s.patchAs(pick, s.token, `{"status":"success","result":"late"}`); code != 200 {
 		t.Fatalf("result: %d", code)
 	}
 	s.waitFor("the result's delivery", 10*time.Second, func() bool {
@@ -374,7 +374,7 @@ func TestClientTool_Timeout(t *testing.T) {
 	pick1 := s.chat("c1") + "/sub-agents/m1-t0/tool-calls/call_pick"
 	pick2 := s.chat("c2") + "/sub-agents/m2-t0/tool-calls/call_pick"
 	s.waitFor("c2's client call", 15*time.Second, func() bool { return field(s.get(pick2), "status") == "pending" })
-	if code := s.writeOutcome(pick2, s.token, `{"status":"success","result":"in time"}`); code != 200 {
+	if code := s.patchAs(pick2, s.token, `{"status":"success","result":"in time"}`); code != 200 {
 		t.Fatalf("result: %d", code)
 	}
 	s.waitFor("both tasks", 20*time.Second, func() bool { return s.taskDone("c1", "m1-t0")() && s.taskDone("c2", "m2-t0")() })
@@ -387,7 +387,7 @@ func TestClientTool_Timeout(t *testing.T) {
 	if age := tc.UpdatedAt - tc.CreatedAt; age < 2500 {
 		t.Fatalf("timed out after %d ms, before its 2500", age)
 	}
-	if code := s.writeOutcome(pick1, s.token, `{"status":"success","result":"too late"}`); code != 403 {
+	if code := s.patchAs(pick1, s.token, `{"status":"success","result":"too late"}`); code != 403 {
 		t.Fatalf("a result after the timeout: %d, want 403", code)
 	}
 	if tc := s.get(pick2); field(tc, "status") != "success" || tc.Data["result"] != "in time" {
@@ -546,7 +546,7 @@ func TestClientTool_AppWatchesOverWebSocket(t *testing.T) {
 	if !sawSSE {
 		t.Fatalf("SSE ended without the pending call: %v", sseLines.Err())
 	}
-	if code := s.writeOutcome(d.Path, s.token, `{"status":"success","result":{"file":"cat.png"}}`); code != 200 {
+	if code := s.patchAs(d.Path, s.token, `{"status":"success","result":{"file":"cat.png"}}`); code != 200 {
 		t.Fatalf("result: %d", code)
 	}
 	if gone := read("delete"); gone.Path != d.Path {
