@@ -242,6 +242,7 @@ func toolDefs(entries []config.Tool) []tools.Def {
 			InputSchema:   e.InputSchema,
 			ExecutionType: e.ExecutionType,
 			Visibility:    e.Visibility,
+			ClientTimeout: e.ClientTimeout,
 		}
 		if x := e.Execution; x != nil {
 			defs[i].Execution = &tools.HTTPExecution{

@@ -449,6 +449,10 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		}
 		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
+	// A client tool's wait is recorded before its call can be answered.
+	if agent, task, err = h.awaitClientCalls(ctx, c, sa, agent, task, step); err != nil {
+		return err
+	}
 	var question string
 	for i, tc := range calls {
 		if tc.Name == askUserTool.Name {
@@ -473,6 +477,7 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		if d, ok := h.tools.Get(tc.Name); ok {
 			data["visibility"] = d.Visibility
 		}
+		h.clientCallFields(tc.Name, data)
 		path := c.toolCalls(sa) + "/" + toolCallID(tc.ID)
 		if _, err := h.createOnce(ctx, path, h.seals.seal(path, data, toolCallSeal)); err != nil {
 			return err

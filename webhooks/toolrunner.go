@@ -38,6 +38,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		// wake nobody.
 		return h.refuseToolCall(ctx, tc)
 	}
+	if def, ok := h.clientToolDef(str(tc, "toolName")); ok {
+		return h.clientToolCall(ctx, c, sa, tc, def) // never run here (clienttools.go)
+	}
 	// agent is the sub-agent as mayRun read it (nil: not read), which the
 	// tool hooks take rather than read it again: a tool run does not
 	// change it.

@@ -248,9 +248,13 @@ type Tool struct {
 	Name          string         `toml:"name"`
 	Description   string         `toml:"description"`
 	InputSchema   map[string]any `toml:"input_schema"`   // JSON schema, type object
-	ExecutionType string         `toml:"execution_type"` // builtin | http
+	ExecutionType string         `toml:"execution_type"` // builtin | http | client
 	Visibility    string         `toml:"visibility"`     // visible (default) | hidden | result-only
 	Execution     *ToolExecution `toml:"execution"`
+	// ClientTimeout is how long a client tool's call waits for the client
+	// app's result, in milliseconds (client tools only; default 10 min,
+	// 1000..86400000).
+	ClientTimeout int64 `toml:"client_timeout"`
 }
 
 // ToolExecution is how an http tool is called.

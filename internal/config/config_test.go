@@ -213,13 +213,21 @@ execution_type = "http"
 visibility     = "visible"
 input_schema   = { type = "object", properties = { city = { type = "string", enum = ["Paris"] } }, required = ["city"] }
 execution      = { url = "https://wttr.in/{{input.city}}", method = "GET", headers = { Accept = "application/json" }, body = "b", timeout = 10000 }
+
+[[tool]]
+name           = "pick_file"
+execution_type = "client"
+client_timeout = 60000
 `)
 	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Tools) != 1 {
-		t.Fatalf("tools=%+v, want one", cfg.Tools)
+	if len(cfg.Tools) != 2 {
+		t.Fatalf("tools=%+v, want two", cfg.Tools)
+	}
+	if c := cfg.Tools[1]; c.Name != "pick_file" || c.ExecutionType != "client" || c.ClientTimeout != 60000 || c.Execution != nil {
+		t.Errorf("client tool=%+v", c)
 	}
 	tool := cfg.Tools[0]
 	want := config.ToolExecution{URL: "https://wttr.in/{{input.city}}", Method: "GET", Headers: map[string]string{"Accept": "application/json"}, Body: "b", Timeout: 10000}
