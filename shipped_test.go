@@ -7,7 +7,7 @@ import (
 	"github.com/loomdb/loom/triggers"
 )
 
-// TestTriggers_Compile: the embedded triggers.json compiles, with the six
+// TestTriggers_Compile: the embedded triggers.json compiles, with the
 // built-in agent triggers.
 func TestTriggers_Compile(t *testing.T) {
 	expand := triggers.EnvExpander(func(string) (string, bool) { return "", false }, map[string]string{"LOOM_URL": "http://127.0.0.1:1", "LOOM_WEBHOOK_SECRET": triggers.NewSecret()})
@@ -15,7 +15,7 @@ func TestTriggers_Compile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"on-user-message", "on-new-task", "on-sub-agent-message", "on-sub-agent-tool", "on-task-completed", "on-task-waiting"}
+	want := []string{"on-user-message", "on-new-task", "on-sub-agent-message", "on-sub-agent-tool", "on-task-completed", "on-task-waiting", "on-wait-timeout"}
 	if len(list) != len(want) {
 		t.Fatalf("%d triggers, want %d", len(list), len(want))
 	}

@@ -128,6 +128,8 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 		TokenBudget:        cfg.Agents.TokenBudget,
 		UserTokensPerDay:   cfg.Agents.UserTokensPerDay,
 		UserConcurrentRuns: cfg.Agents.UserConcurrentRuns,
+		WaitTimeout:        cfg.Agents.WaitTimeout.Duration,
+		MaxChildTasks:      cfg.Agents.MaxChildTasks,
 		// A delivery carries an outbox row's event: a document, its previous
 		// state and the changed field names of both — what the engine lets
 		// a system document hold, so no event the evaluator could store is

@@ -82,6 +82,7 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	if _, err := h.createOnce(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
 		"userId": c.uid, "chatId": c.id, "taskId": task.ID, "role": role, "status": "active",
 		"iterationCount": 0, "tokenBudget": h.cfg.TokenBudget, "tokensUsed": 0,
+		"lastProcessedMessageId": str(task, "triggerMessageId"),
 	}, subAgentSeal)); err != nil {
 		return err
 	}
@@ -193,7 +194,13 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 		return err
 	}
 	notes = promptNotices(append(notes, pending...))
-	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, notes, seen)
+	// The first step after a wait sees the chat's messages marked
+	// [SEEN]/[NEW] (waits.go).
+	chatBlock, newest, err := h.seenBlock(ctx, c, agent, task)
+	if err != nil {
+		return err
+	}
+	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, notes, seen, chatBlock)
 	if err != nil {
 		return err
 	}
@@ -202,6 +209,9 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	}
 	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(notes))
 	if err != nil || step == nil {
+		return err
+	}
+	if err := h.markSeen(ctx, agent, task, newest); err != nil {
 		return err
 	}
 	msgs = append(msgs[:len(msgs):len(msgs)], step)
@@ -250,8 +260,12 @@ func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *colle
 // retry of the same request cannot fix (so the user hears about it
 // instead of waiting on dead deliveries). Other errors are returned for
 // the delivery to retry.
-func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice, seen *usageRead) (*llm.Response, string, error) {
-	res, err := h.completeSeen(ctx, uid, llm.Request{Messages: withNotices(buildContext(agent, msgs), notes), Tools: h.roleTools(role)}, seen)
+func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice, seen *usageRead, extra *llm.Message) (*llm.Response, string, error) {
+	prompt := buildContext(agent, msgs)
+	if extra != nil {
+		prompt = append(prompt, *extra)
+	}
+	res, err := h.completeSeen(ctx, uid, llm.Request{Messages: withNotices(prompt, notes), Tools: h.roleTools(role)}, seen)
 	if le, ok := asLimit(err); ok {
 		return nil, le.msg, nil
 	}
@@ -267,7 +281,7 @@ func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collec
 // roleTools is what the model may call in role: ask_user and the role's
 // tools that exist.
 func (h *Handlers) roleTools(role string) []llm.Tool {
-	toolDefs := []llm.Tool{askUserTool}
+	toolDefs := []llm.Tool{askUserTool, sendMessageTool}
 	for _, name := range h.cfg.Roles[role].Tools {
 		if d, ok := h.tools.Get(name); ok {
 			toolDefs = append(toolDefs, llm.Tool{Name: d.Name, Description: d.Description, Parameters: d.InputSchema})
@@ -422,18 +436,9 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		}
 		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
-	var question string
 	for i, tc := range calls {
-		if tc.Name == askUserTool.Name {
-			var a struct {
-				Question string `json:"question"`
-			}
-			_ = json.Unmarshal([]byte(tc.Arguments), &a)
-			question = a.Question
-			if question == "" {
-				question = "Could you tell me more?"
-			}
-			continue
+		if isWaitTool(tc.Name) {
+			continue // startWaits (waits.go)
 		}
 		data := map[string]any{
 			"userId": c.uid, "subAgentId": sa, "toolName": tc.Name, "callId": tc.ID, "argsJson": tc.Arguments,
@@ -451,15 +456,7 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 			return err
 		}
 	}
-	if question != "" && str(task, "status") != "waiting" && str(agent, "status") == "active" {
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "waiting_for_user"}, 0); err != nil {
-			return err
-		}
-		if _, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "waiting", "question": question}, task.Version); ignoreConflict(err) != nil {
-			return err
-		}
-	}
-	return nil
+	return h.startWaits(ctx, c, sa, agent, task, step, calls)
 }
 
 // finishTask ends a sub-agent's task with a result or an error; msgs are
@@ -492,6 +489,12 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 // message, since the user's reply comes as a user message.
 func buildContext(agent *collections.Document, msgs []*collections.Document) []llm.Message {
 	var out []llm.Message
+	answered := map[string]bool{} // calls with a stored tool message (a wait's result)
+	for _, m := range msgs {
+		if str(m, "role") == "tool" {
+			answered[str(m, "toolCallId")] = true
+		}
+	}
 	through := num(agent, "summaryThroughSeq")
 	summary := str(agent, "summary")
 	for _, m := range msgs {
@@ -512,7 +515,7 @@ func buildContext(agent *collections.Document, msgs []*collections.Document) []l
 		}
 		out = append(out, msg)
 		for _, tc := range msg.ToolCalls {
-			if tc.Name == askUserTool.Name {
+			if tc.Name == askUserTool.Name && !answered[tc.ID] {
 				out = append(out, llm.Message{Role: "tool", ToolCallID: tc.ID, Name: tc.Name, Content: "The question was sent to the user; their reply follows."})
 			}
 		}

@@ -77,6 +77,12 @@ type Config struct {
 	// UserConcurrentRuns bounds a user's queries in progress at once (0:
 	// DefaultUserConcurrentRuns; negative: no limit).
 	UserConcurrentRuns int
+	// WaitTimeout is how long an ask_user or send_message wait lasts unless
+	// the model asks for another time (0: DefaultWaitTimeout).
+	WaitTimeout time.Duration
+	// MaxChildTasks bounds the tasks one task starts with send_message to
+	// agent roles (0: DefaultMaxChildTasks).
+	MaxChildTasks int
 
 	// Rules evaluates the lifecycle rules at the hook points (nil: none).
 	Rules *plugins.Engine
@@ -141,6 +147,12 @@ func New(cfg Config) (*Handlers, error) {
 	if cfg.UserConcurrentRuns == 0 {
 		cfg.UserConcurrentRuns = DefaultUserConcurrentRuns
 	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
+	if cfg.MaxChildTasks <= 0 {
+		cfg.MaxChildTasks = DefaultMaxChildTasks
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -163,6 +175,7 @@ func New(cfg Config) (*Handlers, error) {
 		"tool-runner":           h.toolRunner,
 		"orchestrator-finalize": h.finalize,
 		"orchestrator-notify":   h.notify,
+		"wait-timeout":          h.waitTimeout,
 	}
 	for name, fn := range h.routes {
 		h.routes[name] = func(ctx context.Context, ev *Event) error { return fn(withSettingsMemo(ctx), ev) }
