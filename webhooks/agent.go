@@ -436,9 +436,14 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		}
 		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
+	// The step's wait opens before its tools run, so no tool result can
+	// wake the loop past an ask_user still to be asked (waits.go).
+	if err := h.startWaits(ctx, c, sa, agent, task, step, calls); err != nil {
+		return err
+	}
 	for i, tc := range calls {
 		if isWaitTool(tc.Name) {
-			continue // startWaits (waits.go)
+			continue // startWaits
 		}
 		data := map[string]any{
 			"userId": c.uid, "subAgentId": sa, "toolName": tc.Name, "callId": tc.ID, "argsJson": tc.Arguments,
@@ -456,7 +461,7 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 			return err
 		}
 	}
-	return h.startWaits(ctx, c, sa, agent, task, step, calls)
+	return nil
 }
 
 // finishTask ends a sub-agent's task with a result or an error; msgs are

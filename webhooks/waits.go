@@ -320,12 +320,18 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 	var children []map[string]any
 	var childPaths []string
 	var waitTimeout time.Duration
-	answer := func(i int, tc llm.ToolCall, content string) error {
-		_, err := h.createSubMessage(ctx, c, sa, map[string]any{
-			"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": stepSeq + 1 + int64(i),
-			"toolCallId": tc.ID, "name": tc.Name,
+	// later are the writes that wake the loop or reach others (the tool
+	// messages of calls that do not wait, the messages sent): when the
+	// step waits, they follow the wait's opening.
+	var later []func() error
+	answer := func(i int, tc llm.ToolCall, content string) {
+		later = append(later, func() error {
+			_, err := h.createSubMessage(ctx, c, sa, map[string]any{
+				"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": stepSeq + 1 + int64(i),
+				"toolCallId": tc.ID, "name": tc.Name,
+			})
+			return err
 		})
-		return err
 	}
 	for i, tc := range calls {
 		if !isWaitTool(tc.Name) {
@@ -333,9 +339,7 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 		}
 		if tc.Name == askUserTool.Name {
 			if wait != nil {
-				if err := answer(i, tc, "error: only one waiting call per step; this question was not asked"); err != nil {
-					return err
-				}
+				answer(i, tc, "error: only one waiting call per step; this question was not asked")
 				continue
 			}
 			var a struct {
@@ -364,9 +368,7 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 			p.err = "error: only one waiting call per step; this message was not sent"
 		}
 		if p.err != "" {
-			if err := answer(i, tc, p.err); err != nil {
-				return err
-			}
+			answer(i, tc, p.err)
 			continue
 		}
 		used += len(p.agents)
@@ -383,12 +385,11 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 					continue
 				}
 				path := c.messages() + "/" + sentMessageID(task.ID, stepSeq, i)
-				if _, err := h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
+				data := h.seals.seal(path, map[string]any{
 					"userId": c.uid, "chatId": c.id, "role": "assistant", "kind": "message", "content": p.args.Text,
 					"taskId": task.ID, "from": h.roleOf(task),
-				}, chatMessageSeal)); err != nil {
-					return err
-				}
+				}, chatMessageSeal)
+				later = append(later, func() error { _, err := h.createOnce(ctx, path, data); return err })
 				continue
 			}
 			id := childTaskID(task.ID, stepSeq, i, n)
@@ -410,25 +411,29 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 			wait = ws
 			continue
 		}
-		// Not waiting: the children start now and the model hears "sent".
+		// Not waiting: the children start and the model hears "sent".
+		paths, data := childPaths, children
+		later = append(later, func() error { return h.createChildren(ctx, paths, data) })
+		children, childPaths = nil, nil
+		answer(i, tc, "sent to "+strings.Join(p.to, ", "))
+	}
+	if wait != nil {
+		opened, err := h.openWait(ctx, c, sa, agent, task, wait, question, waitTimeout)
+		if err != nil || !opened {
+			return err
+		}
+		// The children of a wait start once it is open, so none can
+		// finish before its reply has a wait to go to.
 		if err := h.createChildren(ctx, childPaths, children); err != nil {
 			return err
 		}
-		children, childPaths = nil, nil
-		if err := answer(i, tc, "sent to "+strings.Join(p.to, ", ")); err != nil {
+	}
+	for _, f := range later {
+		if err := f(); err != nil {
 			return err
 		}
 	}
-	if wait == nil {
-		return nil
-	}
-	opened, err := h.openWait(ctx, c, sa, agent, task, wait, question, waitTimeout)
-	if err != nil || !opened {
-		return err
-	}
-	// The children of a wait start once it is open, so none can finish
-	// before its reply has a wait to go to.
-	return h.createChildren(ctx, childPaths, children)
+	return nil
 }
 
 func (h *Handlers) createChildren(ctx context.Context, paths []string, data []map[string]any) error {

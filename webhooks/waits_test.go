@@ -308,6 +308,21 @@ func TestWaits_SendMessageToARoleAndTheUser(t *testing.T) {
 		t.Fatalf("lastProcessedMessageId %q after the resumed step", id)
 	}
 	s.noRetries()
+
+	// Every delivery again (the reply, the child's end, the wait's
+	// timeout, now past its wait): nothing is written twice, the model is
+	// not asked again.
+	before, nreq := s.agentDocs(), len(fake.Requests())
+	for _, d := range s.allDeliveries() {
+		if err := s.trig.Replay(t.Context(), d.ID); err != nil {
+			t.Fatalf("replay %s: %v", d.ID, err)
+		}
+	}
+	s.settle(15 * time.Second)
+	s.wantAgentDocs(before, "after the replays")
+	if n := len(fake.Requests()); n != nreq {
+		t.Fatalf("%d LLM requests after the replays, %d before", n, nreq)
+	}
 }
 
 // A wait for a role and the user where the role does not answer in time:
