@@ -428,3 +428,36 @@ func TestWaits_SendMessageLimits(t *testing.T) {
 	_ = fake
 	s.noRetries()
 }
+
+// The timeout handler acts only on the wait it was scheduled for, and only
+// when it is due: delivered early it answers 5xx (the delivery is
+// retried); for a wait that is not the task's it does nothing.
+func TestWaits_TimeoutHandlerChecksTheWaitAndTheTime(t *testing.T) {
+	_, model := newFake(t, script{
+		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Ask the city.") },
+		sub:  toolThenAnswer(call("call_ask", "ask_user", `{"question":"Which city?"}`), "Done."),
+	})
+	s := startStack(t, stackOpts{model: model})
+	s.say("c1", "m1", "Weather?")
+	taskPath := s.chat("c1") + "/tasks/m1-t0"
+	s.waitFor("the task waiting", 15*time.Second, func() bool { return len(s.questions("c1")) == 1 })
+	s.settle(10 * time.Second)
+	before := s.agentDocs()
+	task := s.get(taskPath)
+	if code := s.postSigned("wait-timeout", "evt_early", "update", task); code != 500 {
+		t.Fatalf("an early timeout: %d, want 500", code)
+	}
+	other := *task
+	other.Data = map[string]any{}
+	for k, v := range task.Data {
+		other.Data[k] = v
+	}
+	other.Data["waitId"] = "m1-t0-w99"
+	if code := s.postSigned("wait-timeout", "evt_other", "update", &other); code != 200 {
+		t.Fatalf("another wait's timeout: %d, want 200", code)
+	}
+	s.wantAgentDocs(before, "after the early and the foreign timeout")
+	if field(s.get(taskPath), "status") != "waiting" {
+		t.Fatal(s.dump())
+	}
+}
