@@ -560,6 +560,7 @@ func TestTriggersAdmin_AuthRequired(t *testing.T) {
 		{"POST", "/admin/v1/triggers/x/rotate-secret", ""},
 		{"GET", "/admin/v1/deliveries", ""},
 		{"POST", "/admin/v1/deliveries/x/replay", ""},
+		{"POST", "/admin/v1/deliveries/x/cancel", ""},
 	}
 	u := e.SignUp(t, "alice")
 	var scenarios []apptest.Scenario

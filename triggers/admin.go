@@ -507,14 +507,17 @@ func (s *Service) countPending(ctx context.Context) (pending, scheduled int64) {
 }
 
 // purge deletes rows with status finished before cutoff, oldest first.
-// Rows finish roughly in seq order; a row that finished late is purged in
-// a later round.
+// It goes by finishedAt, not seq: a scheduled delivery finishes long after
+// the rows that follow it in seq order, and must not hold their purge back.
 func (s *Service) purge(ctx context.Context, status string, cutoff time.Time) error {
 	q := collections.Query{
 		Collection: outboxColl,
-		Filters:    []collections.Filter{{Field: fStatus, Op: collections.OpEq, Value: status}},
-		OrderBy:    []collections.Order{{Field: fSeq}},
-		Limit:      500,
+		Filters: []collections.Filter{
+			{Field: fStatus, Op: collections.OpEq, Value: status},
+			{Field: fFinishedAt, Op: collections.OpLt, Value: ms(cutoff)},
+		},
+		OrderBy: []collections.Order{{Field: fFinishedAt}},
+		Limit:   500,
 	}
 	if err := q.Normalize(); err != nil {
 		return err
@@ -524,13 +527,8 @@ func (s *Service) purge(ctx context.Context, status string, cutoff time.Time) er
 		if err != nil {
 			return err
 		}
-		var dels []collections.Write
-		stop := false
+		dels := make([]collections.Write, 0, len(res.Docs))
 		for _, doc := range res.Docs {
-			if num(doc.Data[fFinishedAt]) >= ms(cutoff) {
-				stop = true
-				break
-			}
 			dels = append(dels, collections.Write{Type: collections.WriteDelete, Path: doc.Path,
 				IfMatch: []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: doc.Version}}})
 		}
@@ -539,7 +537,7 @@ func (s *Service) purge(ctx context.Context, status string, cutoff time.Time) er
 				return err
 			}
 		}
-		if stop || res.NextCursor == "" {
+		if res.NextCursor == "" {
 			return nil
 		}
 		q.StartAfter = res.NextCursor

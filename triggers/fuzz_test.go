@@ -3,6 +3,7 @@ package triggers_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/triggers"
@@ -11,7 +12,8 @@ import (
 // FuzzParseFile feeds arbitrary JSON (and so arbitrary patterns, CEL,
 // urls, headers, durations) to ParseFile. Nothing may panic; every
 // accepted trigger has its defaults filled in, matches and evaluates
-// without panicking, and has a sane retry schedule.
+// without panicking, has a sane retry schedule, and schedules its
+// deliveries (deliverAt) between now and MaxDeliverAhead from now.
 func FuzzParseFile(f *testing.F) {
 	seeds := []string{
 		goodFile,
@@ -22,6 +24,11 @@ func FuzzParseFile(f *testing.F) {
 		`[{"triggerId":"a","collection":"**","events":["create"],"url":"http://h/${X}","headers":{"A":"$B${X}"},"secret":"${S}","timeout":"1s","retryPolicy":{"maxAttempts":1}}]`,
 		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com","condition":"event.documnt == 1"}]`,
 		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com","bogus":1}]`,
+		`[{"triggerId":"a","collection":"**","events":["create","update"],"url":"https://e.com","deliverAt":"event.document.data.n * 1000.0"}]`,
+		`[{"triggerId":"a","collection":"**","events":["update"],"url":"https://e.com","deliverAt":"timestamp('2030-01-01T00:00:00Z') + duration('1h')"}]`,
+		`[{"triggerId":"a","collection":"**","events":["create"],"url":"https://e.com","deliverAt":"event.document.data.status"}]`,
+		`[{"triggerId":"a","collection":"**","events":["create"],"url":"https://e.com","deliverAt":"event.timestamp","orderingKey":"event.id"}]`,
+		`[{"triggerId":"a","collection":"**","events":["create"],"url":"https://e.com","deliverAt":"event.timestamp > 0"}]`,
 		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"},{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"}]`,
 	}
 	for _, s := range seeds {
@@ -50,6 +57,9 @@ func FuzzParseFile(f *testing.F) {
 				t.Fatalf("accepted %+v", c.Def)
 			}
 			seen[c.Def.ID] = true
+			if c.Def.DeliverAt != "" && c.Def.OrderingKey != "" {
+				t.Fatalf("accepted deliverAt with orderingKey: %+v", c.Def)
+			}
 			if c.MaxAttempts() < 1 || c.MaxAttempts() > 100 {
 				t.Fatalf("MaxAttempts=%d", c.MaxAttempts())
 			}
@@ -69,6 +79,15 @@ func FuzzParseFile(f *testing.F) {
 					params = nil
 				}
 				_, _, _ = c.Eval(triggers.NewEvent(ch, params))
+				now := time.UnixMilli(1_800_000_000_000)
+				r, err := c.Evaluate(triggers.NewEvent(ch, params), now)
+				if err == nil && r.Matched && c.Def.DeliverAt != "" &&
+					(r.DeliverAt < now.UnixMilli() || r.DeliverAt > now.Add(triggers.MaxDeliverAhead).UnixMilli()) {
+					t.Fatalf("deliverAt %q evaluated to %d, outside now..now+%s", c.Def.DeliverAt, r.DeliverAt, triggers.MaxDeliverAhead)
+				}
+				if err == nil && r.Matched && c.Def.DeliverAt == "" && r.DeliverAt != 0 {
+					t.Fatalf("no deliverAt, evaluated to %d", r.DeliverAt)
+				}
 			}
 		}
 	})

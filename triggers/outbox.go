@@ -56,11 +56,13 @@ const (
 // declares them with its own.
 var Indexes = []collections.Index{
 	{Collection: outboxColl, Fields: []string{fStatus, fNext}},                // due rows
-	{Collection: outboxColl, Fields: []string{fStatus, fSeq}},                 // log by status, purge
+	{Collection: outboxColl, Fields: []string{fStatus, fSeq}},                 // log by status
+	{Collection: outboxColl, Fields: []string{fStatus, fFinishedAt}},          // purge
 	{Collection: outboxColl, Fields: []string{fTrigger, fSeq}},                // log by trigger
 	{Collection: outboxColl, Fields: []string{fTrigger, fStatus, fSeq}},       // log by trigger and status
 	{Collection: outboxColl, Fields: []string{fTrigger, fKey, fStatus, fSeq}}, // head of an ordering key
 	{Collection: outboxColl, Fields: []string{fStatus, fDeliverAt}},           // scheduled rows
+	{Collection: outboxColl, Fields: []string{fTrigger, fStatus, fDeliverAt}}, // scheduled rows of a trigger
 }
 
 // Attempt is one recorded delivery attempt.

@@ -30,6 +30,9 @@ func TestOutboxQueriesUseTheirIndexes(t *testing.T) {
 		{"key head", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("triggerId", "t"), eq("orderingKey", "k"), eq("status", "pending")}, OrderBy: []collections.Order{{Field: "seq"}}, Limit: 1}},
 		{"log by trigger and status", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("triggerId", "t"), eq("status", "dead")}, OrderBy: []collections.Order{{Field: "seq", Direction: "desc"}}, Limit: 50}},
 		{"log by trigger", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("triggerId", "t")}, OrderBy: []collections.Order{{Field: "seq", Direction: "desc"}}, Limit: 50}},
+		{"scheduled", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("status", "pending"), {Field: "deliverAt", Op: collections.OpGt, Value: int64(5)}}, OrderBy: []collections.Order{{Field: "deliverAt"}}, Limit: 50}},
+		{"scheduled by trigger", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("triggerId", "t"), eq("status", "pending"), {Field: "deliverAt", Op: collections.OpGt, Value: int64(5)}}, OrderBy: []collections.Order{{Field: "deliverAt"}}, Limit: 50}},
+		{"purge", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("status", "delivered"), {Field: "finishedAt", Op: collections.OpLt, Value: int64(5)}}, OrderBy: []collections.Order{{Field: "finishedAt"}}, Limit: 500}},
 		{"log by status", collections.Query{Collection: "_outbox", Filters: []collections.Filter{eq("status", "pending")}, OrderBy: []collections.Order{{Field: "seq"}}, Limit: 50}},
 	}
 	for _, c := range cases {
