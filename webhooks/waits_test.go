@@ -185,7 +185,7 @@ func TestWaits_ReplyToAClosedWaitGoesToTheOrchestrator(t *testing.T) {
 	}
 }
 
-// ask_user with a 2 s wait_timeout; the node stops before waitUntil and
+// ask_user with a 3 s wait_timeout; the node stops before waitUntil and
 // restarts after it: the scheduled delivery fires once on the new node,
 // and the model sees the timeout as the ask_user result exactly once.
 func TestWaits_TimeoutFiresAfterARestart(t *testing.T) {
@@ -193,7 +193,7 @@ func TestWaits_TimeoutFiresAfterARestart(t *testing.T) {
 		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Ask the city.") },
 		sub:  toolThenAnswer(call("call_ask", "ask_user", `{"question":"Which city?"}`), "No answer; assuming Paris."),
 	})
-	o := stackOpts{model: model, waitTimeout: 2 * time.Second}
+	o := stackOpts{model: model, waitTimeout: 3 * time.Second}
 	s := startStack(t, o)
 	s.say("c1", "m1", "Weather?")
 	taskPath := s.chat("c1") + "/tasks/m1-t0"
@@ -220,7 +220,7 @@ func TestWaits_TimeoutFiresAfterARestart(t *testing.T) {
 		t.Fatalf("%d sub-agent requests, want 2", len(subs))
 	}
 	got := toolResult(subs[1], "call_ask")
-	if got != "timeout: no reply from user within 2s" {
+	if got != "timeout: no reply from user within 3s" {
 		t.Fatalf("the resumed step's ask_user result %q", got)
 	}
 	if n := len(again.subToolMessages("c1", "m1-t0", "call_ask")); n != 1 {
@@ -333,7 +333,7 @@ func TestWaits_TimeoutWithAReplyMissing(t *testing.T) {
 		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Plan the trip.") },
 		sub: func(_ int, req map[string]any) llmtest.Step {
 			if reqContains(req, "Message from the general agent") {
-				return llmtest.Step{Content: "Too late.", Delay: 3 * time.Second}
+				return llmtest.Step{Content: "Too late.", Delay: 5 * time.Second}
 			}
 			if r := toolResult(req, "call_send"); r != "" {
 				return llmtest.Step{Content: "Plan: " + r}
@@ -342,13 +342,13 @@ func TestWaits_TimeoutWithAReplyMissing(t *testing.T) {
 				`{"to":["researcher","user"],"text":"Where should we go?","wait":true}`)}}
 		},
 	})
-	s := startStack(t, stackOpts{model: model, waitTimeout: 1500 * time.Millisecond})
+	s := startStack(t, stackOpts{model: model, waitTimeout: 2500 * time.Millisecond})
 	s.say("c1", "m1", "Plan a trip")
 	s.waitFor("the question", 15*time.Second, func() bool { return len(s.questions("c1")) == 1 })
 	s.answer("c1", "m2", s.questions("c1")["m1-t0"].ID, "Somewhere warm")
 	s.waitFor("the parent done", 15*time.Second, s.taskDone("c1", "m1-t0"))
 	result := field(s.get(s.chat("c1")+"/tasks/m1-t0"), "result")
-	if !strings.HasPrefix(result, "Plan: timeout: no reply from researcher within 1.5s") || !strings.Contains(result, "- user: Somewhere warm") {
+	if !strings.HasPrefix(result, "Plan: timeout: no reply from researcher within 2.5s") || !strings.Contains(result, "- user: Somewhere warm") {
 		t.Fatalf("parent result %q\n%s", result, s.dump())
 	}
 	var child string
