@@ -185,8 +185,9 @@ func (h *Handlers) waitTimeoutFor(secs *float64) time.Duration {
 	if secs == nil || *secs <= 0 {
 		return h.cfg.WaitTimeout
 	}
-	d := time.Duration(*secs * float64(time.Second))
-	return min(max(d, minCallTimeout), maxCallTimeout)
+	// Bounded as seconds first: a huge number would overflow a Duration.
+	s := min(max(*secs, minCallTimeout.Seconds()), maxCallTimeout.Seconds())
+	return time.Duration(s * float64(time.Second))
 }
 
 // sendArgs are send_message's arguments.
