@@ -11,7 +11,7 @@ import (
 //go:embed triggers.json
 var triggersJSON []byte
 
-// Triggers returns the shipped triggers.json: the six triggers that drive
+// Triggers returns the shipped triggers.json: the triggers that drive
 // the agent runtime's built-in handlers under ${LOOM_URL}/webhooks/ (spec
 // 05). `loom serve` uses it when no triggers file is given or found.
 func Triggers() []byte { return slices.Clone(triggersJSON) }

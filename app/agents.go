@@ -114,7 +114,7 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 	if err != nil {
 		return nil, err
 	}
-	return webhooks.New(webhooks.Config{
+	wcfg := webhooks.Config{
 		Rules:              engine,
 		LoadRules:          loadRules,
 		RuleLogRetention:   cfg.Agents.RuleLogRetention.Duration,
@@ -136,7 +136,10 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 		// refused by its handler on every attempt.
 		MaxBody: sqlite.SystemDocumentFactor*int64(cfg.Limits.MaxDocumentBytes) + sqlite.SystemDocumentSlack,
 		Logger:  logger,
-	})
+	}
+	// The orchestrator's decisions and finalize's summaries.
+	wcfg.OrchestratorModel, wcfg.OrchestratorTemperature = cfg.Agents.Orchestrator.Model, cfg.Agents.Orchestrator.Temperature
+	return webhooks.New(wcfg)
 }
 
 // agentRules loads the lifecycle rules and plugins (the shipped ones, then
@@ -189,6 +192,18 @@ func agentRoles(cfg config.Config) (map[string]webhooks.Role, error) {
 		if r.Tools != nil {
 			role.Tools = r.Tools
 		}
+		if r.Model != "" {
+			role.Model = r.Model
+		}
+		if r.Temperature != nil {
+			role.Temperature = r.Temperature
+		}
+		if r.MaxIterations != 0 {
+			role.MaxIterations = r.MaxIterations
+		}
+		if r.TokenBudget != 0 {
+			role.TokenBudget = r.TokenBudget
+		}
 		if role.SystemPrompt == "" {
 			return nil, fmt.Errorf("config [agents.roles.%s]: system_prompt is required for a new role", name)
 		}
@@ -225,6 +240,7 @@ func toolDefs(entries []config.Tool) []tools.Def {
 			InputSchema:   e.InputSchema,
 			ExecutionType: e.ExecutionType,
 			Visibility:    e.Visibility,
+			ClientTimeout: e.ClientTimeout,
 		}
 		if x := e.Execution; x != nil {
 			defs[i].Execution = &tools.HTTPExecution{

@@ -24,11 +24,13 @@ func TestToolDefs(t *testing.T) {
 		{Name: "now", ExecutionType: "builtin"},
 		{Name: "weather", Description: "d", InputSchema: map[string]any{"type": "object"}, ExecutionType: "http", Visibility: "hidden",
 			Execution: &config.ToolExecution{URL: "https://x/{{input.city}}", Method: "POST", Headers: map[string]string{"A": "b"}, Body: "{}", Timeout: 5}},
+		{Name: "pick", ExecutionType: "client", ClientTimeout: 60000},
 	}
 	want := []tools.Def{
 		{Name: "now", ExecutionType: "builtin"},
 		{Name: "weather", Description: "d", InputSchema: map[string]any{"type": "object"}, ExecutionType: "http", Visibility: "hidden",
 			Execution: &tools.HTTPExecution{URL: "https://x/{{input.city}}", Method: "POST", Headers: map[string]string{"A": "b"}, Body: "{}", Timeout: 5}},
+		{Name: "pick", ExecutionType: "client", ClientTimeout: 60000},
 	}
 	if got := toolDefs(in); !reflect.DeepEqual(got, want) {
 		t.Fatalf("defs=%+v, want %+v", got, want)

@@ -134,7 +134,7 @@ func TestSet_Allow_DefaultRuntimeOwned(t *testing.T) {
 		{"delete message", alice, rules.OpDelete, msg, "", false},
 		{"read message", alice, rules.OpGet, msg, "", true},
 		{"chat title", alice, rules.OpCreate, chat, `{"title":"t","userId":"alice"}`, true},
-		{"chat rename", alice, rules.OpUpdate, chat, `{"title":"t2"}`, true},
+		{"chat rename", alice, rules.OpUpdate, chat, `{"title":"t2","role":"user","content":"hi"}`, true},
 		{"chat other field", alice, rules.OpUpdate, chat, `{"title":"t","status":"x"}`, false},
 		{"chat of bob", bob, rules.OpCreate, chat, `{"title":"t"}`, false},
 		{"task", alice, rules.OpCreate, chat + "/tasks/t1", `{"type":"agent"}`, false},

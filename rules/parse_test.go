@@ -114,7 +114,7 @@ func TestParse_Valid(t *testing.T) {
 	}{
 		{"empty", "", 0},
 		{"comments only", "# nothing here\n", 0},
-		{"default", rules.DefaultSource(), 7},
+		{"default", rules.DefaultSource(), 9},
 		{"all ops", `[[rule]]
 match = "a/{b}"
 allow = ["get", "list", "create", "update", "delete", "read", "write"]
@@ -175,7 +175,7 @@ func TestDefault(t *testing.T) {
 	if rules.Default() != rules.Default() {
 		t.Fatal("Default returned two different Sets")
 	}
-	if n := rules.Default().Len(); n != 7 {
-		t.Fatalf("Len=%d, want 7", n)
+	if n := rules.Default().Len(); n != 9 {
+		t.Fatalf("Len=%d, want 9", n)
 	}
 }

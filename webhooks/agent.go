@@ -77,11 +77,14 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 		h.log.Warn("agent-init: ignoring a task the runtime did not create", "path", task.Path)
 		return nil
 	}
+	if stop, err := h.initStopped(ctx, c, task); err != nil || stop {
+		return err
+	}
 	sa := task.ID // one sub-agent per task, named after it
 	role := h.roleOf(task)
 	if _, err := h.createOnce(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
 		"userId": c.uid, "chatId": c.id, "taskId": task.ID, "role": role, "status": "active",
-		"iterationCount": 0, "tokenBudget": h.cfg.TokenBudget, "tokensUsed": 0,
+		"iterationCount": 0, "tokenBudget": h.roleBudget(role), "tokensUsed": 0, "model": h.roleModel(role),
 		"lastProcessedMessageId": str(task, "triggerMessageId"),
 	}, subAgentSeal)); err != nil {
 		return err
@@ -96,9 +99,18 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 		return err
 	}
 	if str(cur, "status") == "pending" {
-		if _, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "subAgentId": sa}, cur.Version); ignoreConflict(err) != nil {
+		updated, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "subAgentId": sa}, cur.Version)
+		if ignoreConflict(err) != nil {
 			return err
 		}
+		if err == nil {
+			cur = updated
+		} else if cur, err = h.docs.Get(ctx, task.Path); err != nil {
+			return err
+		}
+	}
+	if taskFinished(str(cur, "status")) {
+		return nil // canceled before it started: no instruction, no loop
 	}
 	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,
@@ -168,6 +180,9 @@ func (h *Handlers) agentLoop(ctx context.Context, ev *Event) error {
 	if !h.seals.valid(task, taskSeal) {
 		return nil // see agentInit: not a task of the runtime's
 	}
+	if taskFinished(str(task, "status")) {
+		return nil // canceled (or ended): no LLM call starts for it
+	}
 	return h.runStep(ctx, c, sa, agent, task, msgs, ev.ID)
 }
 
@@ -207,6 +222,11 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	if failure != "" {
 		return h.finishTask(ctx, c, sa, agent, task, msgs, "", failure)
 	}
+	if gone, err := h.taskGone(ctx, task); err != nil || gone {
+		// Canceled while the model answered: the answer is discarded (its
+		// tokens are counted in the user's usage all the same).
+		return err
+	}
 	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(notes))
 	if err != nil || step == nil {
 		return err
@@ -236,12 +256,13 @@ func (h *Handlers) afterStep(ctx context.Context, c chat, sa string, agent, step
 // outgrew the token budget. It returns the sub-agent (compressed or not),
 // or why the task must end instead.
 func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document) (*collections.Document, string, error) {
+	maxSteps := h.roleIterations(str(agent, "role"))
 	if steps, ok := stepsTaken(agent, msgs); !ok {
 		return agent, "the sub-agent's iteration count is invalid", nil
-	} else if steps >= int64(h.cfg.MaxIterations) {
-		return agent, fmt.Sprintf("max iterations (%d) reached", h.cfg.MaxIterations), nil
+	} else if steps >= int64(maxSteps) {
+		return agent, fmt.Sprintf("max iterations (%d) reached", maxSteps), nil
 	}
-	if num(agent, "contextTokens") <= int64(h.cfg.TokenBudget) {
+	if num(agent, "contextTokens") <= h.budgetOf(agent) {
 		return agent, "", nil
 	}
 	compressed, err := h.compress(ctx, c, sa, agent, msgs)
@@ -263,9 +284,15 @@ func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *colle
 func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice, seen *usageRead, extra *llm.Message) (*llm.Response, string, error) {
 	prompt := buildContext(agent, msgs)
 	if extra != nil {
-		prompt = append(prompt, *extra)
+		prompt = append(prompt, *extra) // the chat after a wait (waits.go)
 	}
-	res, err := h.completeSeen(ctx, uid, llm.Request{Messages: withNotices(prompt, notes), Tools: h.roleTools(role)}, seen)
+	req := h.forRole(role, llm.Request{Messages: withNotices(prompt, notes), Tools: h.roleTools(role)})
+	// The hard stop: after compression, a context still over the budget
+	// (with its overflow) fails the task rather than grow without end.
+	if failure := overBudget(max(num(agent, "contextTokens"), promptEstimate(req)), h.budgetOf(agent)); failure != "" {
+		return nil, failure, nil
+	}
+	res, err := h.completeSeen(ctx, uid, req, seen)
 	if le, ok := asLimit(err); ok {
 		return nil, le.msg, nil
 	}
@@ -436,8 +463,13 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		}
 		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
-	// The step's wait opens before its tools run, so no tool result can
-	// wake the loop past an ask_user still to be asked (waits.go).
+	// A client tool's wait is recorded before its call can be answered.
+	if agent, task, err = h.awaitClientCalls(ctx, c, sa, agent, task, step); err != nil {
+		return err
+	}
+	// The step's wait (ask_user, send_message) opens before its tools run,
+	// so no tool result can wake the loop past a question still to be
+	// asked (waits.go).
 	if err := h.startWaits(ctx, c, sa, agent, task, step, calls); err != nil {
 		return err
 	}
@@ -456,6 +488,7 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		if d, ok := h.tools.Get(tc.Name); ok {
 			data["visibility"] = d.Visibility
 		}
+		h.clientCallFields(tc.Name, data)
 		path := c.toolCalls(sa) + "/" + toolCallID(tc.ID)
 		if _, err := h.createOnce(ctx, path, h.seals.seal(path, data, toolCallSeal)); err != nil {
 			return err
@@ -473,7 +506,19 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 		agentStatus, patch = "failed", map[string]any{"status": "failed", "error": failure}
 	}
 	if st := str(task, "status"); st == "success" || st == "failed" {
+		// Ended before a crash kept the sub-agent from following.
+		if str(agent, "status") == "active" {
+			done := "completed"
+			if st == "failed" {
+				done = "failed"
+			}
+			_, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": done}, 0)
+			return err
+		}
 		return nil
+	}
+	if taskFinished(str(task, "status")) {
+		return nil // canceled: finalize settles the sub-agent
 	}
 	// on_session_end before the task's end is written: a delivery retried
 	// for a hook's failed read runs it again, while once the task has
@@ -481,11 +526,20 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	if err := h.sessionEndHook(ctx, c, sa, agent, task, msgs, result, failure); err != nil {
 		return err
 	}
-	if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0); err != nil {
+	// The task first, version-checked, so a user's cancel is never
+	// overwritten; the sub-agent follows only when the task's end was
+	// written.
+	ended, err := h.casUpdate(ctx, task.Path, func(cur *collections.Document) map[string]any {
+		if taskFinished(str(cur, "status")) {
+			return nil // canceled (or ended by another delivery) meanwhile
+		}
+		return patch
+	})
+	if err != nil || ended == nil || str(ended, "status") != patch["status"] {
 		return err
 	}
-	_, err := h.docs.Update(ctx, task.Path, patch, task.Version)
-	return ignoreConflict(err)
+	_, err = h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0)
+	return err
 }
 
 // buildContext turns a sub-agent's stored messages into the model's
@@ -559,10 +613,10 @@ func (h *Handlers) compress(ctx context.Context, c chat, sa string, agent *colle
 			fmt.Fprintf(&b, "  called %s(%s)\n", tc.Name, tc.Arguments)
 		}
 	}
-	res, err := h.complete(ctx, c.uid, llm.Request{Messages: []llm.Message{
+	res, err := h.complete(ctx, c.uid, h.forRole(str(agent, "role"), llm.Request{Messages: []llm.Message{
 		{Role: "system", Content: "Summarise this agent conversation for the agent itself: keep facts, results, decisions and open questions. Be brief."},
 		{Role: "user", Content: b.String()},
-	}})
+	}}))
 	if _, ok := asLimit(err); ok {
 		return nil, err
 	}

@@ -164,14 +164,18 @@ func (h *Handlers) failTask(ctx context.Context, c chat, taskPath, reason string
 	if err != nil {
 		return err
 	}
-	if st := str(task, "status"); st == "success" || st == "failed" {
-		return nil
+	if taskFinished(str(task, "status")) {
+		return nil // ended, or canceled (finalize settles the sub-agent)
+	}
+	// The task first, version-checked (a cancel in between wins), then
+	// its sub-agent.
+	if _, err = h.docs.Update(ctx, taskPath, map[string]any{"status": "failed", "error": "could not continue: " + reason}, task.Version); err != nil {
+		return err
 	}
 	if sa := str(task, "subAgentId"); collections.ValidSegment(sa) {
 		if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "failed"}, 0); err != nil && !errors.Is(err, collections.ErrNotFound) {
 			return err
 		}
 	}
-	_, err = h.docs.Update(ctx, taskPath, map[string]any{"status": "failed", "error": "could not continue: " + reason}, task.Version)
-	return err
+	return nil
 }

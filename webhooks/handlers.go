@@ -31,10 +31,19 @@ const (
 )
 
 // Role is a sub-agent role: its system prompt and the tools it is offered
-// (besides ask_user).
+// (besides ask_user), and what it overrides of the runtime's defaults.
 type Role struct {
 	SystemPrompt string
 	Tools        []string
+	// Model is the LLM model of the role's steps and compressions ("":
+	// the configured one); Temperature their sampling temperature (nil:
+	// the provider's default).
+	Model       string
+	Temperature *float64
+	// MaxIterations and TokenBudget override Config.MaxIterations and
+	// Config.TokenBudget for the role (0: those).
+	MaxIterations int
+	TokenBudget   int
 }
 
 // DefaultRoles are the roles the orchestrator can delegate to.
@@ -61,9 +70,16 @@ type Config struct {
 	Roles  map[string]Role // nil: DefaultRoles
 	// MaxIterations bounds LLM steps per sub-agent (default 10).
 	MaxIterations int
-	// TokenBudget is a sub-agent's context size (prompt tokens) above which
-	// older messages are compressed into a summary (default 8000).
+	// TokenBudget is a sub-agent's context budget (prompt tokens): above
+	// it older messages are compressed into a summary, and a context still
+	// over TokenBudget × 1.1 fails the task (default 8000; MinTokenBudget
+	// to MaxTokenBudget). A role's TokenBudget overrides it.
 	TokenBudget int
+	// OrchestratorModel and OrchestratorTemperature are the model ("":
+	// the configured one) and temperature (nil: the provider's default)
+	// of the orchestrator's decisions and of finalize's summaries.
+	OrchestratorModel       string
+	OrchestratorTemperature *float64
 	// History is how many chat messages the orchestrator reads (default 20).
 	History int
 	// MaxBody bounds a delivery's body (default and minimum 4 MiB). It must
@@ -137,6 +153,9 @@ func New(cfg Config) (*Handlers, error) {
 	if cfg.TokenBudget <= 0 {
 		cfg.TokenBudget = DefaultTokenBudget
 	}
+	if err := validateBudgets(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.History <= 0 {
 		cfg.History = DefaultHistory
 	}
@@ -175,6 +194,7 @@ func New(cfg Config) (*Handlers, error) {
 		"tool-runner":           h.toolRunner,
 		"orchestrator-finalize": h.finalize,
 		"orchestrator-notify":   h.notify,
+		"chat-cancel":           h.chatCancel,
 		"wait-timeout":          h.waitTimeout,
 	}
 	for name, fn := range h.routes {

@@ -60,6 +60,8 @@ type stackOpts struct {
 	// dataDir is the node's data directory ("": a new one); a restart
 	// passes the stopped node's.
 	dataDir string
+	// configure, when set, adjusts the node's configuration last.
+	configure func(*config.Config)
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
@@ -80,6 +82,9 @@ func startNode(t testing.TB, o stackOpts) *stack {
 		c.Agents.RulesDir = o.rulesDir
 		c.Agents.UserTokensPerDay, c.Agents.UserConcurrentRuns = o.userTokensPerDay, o.userConcurrentRuns
 		c.Agents.WaitTimeout.Duration, c.Agents.MaxChildTasks = o.waitTimeout, o.maxChildTasks
+		if o.configure != nil {
+			o.configure(c)
+		}
 	}})
 	return &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
 }

@@ -180,7 +180,9 @@ func (h *Handlers) sessionEndHook(ctx context.Context, c chat, sa string, agent,
 				return err
 			}
 			status := "success"
-			if failure != "" {
+			if failure == canceledFailure {
+				status = statusCanceled
+			} else if failure != "" {
 				status = "failed"
 			}
 			pc.Event = map[string]any{"sub_agent_id": sa, "task_id": task.ID, "status": status,
@@ -198,7 +200,7 @@ func (h *Handlers) fillTurn(ctx context.Context, c chat, pc *plugins.Context, ag
 		return nil, err
 	}
 	pc.Turn = plugins.Turn{Number: number, TokenUsage: usage, IterationCount: steps,
-		ContextUsage: float64(num(agent, "contextTokens")) / float64(h.cfg.TokenBudget)}
+		ContextUsage: float64(num(agent, "contextTokens")) / float64(h.budgetOf(agent))}
 	return read, nil
 }
 

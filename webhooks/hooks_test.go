@@ -319,7 +319,11 @@ message = "Task {{ context.event.task_id }} ended: {{ context.event.status }}"`)
 	if !strings.Contains(reply, "(notified: Task m2-t0 ended: success)") {
 		t.Errorf("reply %q does not carry the session-end notification", reply)
 	}
-	s.settle(10 * time.Second) // the reply is written before its notification is marked
+	// Marked delivered right after the reply is written.
+	s.waitFor("the notification delivered", 10*time.Second, func() bool {
+		notes := s.chatDocs("c1", "notifications")
+		return len(notes) == 1 && field(notes[0], "status") == "delivered"
+	})
 	notes := s.chatDocs("c1", "notifications")
 	if len(notes) != 1 || field(notes[0], "status") != "delivered" || field(notes[0], "deliveredIn") != s.chat("c1")+"/messages/m3-reply" {
 		b, _ := json.Marshal(notes)

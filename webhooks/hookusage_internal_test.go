@@ -151,6 +151,12 @@ message = "tool"
 	}, toolCallSeal)); err != nil {
 		t.Fatal(err)
 	}
+	taskPath := c.tasks() + "/t1" // the sub-agent's task, running
+	if _, err := docs.Create(ctx, taskPath, h.seals.seal(taskPath, map[string]any{
+		"userId": c.uid, "type": "agent", "name": "agent:general", "instruction": "x", "status": "running",
+	}, taskSeal)); err != nil {
+		t.Fatal(err)
+	}
 	settings := userRuleSettingsPath(c.uid)
 	docs.gets[agentPath], docs.gets[settings] = 0, 0
 	if err := h.routes["tool-runner"](ctx, &Event{Path: tcPath, ID: "tc1", Type: "create"}); err != nil {

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"testing"
@@ -188,5 +189,29 @@ func TestWaitingForUser_SeeksTheUsersWaitingTasks(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatalf("no query on the task status: %+v", docs.queries)
+	}
+}
+
+// A sub-agent document's tokenBudget outside 4,000–128,000 (not one the
+// runtime writes) counts as its role's default.
+func TestBudgetOf(t *testing.T) {
+	h := &Handlers{log: slog.New(slog.DiscardHandler), cfg: Config{TokenBudget: 9000,
+		Roles: map[string]Role{"small": {TokenBudget: 5000}, "general": {}}}}
+	for _, tt := range []struct {
+		role   string
+		budget any
+		want   int64
+	}{
+		{"general", int64(20000), 20000},
+		{"general", int64(100), 9000},
+		{"general", int64(200000), 9000},
+		{"general", "lots", 9000},
+		{"small", nil, 5000},
+		{"small", int64(4000), 4000},
+	} {
+		agent := &collections.Document{Path: "p", Data: map[string]any{"role": tt.role, "tokenBudget": tt.budget}}
+		if got := h.budgetOf(agent); got != tt.want {
+			t.Errorf("%s %v: %d, want %d", tt.role, tt.budget, got, tt.want)
+		}
 	}
 }

@@ -14,7 +14,8 @@ var Indexes = []collections.Index{
 	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId"}},
 	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"triggerMessageId"}},
 	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"status"}},
-	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId", "status"}}, // checkRuns, routeToWaiting
+	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId", "status"}},       // checkRuns, routeToWaiting
+	{Collection: "users/*/orch-chats/*/tasks", Fields: []string{"userId", "parentTaskId"}}, // a canceled task's children
 	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"taskId"}},
 	{Collection: "users/*/orch-chats/*/sub-agents", Fields: []string{"userId"}},
 	{Collection: "users/*/orch-chats/*/sub-agents/*/messages", Fields: []string{"subAgentId", "createdAt"}},

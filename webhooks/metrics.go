@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"kind"}),
 		toolRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "loom_agent_tool_runs_total",
-			Help: "Tool runs by tool and outcome (success, failed; refused: a tool call the runtime did not create).",
+			Help: "Tool runs by tool and outcome (success, failed; refused: a tool call the runtime did not create; timeout: a client tool's call the app did not answer in time).",
 		}, []string{"tool", "outcome"}),
 	}
 	if err := registerAll(reg, m.handled, m.llmCalls, m.llmTokens, m.toolRuns); err != nil {

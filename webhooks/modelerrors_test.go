@@ -22,9 +22,10 @@ func TestAgents_PermanentModelErrorFailsTheTask(t *testing.T) {
 	if field(task, "status") != "failed" || !strings.Contains(field(task, "error"), "the model failed") {
 		t.Fatalf("task %v", task.Data)
 	}
-	if got := field(s.get(s.chat("c1")+"/sub-agents/m1-t0"), "status"); got != "failed" {
-		t.Fatalf("sub-agent %s", got)
-	}
+	// The sub-agent follows its task (written first, version-checked).
+	s.waitFor("the sub-agent to fail", 10*time.Second, func() bool {
+		return field(s.get(s.chat("c1")+"/sub-agents/m1-t0"), "status") == "failed"
+	})
 	if n := len(fake.reqs("sub")); n != 1 {
 		t.Fatalf("%d sub-agent requests, want 1 (no retry of a 400)", n)
 	}

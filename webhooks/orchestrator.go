@@ -48,6 +48,11 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		return err
 	}
 	msg := ev.Doc
+	// A message the user sent before canceling the chat's run starts
+	// nothing: no decision, no task.
+	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
+		return err
+	}
 	if routed, err := h.routeReply(ctx, c, msg); err != nil || routed {
 		return err
 	}
@@ -75,13 +80,27 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 		return err
 	}
 	plan, _ := reply.Data["plan"].([]any)
+	if len(plan) == 0 {
+		return nil
+	}
+	// Canceled while the model decided: the plan is not carried out.
+	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
+		return err
+	}
 	for i, p := range plan {
 		call, _ := p.(map[string]any)
 		if err := h.startTask(ctx, c, msg, i, call); err != nil {
 			return err
 		}
 	}
-	return nil
+	// The chat runs once its tasks exist (so a concurrent finalize that
+	// finds none unfinished cannot leave it idle behind them), and is
+	// idle again at once when they all ended already (a run_tool task, a
+	// redelivery).
+	if err := h.markRunning(ctx, c, msg.CreatedAt); err != nil {
+		return err
+	}
+	return h.maybeIdle(ctx, c)
 }
 
 // decide asks the model what to do about msg and writes its answer as the
@@ -112,7 +131,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	if permanentModelError(err) {
 		// Tell the user rather than retry a request that cannot succeed.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{
-			"content": "Sorry, the model could not answer: " + modelFailure(err) + ".", "model": h.model.Name(),
+			"content": "Sorry, the model could not answer: " + modelFailure(err) + ".", "model": h.orchestratorModel(),
 		})
 	}
 	if err != nil {
@@ -134,7 +153,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	}
 	data := map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
-		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.model.Name(),
+		"replyTo": msg.ID, "plan": plan, "taskIds": taskIDs, "status": status, "model": h.orchestratorModel(),
 	}
 	if ids := noticeIDs(notes); len(ids) > 0 {
 		data["notifications"] = ids
@@ -157,10 +176,10 @@ func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections
 	if waiting != nil {
 		prompt, tools = append(prompt, *waiting), append(tools, answerTaskTool)
 	}
-	return h.completeSeen(ctx, c.uid, llm.Request{
+	return h.completeSeen(ctx, c.uid, h.forOrchestrator(llm.Request{
 		Messages: withNotices(append(prompt, history...), notes),
 		Tools:    tools,
-	}, seen)
+	}), seen)
 }
 
 // failReply writes (once) a failed reply to msg; fields says why.
@@ -247,6 +266,8 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 			b, _ := json.Marshal(result)
 			patch["result"] = string(b)
 		}
+		// Version-checked: a cancel while the tool ran wins, and its
+		// result is discarded.
 		_, err = h.docs.Update(ctx, path, patch, task.Version)
 		return ignoreConflict(err)
 	case answerTaskTool.Name:
@@ -259,6 +280,21 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		_, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
 		return err
 	}
+}
+
+// firstTask returns the first task of the chat that matches filters and
+// that the runtime created, or nil.
+func (h *Handlers) firstTask(ctx context.Context, c chat, filters ...collections.Filter) (*collections.Document, error) {
+	tasks, err := h.docs.Query(ctx, collections.Query{Collection: c.tasks(), Filters: filters, Limit: 20})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		if h.seals.valid(t, taskSeal) {
+			return t, nil
+		}
+	}
+	return nil, nil
 }
 
 // nextFreeSeq returns the seq after a sub-agent's last message and after

@@ -300,7 +300,7 @@ func TestAgents_RefusedCompressionFailsTheTask(t *testing.T) {
 		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Add up some numbers.") },
 		sub: func(n int, req map[string]any) llmtest.Step {
 			return llmtest.Step{ToolCalls: []llm.ToolCall{call(fmt.Sprintf("call_%d", n), "calculator", fmt.Sprintf(`{"expression":"%d+1"}`, n))},
-				Usage: usage(500, 5)}
+				Usage: usage(4100, 5)}
 		},
 		plain: func(_ int, req map[string]any) llmtest.Step {
 			if isSummaryReq(req) {
@@ -309,7 +309,7 @@ func TestAgents_RefusedCompressionFailsTheTask(t *testing.T) {
 			return llmtest.Step{Content: "Summarised for you: done."}
 		},
 	})
-	s := startStack(t, stackOpts{model: model, tokenBudget: 100, userTokensPerDay: -1, userConcurrentRuns: -1})
+	s := startStack(t, stackOpts{model: model, tokenBudget: 4000, userTokensPerDay: -1, userConcurrentRuns: -1})
 	s.say("c1", "m1", "Add numbers")
 	s.waitFor("the task to end", 30*time.Second, func() bool { return s.answered("c1", "m1") })
 	s.settle(10 * time.Second)

@@ -587,7 +587,8 @@ func TestAgents_MaxIterations(t *testing.T) {
 }
 
 // Compression: the sub-agent runs five calculator steps with small
-// contexts; the fifth reports 500 prompt tokens (over the budget of 100),
+// contexts; the fifth reports 4,100 prompt tokens (over the budget of
+// 4,000, within its overflow),
 // so the sixth step is preceded by exactly one summary request. The cut
 // keeps the last keepRecent (6) messages plus whatever follows the cut
 // point, and never separates a tool call from its result: here the
@@ -601,14 +602,14 @@ func TestAgents_BudgetCompression(t *testing.T) {
 			if n < 5 {
 				u := usage(10, 5)
 				if n == 4 {
-					u = usage(500, 5)
+					u = usage(4100, 5)
 				}
 				return llmtest.Step{ToolCalls: []llm.ToolCall{call(fmt.Sprintf("call_%d", n), "calculator", fmt.Sprintf(`{"expression":"%d+1"}`, n))}, Usage: u}
 			}
-			return llmtest.Step{Content: "Done adding.", Usage: usage(500, 5)}
+			return llmtest.Step{Content: "Done adding.", Usage: usage(4100, 5)}
 		},
 	})
-	s := startStack(t, stackOpts{model: model, tokenBudget: 100})
+	s := startStack(t, stackOpts{model: model, tokenBudget: 4000})
 	s.say("c1", "m1", "Add numbers")
 	s.waitFor("the chat result", 20*time.Second, s.taskDone("c1", "m1-t0"))
 	s.settle(10 * time.Second)

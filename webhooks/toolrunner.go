@@ -38,6 +38,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		// wake nobody.
 		return h.refuseToolCall(ctx, tc)
 	}
+	if def, ok := h.clientToolDef(str(tc, "toolName")); ok {
+		return h.clientToolCall(ctx, c, sa, tc, def) // never run here (clienttools.go)
+	}
 	// agent is the sub-agent as mayRun read it (nil: not read), which the
 	// tool hooks take rather than read it again: a tool run does not
 	// change it.
@@ -50,6 +53,17 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		if runErr != nil && !errors.Is(runErr, errToolRefused) {
 			return runErr // could not read the sub-agent: retry the delivery
 		}
+		// No tool run starts for a canceled (or ended) task, and the
+		// result of one that was canceled while the tool ran is discarded.
+		task := &collections.Document{Path: c.tasks() + "/" + str(agent, "taskId")}
+		if runErr == nil {
+			if gone, err := h.taskGone(ctx, task); err != nil || gone {
+				if err != nil {
+					return err
+				}
+				return h.cancelToolCall(ctx, tc.Path)
+			}
+		}
 		if runErr == nil {
 			// on_tool_call: the tool is about to run.
 			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, agent, tc, ""); err != nil {
@@ -59,6 +73,14 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		}
 		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
 			return runErr // cancelled: retry the delivery
+		}
+		if runErr == nil || !errors.Is(runErr, errToolRefused) {
+			if gone, err := h.taskGone(ctx, task); err != nil || gone {
+				if err != nil {
+					return err
+				}
+				return h.cancelToolCall(ctx, tc.Path)
+			}
 		}
 		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
 		if runErr != nil {
@@ -81,6 +103,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 			return err
 		}
 		tc = updated
+	}
+	if str(tc, "status") == statusCanceled {
+		return nil // no tool message: the loop of a canceled task stays asleep
 	}
 	content := str(tc, "result")
 	if str(tc, "status") == "failed" {
@@ -175,6 +200,14 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	if !h.seals.valid(task, taskSeal) {
 		return nil // see agentInit: not a task of the runtime's
 	}
+	if str(task, "status") == statusCanceled {
+		if err := h.settleCanceled(ctx, c, task); err != nil {
+			return err
+		}
+		// A canceled child task still answers its parent's wait.
+		_, err := h.childDone(ctx, c, task)
+		return err
+	}
 	// A task send_message started answers its parent's wait (waits.go).
 	if handled, err := h.childDone(ctx, c, task); err != nil || handled {
 		return err
@@ -189,7 +222,7 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	case "success":
 		content = str(task, "result")
 		if h.model.Name() != "offline" && content != "" {
-			res, err := h.complete(ctx, c.uid, llmSummaryRequest(str(task, "instruction"), content))
+			res, err := h.complete(ctx, c.uid, h.forOrchestrator(llmSummaryRequest(str(task, "instruction"), content)))
 			_, limited := asLimit(err)
 			switch {
 			case limited, permanentModelError(err):
@@ -205,11 +238,13 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	default:
 		return nil
 	}
-	_, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
+	if _, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": content,
 		"taskId": task.ID, "replyTo": str(task, "triggerMessageId"), "status": status,
-	}, chatMessageSeal))
-	return err
+	}, chatMessageSeal)); err != nil {
+		return err
+	}
+	return h.maybeIdle(ctx, c)
 }
 
 // notify writes a waiting task's question into the chat.

@@ -42,9 +42,6 @@ const (
 	// seenMessages and seenText bound the [SEEN]/[NEW] block.
 	seenMessages = 20
 	seenText     = 500
-	// casAttempts bounds the retries of a wait-state update that lost a
-	// race (a reply against the timeout, two children finishing at once).
-	casAttempts = 16
 	// routeSealField seals the routing decision written on a user message.
 	routeSealField = "routeSeal"
 	// linkSealField seals a child task's link to the wait of its parent.
@@ -462,21 +459,34 @@ func (h *Handlers) openWait(ctx context.Context, c chat, sa string, agent, task 
 	if ws.waitsForUser() {
 		ws.MessageID = waitQuestionID(id)
 	}
-	if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "waiting", "waitId": id}, 0); err != nil {
+	// The sub-agent first: a reply may come as soon as the task waits,
+	// and it wakes only a sub-agent waiting in this wait.
+	if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentWaiting, "waitId": id}, 0); err != nil {
 		return false, err
 	}
 	patch := map[string]any{
 		"status": "waiting", "question": question, "waitId": id,
 		"waitUntil": now.Add(timeout).UnixMilli(), "waitState": ws.doc(),
 	}
-	if _, err := h.docs.Update(ctx, task.Path, patch, task.Version); err != nil {
-		if errors.Is(err, collections.ErrPreconditionFailed) {
-			cur, gerr := h.docs.Get(ctx, task.Path)
-			return gerr == nil && str(cur, "waitId") == id, gerr
-		}
-		return false, err
+	_, err := h.docs.Update(ctx, task.Path, patch, task.Version)
+	if !errors.Is(err, collections.ErrPreconditionFailed) {
+		return err == nil, err
 	}
-	return true, nil
+	cur, err := h.docs.Get(ctx, task.Path)
+	if err != nil || str(cur, "waitId") == id {
+		return err == nil, err
+	}
+	if str(cur, "status") == statusCanceled {
+		// Canceled meanwhile: its settlement may have run before the
+		// sub-agent was set waiting, so end the sub-agent here too.
+		_, err = h.casUpdate(ctx, agent.Path, func(a *collections.Document) map[string]any {
+			if str(a, "status") != agentWaiting || str(a, "waitId") != id {
+				return nil
+			}
+			return map[string]any{"status": statusCanceled}
+		})
+	}
+	return false, err
 }
 
 // resolveWait records a change of a task's open wait with
@@ -525,7 +535,7 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 	if err != nil || agent == nil {
 		return err
 	}
-	if str(agent, "status") == "waiting" && str(agent, "waitId") == id {
+	if str(agent, "status") == agentWaiting && str(agent, "waitId") == id {
 		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
 			return err
 		}
@@ -853,8 +863,10 @@ func (h *Handlers) childDone(ctx context.Context, c chat, task *collections.Docu
 	text := str(task, "result")
 	if st := str(task, "status"); st == "failed" {
 		text = "error: " + str(task, "error")
+	} else if st == statusCanceled {
+		text = "error: the task was canceled"
 	} else if st != "success" {
-		text = "error: the task ended " + st
+		return false, nil
 	}
 	now := time.Now().UnixMilli()
 	mine := func(r waitReply) bool { return r.From == "agent" && r.TaskID == task.ID }

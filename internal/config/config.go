@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -180,8 +182,10 @@ type Agents struct {
 	Enabled *bool `toml:"enabled"`
 	// MaxIterations bounds LLM steps per sub-agent (default 10).
 	MaxIterations int `toml:"max_iterations"`
-	// TokenBudget is a sub-agent's context size in prompt tokens above
-	// which older messages are summarised (default 8000).
+	// TokenBudget is a sub-agent's context budget in prompt tokens: above
+	// it older messages are summarised, and a context still over 1.1 times
+	// it fails the task (0 = the default, 8000; else MinTokenBudget to
+	// MaxTokenBudget). A role's token_budget overrides it.
 	TokenBudget int `toml:"token_budget"`
 	// UserTokensPerDay bounds the LLM tokens (prompt + completion) one
 	// user's agent runs may use per UTC day; the next LLM call is refused
@@ -205,6 +209,10 @@ type Agents struct {
 	// Roles adds sub-agent roles or overrides the built-in ones
 	// (researcher, general): [agents.roles.<name>].
 	Roles map[string]AgentRole `toml:"roles"`
+	// Orchestrator sets the model and temperature of the orchestrator's
+	// decisions and of the summaries of finished tasks:
+	// [agents.orchestrator].
+	Orchestrator AgentModel `toml:"orchestrator"`
 	// AllowHosts / AllowCIDRs open internal addresses to the tools' HTTP
 	// (http_get, http tools), whose URLs the model chooses. Default none.
 	AllowHosts []string `toml:"allow_hosts"`
@@ -240,9 +248,13 @@ type Tool struct {
 	Name          string         `toml:"name"`
 	Description   string         `toml:"description"`
 	InputSchema   map[string]any `toml:"input_schema"`   // JSON schema, type object
-	ExecutionType string         `toml:"execution_type"` // builtin | http
+	ExecutionType string         `toml:"execution_type"` // builtin | http | client
 	Visibility    string         `toml:"visibility"`     // visible (default) | hidden | result-only
 	Execution     *ToolExecution `toml:"execution"`
+	// ClientTimeout is how long a client tool's call waits for the client
+	// app's result, in milliseconds (client tools only; default 10 min,
+	// 1000..86400000).
+	ClientTimeout int64 `toml:"client_timeout"`
 }
 
 // ToolExecution is how an http tool is called.
@@ -259,7 +271,32 @@ type ToolExecution struct {
 type AgentRole struct {
 	SystemPrompt string   `toml:"system_prompt"`
 	Tools        []string `toml:"tools"`
+	// Model and Temperature are the role's LLM model (empty: [llm] model)
+	// and sampling temperature (0–2; unset: the provider's default).
+	Model       string   `toml:"model"`
+	Temperature *float64 `toml:"temperature"`
+	// MaxIterations and TokenBudget override [agents] max_iterations and
+	// token_budget for the role (0: those).
+	MaxIterations int `toml:"max_iterations"`
+	TokenBudget   int `toml:"token_budget"`
 }
+
+// AgentModel is the LLM model (empty: [llm] model) and sampling
+// temperature (0–2; unset: the provider's default) of a part of the
+// runtime.
+type AgentModel struct {
+	Model       string   `toml:"model"`
+	Temperature *float64 `toml:"temperature"`
+}
+
+// The range of a sub-agent's context budget (seed 000), and the bounds of
+// a configured model name and temperature.
+const (
+	MinTokenBudget = 4_000
+	MaxTokenBudget = 128_000
+	MaxModelName   = 200
+	MaxTemperature = 2.0
+)
 
 // Limits bounds request and document sizes.
 type Limits struct {
@@ -503,6 +540,9 @@ func (c *Config) Validate() error {
 	if err := c.Agents.validateRules(); err != nil {
 		return err
 	}
+	if err := c.Agents.validateModels(); err != nil {
+		return err
+	}
 	for _, ix := range c.Indexes {
 		if err := ix.Validate(); err != nil {
 			return fmt.Errorf("config: [[index]]: %w", err)
@@ -587,6 +627,50 @@ func (a *Agents) validateRules() error {
 	}
 	if n := a.LuaMemory; n < 0 || n > MaxLuaMemory {
 		return fmt.Errorf("config: [agents] lua_memory must be between 0 (the default) and %d bytes, got %d", MaxLuaMemory, n)
+	}
+	return nil
+}
+
+// validateModels checks the budgets, iteration limits, models and
+// temperatures of [agents], [agents.orchestrator] and each
+// [agents.roles.<name>]; the error names the key.
+func (a *Agents) validateModels() error {
+	budget := func(key string, n int) error {
+		if n != 0 && (n < MinTokenBudget || n > MaxTokenBudget) {
+			return fmt.Errorf("config: %s must be between %d and %d (0: the default), got %d", key, MinTokenBudget, MaxTokenBudget, n)
+		}
+		return nil
+	}
+	model := func(section string, m AgentModel) error {
+		if len(m.Model) > MaxModelName || strings.TrimSpace(m.Model) != m.Model {
+			return fmt.Errorf("config: %s model must be a model name of at most %d bytes without surrounding spaces, got %q", section, MaxModelName, m.Model)
+		}
+		if t := m.Temperature; t != nil && !(*t >= 0 && *t <= MaxTemperature) {
+			return fmt.Errorf("config: %s temperature must be between 0 and %g, got %g", section, MaxTemperature, *t)
+		}
+		return nil
+	}
+	if err := budget("[agents] token_budget", a.TokenBudget); err != nil {
+		return err
+	}
+	if a.MaxIterations < 0 {
+		return fmt.Errorf("config: [agents] max_iterations must not be negative, got %d", a.MaxIterations)
+	}
+	if err := model("[agents.orchestrator]", a.Orchestrator); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.Roles)) {
+		r := a.Roles[name]
+		section := "[agents.roles." + name + "]"
+		if err := budget(section+" token_budget", r.TokenBudget); err != nil {
+			return err
+		}
+		if r.MaxIterations < 0 {
+			return fmt.Errorf("config: %s max_iterations must not be negative, got %d", section, r.MaxIterations)
+		}
+		if err := model(section, AgentModel{Model: r.Model, Temperature: r.Temperature}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

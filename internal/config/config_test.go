@@ -213,13 +213,21 @@ execution_type = "http"
 visibility     = "visible"
 input_schema   = { type = "object", properties = { city = { type = "string", enum = ["Paris"] } }, required = ["city"] }
 execution      = { url = "https://wttr.in/{{input.city}}", method = "GET", headers = { Accept = "application/json" }, body = "b", timeout = 10000 }
+
+[[tool]]
+name           = "pick_file"
+execution_type = "client"
+client_timeout = 60000
 `)
 	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Tools) != 1 {
-		t.Fatalf("tools=%+v, want one", cfg.Tools)
+	if len(cfg.Tools) != 2 {
+		t.Fatalf("tools=%+v, want two", cfg.Tools)
+	}
+	if c := cfg.Tools[1]; c.Name != "pick_file" || c.ExecutionType != "client" || c.ClientTimeout != 60000 || c.Execution != nil {
+		t.Errorf("client tool=%+v", c)
 	}
 	tool := cfg.Tools[0]
 	want := config.ToolExecution{URL: "https://wttr.in/{{input.city}}", Method: "GET", Headers: map[string]string{"Accept": "application/json"}, Body: "b", Timeout: 10000}
@@ -418,6 +426,55 @@ func TestLoad_AgentRules(t *testing.T) {
 		{"max_child_tasks = 65", "max_child_tasks"},
 	} {
 		_, err := config.Load(config.Flags{Config: writeFile(t, "[agents]\n"+tt.body+"\n")}, env(nil))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err=%v, want one naming %q", tt.body, err, tt.want)
+		}
+	}
+}
+
+// Budgets, iteration limits, models and temperatures of [agents], the
+// orchestrator and each role; a value out of range is an error naming
+// the key.
+func TestLoad_AgentModels(t *testing.T) {
+	p := writeFile(t, `[agents]
+token_budget = 16000
+[agents.orchestrator]
+model = "big-model"
+temperature = 0.2
+[agents.roles.researcher]
+model = "small-model"
+temperature = 0
+max_iterations = 4
+token_budget = 4000
+`)
+	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Agents
+	r := a.Roles["researcher"]
+	if a.TokenBudget != 16000 || a.Orchestrator.Model != "big-model" || a.Orchestrator.Temperature == nil || *a.Orchestrator.Temperature != 0.2 ||
+		r.Model != "small-model" || r.Temperature == nil || *r.Temperature != 0 || r.MaxIterations != 4 || r.TokenBudget != 4000 {
+		t.Fatalf("agents=%+v role=%+v", a, r)
+	}
+	if a.Roles["researcher"].Temperature == nil {
+		t.Fatal("an explicit temperature 0 must be kept (unset is nil)")
+	}
+	for _, tt := range []struct{ body, want string }{
+		{"[agents]\ntoken_budget = 3999", "[agents] token_budget must be between 4000 and 128000"},
+		{"[agents]\ntoken_budget = 128001", "[agents] token_budget"},
+		{"[agents]\nmax_iterations = -1", "[agents] max_iterations"},
+		{"[agents.orchestrator]\ntemperature = 2.5", "[agents.orchestrator] temperature"},
+		{"[agents.orchestrator]\ntemperature = -0.1", "[agents.orchestrator] temperature"},
+		{"[agents.orchestrator]\nmodel = \" x\"", "[agents.orchestrator] model"},
+		{"[agents.roles.r]\ntoken_budget = 100", "[agents.roles.r] token_budget"},
+		{"[agents.roles.r]\nmax_iterations = -3", "[agents.roles.r] max_iterations"},
+		{"[agents.roles.r]\ntemperature = 3", "[agents.roles.r] temperature"},
+		{"[agents.roles.r]\nmodel = \"" + strings.Repeat("m", 201) + "\"", "[agents.roles.r] model"},
+		{"[agents.roles.r]\ntop_p = 1", "top_p"},
+		{"[agents.orchestrator]\nmax_iterations = 1", "max_iterations"},
+	} {
+		_, err := config.Load(config.Flags{Config: writeFile(t, tt.body+"\n")}, env(nil))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: err=%v, want one naming %q", tt.body, err, tt.want)
 		}

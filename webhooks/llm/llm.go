@@ -47,6 +47,12 @@ type Request struct {
 	Messages  []Message
 	Tools     []Tool
 	MaxTokens int // 0 = model default
+	// Model overrides the client's configured model for this call ("" =
+	// that one). The offline model ignores it.
+	Model string
+	// Temperature is the sampling temperature (nil = the provider's
+	// default). The offline model ignores it.
+	Temperature *float64
 }
 
 // Usage is the token accounting of one call.
@@ -163,6 +169,10 @@ type client struct {
 func (c *client) Name() string { return c.model }
 
 func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
+	name := c.model
+	if req.Model != "" {
+		name = req.Model
+	}
 	params, err := c.params(req)
 	if err != nil {
 		return nil, err
@@ -171,12 +181,12 @@ func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
 	if err != nil {
 		var apiErr *openai.Error
 		if errors.As(err, &apiErr) {
-			return nil, fmt.Errorf("llm: %s: %w", c.model, &HTTPError{StatusCode: apiErr.StatusCode, Message: apiErr.Message, Err: err})
+			return nil, fmt.Errorf("llm: %s: %w", name, &HTTPError{StatusCode: apiErr.StatusCode, Message: apiErr.Message, Err: err})
 		}
-		return nil, fmt.Errorf("llm: %s: %w", c.model, err)
+		return nil, fmt.Errorf("llm: %s: %w", name, err)
 	}
 	if len(cc.Choices) == 0 {
-		return nil, fmt.Errorf("llm: %s: response has no choices", c.model)
+		return nil, fmt.Errorf("llm: %s: response has no choices", name)
 	}
 	ch := cc.Choices[0]
 	resp := &Response{
@@ -190,7 +200,7 @@ func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
 		},
 	}
 	if resp.Model == "" {
-		resp.Model = c.model
+		resp.Model = name
 	}
 	if resp.Content == "" && ch.Message.Refusal != "" {
 		resp.Content = ch.Message.Refusal
@@ -211,13 +221,20 @@ func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
 		}
 	}
 	if resp.FinishReason == "length" && resp.Content == "" && len(resp.ToolCalls) == 0 {
-		return nil, fmt.Errorf("%w (model %s, %d completion tokens)", ErrLength, c.model, resp.Usage.CompletionTokens)
+		return nil, fmt.Errorf("%w (model %s, %d completion tokens)", ErrLength, name, resp.Usage.CompletionTokens)
 	}
 	return resp, nil
 }
 
 func (c *client) params(req Request) (openai.ChatCompletionNewParams, error) {
-	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(c.model)}
+	model := c.model
+	if req.Model != "" {
+		model = req.Model
+	}
+	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(model)}
+	if req.Temperature != nil {
+		p.Temperature = openai.Float(*req.Temperature)
+	}
 	for i, m := range req.Messages {
 		mp, err := messageParam(m)
 		if err != nil {

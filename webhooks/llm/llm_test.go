@@ -471,3 +471,32 @@ func TestOfflineEchoesNotifications(t *testing.T) {
 		t.Errorf("echoed a plain system message: %q", resp.Content)
 	}
 }
+
+// A request's Model and Temperature override the client's model and the
+// provider's default temperature; unset, neither is sent differently.
+func TestRequestModelAndTemperature(t *testing.T) {
+	srv := llmtest.NewServer(t,
+		llmtest.Step{Content: "a", Check: func(t testing.TB, req map[string]any) {
+			if req["model"] != "role-model" || req["temperature"] != 0.0 {
+				t.Errorf("model = %v, temperature = %v", req["model"], req["temperature"])
+			}
+		}},
+		llmtest.Step{Content: "b", Check: func(t testing.TB, req map[string]any) {
+			if _, ok := req["temperature"]; ok || req["model"] != "test-model" {
+				t.Errorf("model = %v, temperature = %v (want none)", req["model"], req["temperature"])
+			}
+		}},
+	)
+	m := newClient(t, srv, nil)
+	zero := 0.0
+	resp, err := m.Complete(context.Background(), llm.Request{Messages: []llm.Message{user("x")}, Model: "role-model", Temperature: &zero})
+	if err != nil || resp.Model != "role-model" {
+		t.Fatalf("resp %+v, err %v", resp, err)
+	}
+	if _, err := m.Complete(context.Background(), llm.Request{Messages: []llm.Message{user("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Fatalf("%d requests", n)
+	}
+}

@@ -47,7 +47,8 @@ type Turn struct {
 	// 0.0–1.0 (0 when unlimited).
 	TokenUsage float64 `cel:"token_usage"`
 	// ContextUsage is the sub-agent's last prompt size over its context
-	// budget ([agents] token_budget), 0.0–1.0 and more.
+	// budget (its tokenBudget: the role's or [agents] token_budget), 0.0–1.0
+	// and more.
 	ContextUsage float64 `cel:"context_usage"`
 	// IterationCount is how many steps the sub-agent has taken.
 	IterationCount int64 `cel:"iteration_count"`

@@ -36,6 +36,9 @@ import (
 const (
 	ExecBuiltin = "builtin"
 	ExecHTTP    = "http"
+	// ExecClient is a tool the client app runs: the server never runs it
+	// (see clienttools.go).
+	ExecClient = "client"
 )
 
 // Visibility values: whether a tool call and its result are mirrored into
@@ -51,9 +54,13 @@ type Def struct {
 	Name          string         `json:"name"`                 // [A-Za-z0-9_-]{1,64}
 	Description   string         `json:"description"`          //
 	InputSchema   map[string]any `json:"inputSchema"`          // JSON schema, type object
-	ExecutionType string         `json:"executionType"`        // builtin | http
+	ExecutionType string         `json:"executionType"`        // builtin | http | client
 	Visibility    string         `json:"visibility,omitempty"` // visible (default) | hidden | result-only
 	Execution     *HTTPExecution `json:"execution,omitempty"`
+	// ClientTimeout is how long a client tool's call waits for the client
+	// app's result, in milliseconds (client tools only; 0: the default,
+	// DefaultClientTimeout; else MinClientTimeoutMillis..MaxClientTimeoutMillis).
+	ClientTimeout int64 `json:"clientTimeout,omitempty"`
 }
 
 // HTTPExecution is how an http tool is called.
@@ -84,6 +91,10 @@ type Deps struct {
 // unknown tool, arguments that are not a JSON object, arguments that violate
 // the tool's schema, or argument values the tool refuses.
 var ErrInvalidArgs = errors.New("invalid tool arguments")
+
+// ErrClientTool is wrapped by the error [Registry.Run] returns for a client
+// tool: the client app runs it, never the server.
+var ErrClientTool = errors.New("client tool")
 
 // Limits.
 const (
@@ -154,6 +165,9 @@ func New(extra []Def, deps Deps) (*Registry, error) {
 		}
 		switch d.ExecutionType {
 		case ExecBuiltin:
+			if d.ClientTimeout != 0 {
+				return nil, fmt.Errorf("tool %q: clientTimeout (client_timeout) is only for executionType %q", d.Name, ExecClient)
+			}
 			if !builtinNames[d.Name] {
 				return nil, fmt.Errorf("tool %q: executionType builtin, but there is no built-in tool of that name (built-ins: %s)", d.Name, strings.Join(builtinList(), ", "))
 			}
@@ -169,7 +183,20 @@ func New(extra []Def, deps Deps) (*Registry, error) {
 				t.def.Description = d.Description
 			}
 			t.def.Visibility = vis
+		case ExecClient:
+			if _, dup := r.tools[d.Name]; dup || builtinNames[d.Name] {
+				return nil, fmt.Errorf("tool %q: duplicate tool name", d.Name)
+			}
+			if err := checkClient(&d); err != nil {
+				return nil, fmt.Errorf("tool %q: %w", d.Name, err)
+			}
+			if err := r.add(d, runClient(d.Name)); err != nil {
+				return nil, err
+			}
 		case ExecHTTP:
+			if d.ClientTimeout != 0 {
+				return nil, fmt.Errorf("tool %q: clientTimeout (client_timeout) is only for executionType %q", d.Name, ExecClient)
+			}
 			if _, dup := r.tools[d.Name]; dup || builtinNames[d.Name] {
 				return nil, fmt.Errorf("tool %q: duplicate tool name", d.Name)
 			}
@@ -181,7 +208,7 @@ func New(extra []Def, deps Deps) (*Registry, error) {
 				return nil, err
 			}
 		default:
-			return nil, fmt.Errorf("tool %q: executionType %q: use %q or %q", d.Name, d.ExecutionType, ExecBuiltin, ExecHTTP)
+			return nil, fmt.Errorf("tool %q: executionType %q: use %q, %q or %q", d.Name, d.ExecutionType, ExecBuiltin, ExecHTTP, ExecClient)
 		}
 	}
 	return r, nil
@@ -279,11 +306,48 @@ func (r *Registry) Names() []string {
 // a schema violation is an error wrapping ErrInvalidArgs whose message says
 // exactly what is wrong; execution failures are other errors. Empty args
 // mean {}.
+//
+// A client tool is never run here: Run returns an error wrapping
+// ErrClientTool (its arguments unchecked).
 func (r *Registry) Run(ctx context.Context, name string, args string, call Call) (any, error) {
+	t, obj, err := r.check(name, args)
+	if err != nil {
+		return nil, err
+	}
+	return t.run(ctx, obj, call)
+}
+
+// Check validates args (JSON text from the model) against the named
+// tool's schema, as Run does, without running the tool: for a client tool,
+// whose arguments the client app receives. Its errors wrap ErrInvalidArgs.
+func (r *Registry) Check(name string, args string) error {
 	t, ok := r.tools[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown tool %q (available: %s)", ErrInvalidArgs, name, strings.Join(r.names, ", "))
+		return r.unknown(name)
 	}
+	_, err := validateArgs(t, name, args)
+	return err
+}
+
+func (r *Registry) unknown(name string) error {
+	return fmt.Errorf("%w: unknown tool %q (available: %s)", ErrInvalidArgs, name, strings.Join(r.names, ", "))
+}
+
+// check finds the tool and validates args for Run.
+func (r *Registry) check(name string, args string) (*tool, map[string]any, error) {
+	t, ok := r.tools[name]
+	if !ok {
+		return nil, nil, r.unknown(name)
+	}
+	if t.def.ExecutionType == ExecClient {
+		return nil, nil, fmt.Errorf("%w: %s is executed by the client app, not by the server", ErrClientTool, name)
+	}
+	obj, err := validateArgs(t, name, args)
+	return t, obj, err
+}
+
+// validateArgs parses args and validates them against t's schema.
+func validateArgs(t *tool, name, args string) (map[string]any, error) {
 	if len(args) > MaxArgsBytes {
 		return nil, invalidf(name, "arguments are longer than %d bytes", MaxArgsBytes)
 	}
@@ -305,7 +369,7 @@ func (r *Registry) Run(ctx context.Context, name string, args string, call Call)
 		}
 		return nil, invalidf(name, "%v", err)
 	}
-	return t.run(ctx, obj, call)
+	return obj, nil
 }
 
 func invalidf(tool, format string, args ...any) error {
