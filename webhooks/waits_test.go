@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/triggers"
 	"github.com/loomdb/loom/webhooks/llm"
 	"github.com/loomdb/loom/webhooks/llm/llmtest"
 )
@@ -459,5 +460,64 @@ func TestWaits_TimeoutHandlerChecksTheWaitAndTheTime(t *testing.T) {
 	s.wantAgentDocs(before, "after the early and the foreign timeout")
 	if field(s.get(taskPath), "status") != "waiting" {
 		t.Fatal(s.dump())
+	}
+}
+
+// The user cancels a task that waits for a role's reply: the child task is
+// canceled with it (canceledBy parent), the wait's timeout later finds the
+// task canceled and resumes nothing, and the model is not asked again.
+func TestWaits_CancelWhileWaiting(t *testing.T) {
+	fake, model := newFake(t, script{
+		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Plan the trip.") },
+		sub: func(_ int, req map[string]any) llmtest.Step {
+			if reqContains(req, "Message from the general agent") {
+				return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_ask", "ask_user", `{"question":"Which season?"}`)}}
+			}
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_send", "send_message", `{"to":["researcher"],"text":"Where?","wait":true}`)}}
+		},
+	})
+	s := startStack(t, stackOpts{model: model, waitTimeout: 1500 * time.Millisecond})
+	s.say("c1", "m1", "Plan a trip")
+	parent := s.chat("c1") + "/tasks/m1-t0"
+	var child string
+	s.waitFor("the child waiting for the user", 15*time.Second, func() bool {
+		for _, d := range s.docs(s.chat("c1") + "/tasks") {
+			if field(d, "parentTaskId") == "m1-t0" && field(d, "status") == "waiting" {
+				child = d.ID
+				return field(s.get(parent), "status") == "waiting"
+			}
+		}
+		return false
+	})
+	if code := s.patch(parent, s.token, map[string]any{"status": "canceled"}); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	s.canceledNotice("c1", "m1-t0")
+	s.waitFor("the child canceled", 15*time.Second, func() bool {
+		return field(s.get(s.chat("c1")+"/tasks/"+child), "status") == "canceled"
+	})
+	if by := field(s.get(s.chat("c1")+"/tasks/"+child), "canceledBy"); by != "parent" {
+		t.Fatalf("child canceledBy %q", by)
+	}
+	until := max(numField(s.get(parent), "waitUntil"), numField(s.get(s.chat("c1")+"/tasks/"+child), "waitUntil"))
+	time.Sleep(time.Until(time.UnixMilli(until)) + 300*time.Millisecond)
+	s.waitFor("the timeouts delivered", 15*time.Second, func() bool {
+		n := 0
+		for _, d := range s.allDeliveries() {
+			if d.TriggerID == "on-wait-timeout" && len(d.Attempts) > 0 && d.Status == triggers.StatusDelivered {
+				n++
+			}
+		}
+		return n == 2
+	})
+	s.settle(10 * time.Second)
+	if st := field(s.get(parent), "status"); st != "canceled" {
+		t.Fatalf("parent %s\n%s", st, s.dump())
+	}
+	if n := len(s.toolMessages("c1", "m1-t0")) + len(s.toolMessages("c1", child)); n != 0 {
+		t.Fatalf("%d tool messages after the cancel\n%s", n, s.dump())
+	}
+	if n := len(fake.reqs("sub")); n != 2 {
+		t.Fatalf("%d sub-agent requests, want 2", n)
 	}
 }
