@@ -293,7 +293,7 @@ func (h *Handlers) planSend(task *collections.Document, tc llm.ToolCall, used in
 // childTasksBefore counts the tasks send_message started for task in steps
 // before stepSeq (a redelivered step counts the same).
 func (h *Handlers) childTasksBefore(ctx context.Context, c chat, task *collections.Document, stepSeq int64) (int, error) {
-	kids, err := h.docs.Query(ctx, collections.Query{Collection: c.tasks(), Filters: []collections.Filter{eq("parentTaskId", task.ID)}, Limit: 1000})
+	kids, err := h.docs.Query(ctx, collections.Query{Collection: c.tasks(), Filters: []collections.Filter{eq("userId", c.uid), eq("parentTaskId", task.ID)}, Limit: 1000})
 	if err != nil {
 		return 0, err
 	}
