@@ -15,7 +15,7 @@ func TestTriggers_Compile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"on-user-message", "on-new-task", "on-sub-agent-message", "on-sub-agent-tool", "on-client-tool-result", "on-client-tool-timeout", "on-task-completed", "on-task-waiting", "on-chat-cancel", "on-chat-idle", "on-chat-closed"}
+	want := []string{"on-user-message", "on-new-task", "on-sub-agent-message", "on-sub-agent-tool", "on-client-tool-result", "on-client-tool-timeout", "on-task-completed", "on-task-waiting", "on-chat-cancel", "on-wait-timeout", "on-chat-idle", "on-chat-closed"}
 	if len(list) != len(want) {
 		t.Fatalf("%d triggers, want %d", len(list), len(want))
 	}

@@ -132,6 +132,8 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 		History:            cfg.Agents.ChatHistory,
 		ChatSuspendAfter:   cfg.Agents.ChatSuspendAfter.Duration,
 		ChatCleanupAfter:   chatCleanupAfter(cfg.Agents.ChatCleanupAfter),
+		WaitTimeout:        cfg.Agents.WaitTimeout.Duration,
+		MaxChildTasks:      cfg.Agents.MaxChildTasks,
 		// A delivery carries an outbox row's event: a document, its previous
 		// state and the changed field names of both — what the engine lets
 		// a system document hold, so no event the evaluator could store is

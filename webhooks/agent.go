@@ -85,6 +85,7 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	if _, err := h.createOnce(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
 		"userId": c.uid, "chatId": c.id, "taskId": task.ID, "role": role, "status": "active",
 		"iterationCount": 0, "tokenBudget": h.roleBudget(role), "tokensUsed": 0, "model": h.roleModel(role),
+		"lastProcessedMessageId": str(task, "triggerMessageId"),
 	}, subAgentSeal)); err != nil {
 		return err
 	}
@@ -208,7 +209,13 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 		return err
 	}
 	notes = promptNotices(append(notes, pending...))
-	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, notes, seen)
+	// The first step after a wait sees the chat's messages marked
+	// [SEEN]/[NEW] (waits.go).
+	chatBlock, newest, err := h.seenBlock(ctx, c, agent, task)
+	if err != nil {
+		return err
+	}
+	res, failure, err := h.askModel(ctx, c.uid, h.roleOf(task), agent, msgs, notes, seen, chatBlock)
 	if err != nil {
 		return err
 	}
@@ -222,6 +229,9 @@ func (h *Handlers) runStep(ctx context.Context, c chat, sa string, agent, task *
 	}
 	step, agent, err := h.writeStep(ctx, c, sa, agent, msgs, inReplyTo, res, noticeIDs(notes))
 	if err != nil || step == nil {
+		return err
+	}
+	if err := h.markSeen(ctx, agent, task, newest); err != nil {
 		return err
 	}
 	msgs = append(msgs[:len(msgs):len(msgs)], step)
@@ -271,8 +281,12 @@ func (h *Handlers) makeRoom(ctx context.Context, c chat, sa string, agent *colle
 // retry of the same request cannot fix (so the user hears about it
 // instead of waiting on dead deliveries). Other errors are returned for
 // the delivery to retry.
-func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice, seen *usageRead) (*llm.Response, string, error) {
-	req := h.forRole(role, llm.Request{Messages: withNotices(buildContext(agent, msgs), notes), Tools: h.roleTools(role)})
+func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collections.Document, msgs []*collections.Document, notes []notice, seen *usageRead, extra *llm.Message) (*llm.Response, string, error) {
+	prompt := buildContext(agent, msgs)
+	if extra != nil {
+		prompt = append(prompt, *extra) // the chat after a wait (waits.go)
+	}
+	req := h.forRole(role, llm.Request{Messages: withNotices(prompt, notes), Tools: h.roleTools(role)})
 	// The hard stop: after compression, a context still over the budget
 	// (with its overflow) fails the task rather than grow without end.
 	if failure := overBudget(max(num(agent, "contextTokens"), promptEstimate(req)), h.budgetOf(agent)); failure != "" {
@@ -294,7 +308,7 @@ func (h *Handlers) askModel(ctx context.Context, uid, role string, agent *collec
 // roleTools is what the model may call in role: ask_user and the role's
 // tools that exist.
 func (h *Handlers) roleTools(role string) []llm.Tool {
-	toolDefs := []llm.Tool{askUserTool}
+	toolDefs := []llm.Tool{askUserTool, sendMessageTool}
 	for _, name := range h.cfg.Roles[role].Tools {
 		if d, ok := h.tools.Get(name); ok {
 			toolDefs = append(toolDefs, llm.Tool{Name: d.Name, Description: d.Description, Parameters: d.InputSchema})
@@ -453,18 +467,15 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 	if agent, task, err = h.awaitClientCalls(ctx, c, sa, agent, task, step); err != nil {
 		return err
 	}
-	var question string
+	// The step's wait (ask_user, send_message) opens before its tools run,
+	// so no tool result can wake the loop past a question still to be
+	// asked (waits.go).
+	if err := h.startWaits(ctx, c, sa, agent, task, step, calls); err != nil {
+		return err
+	}
 	for i, tc := range calls {
-		if tc.Name == askUserTool.Name {
-			var a struct {
-				Question string `json:"question"`
-			}
-			_ = json.Unmarshal([]byte(tc.Arguments), &a)
-			question = a.Question
-			if question == "" {
-				question = "Could you tell me more?"
-			}
-			continue
+		if isWaitTool(tc.Name) {
+			continue // startWaits
 		}
 		data := map[string]any{
 			"userId": c.uid, "subAgentId": sa, "toolName": tc.Name, "callId": tc.ID, "argsJson": tc.Arguments,
@@ -480,22 +491,6 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		h.clientCallFields(tc.Name, data)
 		path := c.toolCalls(sa) + "/" + toolCallID(tc.ID)
 		if _, err := h.createOnce(ctx, path, h.seals.seal(path, data, toolCallSeal)); err != nil {
-			return err
-		}
-	}
-	if question != "" && !taskFinished(str(task, "status")) && str(agent, "status") == "active" {
-		// The task first, version-checked: a cancel in between wins, and
-		// the sub-agent is left for finalize to settle.
-		if str(task, "status") != "waiting" {
-			_, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "waiting", "question": question}, task.Version)
-			if errors.Is(err, collections.ErrPreconditionFailed) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentWaiting}, 0); err != nil {
 			return err
 		}
 	}
@@ -553,6 +548,12 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 // message, since the user's reply comes as a user message.
 func buildContext(agent *collections.Document, msgs []*collections.Document) []llm.Message {
 	var out []llm.Message
+	answered := map[string]bool{} // calls with a stored tool message (a wait's result)
+	for _, m := range msgs {
+		if str(m, "role") == "tool" {
+			answered[str(m, "toolCallId")] = true
+		}
+	}
 	through := num(agent, "summaryThroughSeq")
 	summary := str(agent, "summary")
 	for _, m := range msgs {
@@ -573,7 +574,7 @@ func buildContext(agent *collections.Document, msgs []*collections.Document) []l
 		}
 		out = append(out, msg)
 		for _, tc := range msg.ToolCalls {
-			if tc.Name == askUserTool.Name {
+			if tc.Name == askUserTool.Name && !answered[tc.ID] {
 				out = append(out, llm.Message{Role: "tool", ToolCallID: tc.ID, Name: tc.Name, Content: "The question was sent to the user; their reply follows."})
 			}
 		}

@@ -101,6 +101,12 @@ type Config struct {
 	// UserConcurrentRuns bounds a user's queries in progress at once (0:
 	// DefaultUserConcurrentRuns; negative: no limit).
 	UserConcurrentRuns int
+	// WaitTimeout is how long an ask_user or send_message wait lasts unless
+	// the model asks for another time (0: DefaultWaitTimeout).
+	WaitTimeout time.Duration
+	// MaxChildTasks bounds the tasks one task starts with send_message to
+	// agent roles (0: DefaultMaxChildTasks).
+	MaxChildTasks int
 
 	// Rules evaluates the lifecycle rules at the hook points (nil: none).
 	Rules *plugins.Engine
@@ -169,6 +175,12 @@ func New(cfg Config) (*Handlers, error) {
 	if cfg.UserConcurrentRuns == 0 {
 		cfg.UserConcurrentRuns = DefaultUserConcurrentRuns
 	}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
+	if cfg.MaxChildTasks <= 0 {
+		cfg.MaxChildTasks = DefaultMaxChildTasks
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -192,6 +204,7 @@ func New(cfg Config) (*Handlers, error) {
 		"orchestrator-finalize": h.finalize,
 		"orchestrator-notify":   h.notify,
 		"chat-cancel":           h.chatCancel,
+		"wait-timeout":          h.waitTimeout,
 		"chat-idle":             h.chatIdle,
 	}
 	for name, fn := range h.routes {

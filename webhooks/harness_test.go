@@ -53,25 +53,40 @@ type stackOpts struct {
 	rulesDir string
 	// Per-user limits (0: the runtime's defaults).
 	userTokensPerDay, userConcurrentRuns int
+	// waitTimeout and maxChildTasks are [agents] wait_timeout and
+	// max_child_tasks (0: the defaults).
+	waitTimeout   time.Duration
+	maxChildTasks int
+	// dataDir is the node's data directory ("": a new one); a restart
+	// passes the stopped node's.
+	dataDir string
 	// configure, when set, adjusts the node's configuration last.
 	configure func(*config.Config)
 }
 
 func startStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	node := apptest.Start(t, apptest.Options{Agents: true, Model: o.model, Rules: o.rules, Config: func(c *config.Config) {
+	s := startNode(t, o)
+	s.signup("alice")
+	return s
+}
+
+// startNode starts the node of a stack, without a user (a restart keeps
+// the stopped node's).
+func startNode(t testing.TB, o stackOpts) *stack {
+	t.Helper()
+	node := apptest.Start(t, apptest.Options{Agents: true, Model: o.model, Rules: o.rules, DataDir: o.dataDir, Config: func(c *config.Config) {
 		// The tools' HTTP may reach the test servers on loopback.
 		c.Agents.AllowHosts = []string{"127.0.0.1"}
 		c.Agents.MaxIterations, c.Agents.TokenBudget = o.maxIterations, o.tokenBudget
 		c.Agents.RulesDir = o.rulesDir
 		c.Agents.UserTokensPerDay, c.Agents.UserConcurrentRuns = o.userTokensPerDay, o.userConcurrentRuns
+		c.Agents.WaitTimeout.Duration, c.Agents.MaxChildTasks = o.waitTimeout, o.maxChildTasks
 		if o.configure != nil {
 			o.configure(c)
 		}
 	}})
-	s := &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
-	s.signup("alice")
-	return s
+	return &stack{t: t, node: node, store: node.Store, trig: node.Triggers, URL: node.URL, reg: node.Registry}
 }
 
 // signup signs up name and makes it the stack's user.

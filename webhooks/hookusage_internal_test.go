@@ -62,7 +62,7 @@ message = "half spent"
 	if err != nil || len(notes) != 1 {
 		t.Fatalf("turnStartHook: %d notices, err=%v; want the rule's one", len(notes), err)
 	}
-	if _, failure, err := h.askModel(ctx, c.uid, "general", agent, msgs, notes, seen); err != nil || failure != "" {
+	if _, failure, err := h.askModel(ctx, c.uid, "general", agent, msgs, notes, seen, nil); err != nil || failure != "" {
 		t.Fatalf("askModel: failure=%q err=%v", failure, err)
 	}
 	if n := docs.gets[usage]; n != 1 {

@@ -163,15 +163,16 @@ func TestComplete_ReadsUsageOnce(t *testing.T) {
 	}
 }
 
-// Every user message looks for a task of its chat waiting for the user.
+// Every user message without replyTo looks for the tasks of its chat
+// waiting for the user (routeReply).
 // The status index spans every user's tasks (the engine's indexes do not
 // hold the collection), so the lookup names the user too and seeks the
 // (userId, status) index: the user's waiting tasks, not every user's.
-func TestRouteToWaiting_SeeksTheUsersWaitingTasks(t *testing.T) {
+func TestWaitingForUser_SeeksTheUsersWaitingTasks(t *testing.T) {
 	docs := &queryLog{}
 	h := offlineHandlers(t, Config{Docs: docs})
-	if routed, err := h.routeToWaiting(context.Background(), chat{uid: "u1", id: "c1"}, &collections.Document{ID: "m1"}); routed || err != nil {
-		t.Fatalf("routed=%v err=%v with no task", routed, err)
+	if waiting, err := h.waitingForUser(context.Background(), chat{uid: "u1", id: "c1"}); len(waiting) != 0 || err != nil {
+		t.Fatalf("waiting=%v err=%v with no task", waiting, err)
 	}
 	n := 0
 	for _, q := range docs.queries {

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,7 +62,7 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
 		return err
 	}
-	if routed, err := h.routeToWaiting(ctx, c, msg); err != nil || routed {
+	if routed, err := h.routeReply(ctx, c, msg); err != nil || routed {
 		return err
 	}
 	reply, err := h.getOpt(ctx, replyPath)
@@ -183,9 +182,18 @@ func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections
 	if err := h.checkRuns(ctx, c, msg); err != nil {
 		return nil, err
 	}
+	prompt, tools := []llm.Message{{Role: "system", Content: orchestratorPrompt}}, h.orchestratorTools()
+	// Tasks waiting for the user: the message may answer one (waits.go).
+	waiting, err := h.waitingPrompt(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if waiting != nil {
+		prompt, tools = append(prompt, *waiting), append(tools, answerTaskTool)
+	}
 	return h.completeSeen(ctx, c.uid, h.forOrchestrator(llm.Request{
-		Messages: withNotices(append([]llm.Message{{Role: "system", Content: orchestratorPrompt}}, history...), notes),
-		Tools:    h.orchestratorTools(),
+		Messages: withNotices(append(prompt, history...), notes),
+		Tools:    tools,
 	}), seen)
 }
 
@@ -279,6 +287,8 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		// result is discarded.
 		_, err = h.docs.Update(ctx, path, patch, task.Version)
 		return ignoreConflict(err)
+	case answerTaskTool.Name:
+		return h.answerTask(ctx, c, msg, argsText)
 	default:
 		// A call the orchestrator was not offered: record it as a failed
 		// task so the user sees it.
@@ -287,69 +297,6 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		_, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
 		return err
 	}
-}
-
-// routeToWaiting hands a user message to the sub-agent of a task of this
-// chat that waits for the user, as its answer.
-func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.Document) (bool, error) {
-	// A redelivery finds the message routed already.
-	// (userId, status): the (userId, status) index, not the status one,
-	// which would read the waiting tasks of every user.
-	task, err := h.firstTask(ctx, c, eq("userId", c.uid), eq("status", "waiting"))
-	if err != nil {
-		return false, err
-	}
-	if task == nil {
-		// Routed before a crash: the task is running again; find it by the
-		// answer it got.
-		if task, err = h.firstTask(ctx, c, eq("answerMessageId", msg.ID)); err != nil || task == nil {
-			return false, err
-		}
-	}
-	// A task's sub-agent is named after it (agentInit); subAgentId only
-	// says it has started.
-	sa := task.ID
-	if str(task, "type") != "agent" || str(task, "subAgentId") != sa {
-		return false, nil
-	}
-	if taskFinished(str(task, "status")) {
-		// Canceled (or ended) after it took this answer: the answer is
-		// spent, and a canceled task is never woken.
-		return true, nil
-	}
-	// The task first, version-checked (a cancel in between wins: the
-	// message is not routed), then wake the sub-agent before its new
-	// message triggers the loop.
-	if str(task, "status") == "waiting" {
-		_, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "answerMessageId": msg.ID}, task.Version)
-		if errors.Is(err, collections.ErrPreconditionFailed) {
-			if gone, err := h.taskGone(ctx, task); err != nil || gone {
-				return false, err
-			}
-		} else if err != nil {
-			return false, err
-		}
-	}
-	if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "active"}, 0); err != nil {
-		return false, err
-	}
-	// The answer's id derives from the chat message, so a redelivery does
-	// not write it twice; its seq follows the sub-agent's last message and
-	// the seqs reserved for the tool results of the last step (a call of
-	// the step that asked may still be running).
-	answerPath := c.subMessages(sa) + "/" + answerID(msg.ID)
-	if existing, err := h.getOpt(ctx, answerPath); err != nil || existing != nil {
-		return true, err
-	}
-	seq, err := h.nextFreeSeq(ctx, c, sa)
-	if err != nil {
-		return false, err
-	}
-	_, err = h.createOnce(ctx, answerPath, h.seals.seal(answerPath, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(msg, "content"),
-		"seq": seq, "chatMessageId": msg.ID,
-	}, subMessageSeal))
-	return true, err
 }
 
 // firstTask returns the first task of the chat that matches filters and

@@ -55,7 +55,7 @@ func (s *stack) allDelivered() {
 	}
 	for _, d := range all {
 		if d.Status == triggers.StatusScheduled {
-			continue // a timer not yet due (a chat's idle check)
+			continue // a timer not yet due (a wait's timeout, a chat's idle check)
 		}
 		if d.Status != triggers.StatusDelivered {
 			s.t.Fatalf("delivery %s of %s is %s after %d attempts\n%s", d.ID, d.TriggerID, d.Status, len(d.Attempts), s.dump())

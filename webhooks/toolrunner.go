@@ -201,7 +201,16 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 		return nil // see agentInit: not a task of the runtime's
 	}
 	if str(task, "status") == statusCanceled {
-		return h.settleCanceled(ctx, c, task)
+		if err := h.settleCanceled(ctx, c, task); err != nil {
+			return err
+		}
+		// A canceled child task still answers its parent's wait.
+		_, err := h.childDone(ctx, c, task)
+		return err
+	}
+	// A task send_message started answers its parent's wait (waits.go).
+	if handled, err := h.childDone(ctx, c, task); err != nil || handled {
+		return err
 	}
 	path := c.messages() + "/" + resultID(task.ID)
 	if existing, err := h.getOpt(ctx, path); err != nil || existing != nil {
@@ -249,11 +258,24 @@ func (h *Handlers) notify(ctx context.Context, ev *Event) error {
 	if str(task, "status") != "waiting" || !h.seals.valid(task, taskSeal) {
 		return nil
 	}
-	// One question per wait: the id carries the task version of the wait.
+	// One question per wait, named after it (waits.go); a wait for agents
+	// only asks the user nothing.
 	path := c.messages() + "/" + questionID(task.ID, task.Version)
-	_, err = h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
+	data := map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "content": str(task, "question"),
 		"taskId": task.ID, "kind": "question", "status": "waiting",
-	}, chatMessageSeal))
+	}
+	if ws, id := waitStateOf(task), str(task, "waitId"); ws != nil && id != "" {
+		if !slices.ContainsFunc(ws.WaitingFor, func(w waitFor) bool { return w.Kind == "user" }) {
+			return nil
+		}
+		path = c.messages() + "/" + waitQuestionID(id)
+		to := []any{}
+		for _, w := range ws.WaitingFor {
+			to = append(to, w.Name)
+		}
+		data["waitId"], data["to"] = id, to
+	}
+	_, err = h.createOnce(ctx, path, h.seals.seal(path, data, chatMessageSeal))
 	return err
 }

@@ -16,7 +16,7 @@ func TestServe_FromAnyDirectory(t *testing.T) {
 	t.Parallel()
 	p := startAgentProc(t, "serve", listenRE, []string{"LOOM_ADMIN_KEY=k"},
 		"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir())
-	for _, want := range []string{`msg="security rules loaded" file=built-in rules=9`, `msg="triggers loaded" file=built-in triggers=11`} {
+	for _, want := range []string{`msg="security rules loaded" file=built-in rules=9`, `msg="triggers loaded" file=built-in triggers=12`} {
 		if !strings.Contains(p.errors(), want) {
 			t.Errorf("startup log lacks %s", want)
 		}

@@ -195,6 +195,14 @@ type Agents struct {
 	// UserConcurrentRuns bounds a user's queries in progress at once (0 =
 	// the default, 3; negative = no limit).
 	UserConcurrentRuns int `toml:"user_concurrent_runs"`
+	// WaitTimeout is how long an ask_user or send_message(wait: true)
+	// wait lasts before the run resumes with a timeout result (default
+	// 10m; at least 1s, at most 24h). The model may ask for 10s..24h per
+	// call (timeoutSeconds).
+	WaitTimeout Duration `toml:"wait_timeout"`
+	// MaxChildTasks bounds the tasks one task starts with send_message to
+	// agent roles (default 4, at most 64).
+	MaxChildTasks int `toml:"max_child_tasks"`
 	// ToolsFile is a JSON array of tool definitions (default ./tools.json
 	// when present); [[tool]] entries add to it.
 	ToolsFile string `toml:"tools_file"`
@@ -615,6 +623,12 @@ func (a *Agents) validateRules() error {
 		if !fi.IsDir() {
 			return fmt.Errorf("config: [agents] %s: %s is not a directory", d.key, d.dir)
 		}
+	}
+	if d := a.WaitTimeout.Duration; d != 0 && (d < time.Second || d > 24*time.Hour) {
+		return fmt.Errorf("config: [agents] wait_timeout must be between 1s and 24h, got %s", d)
+	}
+	if n := a.MaxChildTasks; n < 0 || n > 64 {
+		return fmt.Errorf("config: [agents] max_child_tasks must be between 0 (the default, 4) and 64, got %d", n)
 	}
 	if n := a.LuaInstructions; n < 0 || n > MaxLuaInstructions {
 		return fmt.Errorf("config: [agents] lua_instructions must be between 0 (the default) and %d, got %d", MaxLuaInstructions, n)

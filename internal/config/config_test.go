@@ -272,13 +272,16 @@ login_user_failures = 50
 
 // The per-user agent limits are loom.toml keys ([agents]).
 func TestLoad_AgentUserLimits(t *testing.T) {
-	p := writeFile(t, "[agents]\nuser_tokens_per_day = 5000\nuser_concurrent_runs = -1\n")
+	p := writeFile(t, "[agents]\nuser_tokens_per_day = 5000\nuser_concurrent_runs = -1\nwait_timeout = \"2s\"\nmax_child_tasks = 2\n")
 	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Agents.UserTokensPerDay != 5000 || cfg.Agents.UserConcurrentRuns != -1 {
 		t.Fatalf("agents=%+v, want user_tokens_per_day 5000, user_concurrent_runs -1", cfg.Agents)
+	}
+	if cfg.Agents.WaitTimeout.Duration != 2*time.Second || cfg.Agents.MaxChildTasks != 2 {
+		t.Fatalf("agents=%+v, want wait_timeout 2s, max_child_tasks 2", cfg.Agents)
 	}
 }
 
@@ -417,6 +420,10 @@ func TestLoad_AgentRules(t *testing.T) {
 		{"lua_timeout = \"1m\"", "lua_timeout"},
 		{"lua_memory = 4294967296", "lua_memory"},
 		{"rule_log_retention = \"-1h\"", "rule_log_retention"},
+		{"wait_timeout = \"500ms\"", "wait_timeout"},
+		{"wait_timeout = \"25h\"", "wait_timeout"},
+		{"max_child_tasks = -1", "max_child_tasks"},
+		{"max_child_tasks = 65", "max_child_tasks"},
 	} {
 		_, err := config.Load(config.Flags{Config: writeFile(t, "[agents]\n"+tt.body+"\n")}, env(nil))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
