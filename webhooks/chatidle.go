@@ -20,9 +20,10 @@ import (
 //     cleanup is off), else re-arms idleAt at that time. The next user
 //     message reactivates a suspended chat.
 //   - closed by the user (on-chat-closed delivers at once): schedules the
-//     cleanup (closedAt; idleAt = now + chat_cleanup_after, or none). A
-//     closed chat stays closed: its messages get a failed reply and run
-//     nothing.
+//     cleanup (closedAt; idleAt = now + chat_cleanup_after, or none) and,
+//     when a task of the chat is unfinished, cancels the chat's run
+//     (runStatus "canceled": chatCancel cancels the tasks). A closed chat
+//     stays closed: its messages get a failed reply and run nothing.
 //   - suspended or closed, with its cleanup due, while a task of the chat
 //     has not finished (pending, running, waiting): looks again in a minute
 //     (or chat_cleanup_after, if shorter).
@@ -72,7 +73,17 @@ func (h *Handlers) chatIdle(ctx context.Context, ev *Event) error {
 		now := time.Now().UnixMilli()
 		status := str(cur, "status")
 		if _, scheduled := cur.Data["closedAt"]; status == chatClosed && !scheduled {
-			err = h.writeChat(ctx, cur, map[string]any{"closedAt": now, "idleAt": h.cleanupAt(now)})
+			patch := map[string]any{"closedAt": now, "idleAt": h.cleanupAt(now)}
+			// Closing stops the chat's runs: its unfinished tasks are
+			// canceled like on the user's cancel of the chat (chatCancel).
+			busy, berr := h.chatBusy(ctx, c)
+			if berr != nil {
+				return berr
+			}
+			if busy {
+				patch["runStatus"] = statusCanceled
+			}
+			err = h.writeChat(ctx, cur, patch)
 		} else {
 			idle, armed := collections.Int64(cur.Data["idleAt"])
 			switch {

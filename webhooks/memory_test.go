@@ -633,23 +633,22 @@ func TestChatIdle_CleanupNever(t *testing.T) {
 }
 
 // A due cleanup waits while a task of the chat has not finished (here one
-// waiting for the user, who closed the chat instead of answering), and runs
-// once it has (here canceled).
+// waiting for the user in a chat that went idle), and runs once it has
+// (here canceled by the user).
 func TestChatIdle_CleanupWaitsForUnfinishedTasks(t *testing.T) {
 	s := startChatStack(t, llm.Offline(), func(a *config.Agents) {
+		a.ChatSuspendAfter = config.Duration{Duration: time.Second}
 		a.ChatCleanupAfter = config.SignedDuration{Duration: time.Second, Set: true}
 	})
 	s.say("c1", "m1", "Please ask me what to look into.")
 	s.waitFor("the task waiting", 15*time.Second, func() bool { return field(s.get(s.chat("c1")+"/tasks/m1-t0"), "status") == "waiting" })
-	if code := s.patchChat("c1", map[string]any{"status": "closed"}, false); code != 200 {
-		t.Fatalf("close: %d", code)
-	}
-	s.waitFor("the cleanup scheduled", 10*time.Second, func() bool { return numField(s.get(s.chat("c1")), "closedAt") > 0 })
-	closed := s.get(s.chat("c1"))
+	s.waitFor("the chat suspended", 10*time.Second, func() bool { return field(s.get(s.chat("c1")), "status") == "suspended" })
+	suspended := s.get(s.chat("c1"))
 	before := s.chatTree(s.chat("c1"))
-	// The first check finds the task waiting and looks again a second later.
+	// The first cleanup check finds the task waiting and looks again a
+	// second later.
 	s.waitFor("the cleanup deferred", 10*time.Second, func() bool {
-		return numField(s.get(s.chat("c1")), "idleAt") > numField(closed, "idleAt")
+		return numField(s.get(s.chat("c1")), "idleAt") > numField(suspended, "idleAt")
 	})
 	after := s.chatTree(s.chat("c1"))
 	delete(after, s.chat("c1"))
@@ -661,6 +660,28 @@ func TestChatIdle_CleanupWaitsForUnfinishedTasks(t *testing.T) {
 	if code, m := s.do("PATCH", "/api/v1/databases/default/documents/"+s.chat("c1")+"/tasks/m1-t0", s.token, string(body)); code != 200 {
 		t.Fatalf("cancel: %d %v", code, m)
 	}
+	s.waitFor("the chat deleted", 15*time.Second, func() bool { return s.get(s.chat("c1")) == nil })
+	s.settle(10 * time.Second)
+	if left := s.chatTree(s.chat("c1")); len(left) != 0 {
+		t.Fatalf("%d documents left: %v", len(left), left)
+	}
+}
+
+// Closing a chat cancels its unfinished tasks (a question the user will
+// not answer now), then the chat is cleaned up.
+func TestChatIdle_CloseCancelsTheRun(t *testing.T) {
+	s := startChatStack(t, llm.Offline(), func(a *config.Agents) {
+		a.ChatCleanupAfter = config.SignedDuration{Duration: time.Second, Set: true}
+	})
+	s.say("c1", "m1", "Please ask me what to look into.")
+	s.waitFor("the task waiting", 15*time.Second, func() bool { return field(s.get(s.chat("c1")+"/tasks/m1-t0"), "status") == "waiting" })
+	if code := s.patchChat("c1", map[string]any{"status": "closed"}, false); code != 200 {
+		t.Fatalf("close: %d", code)
+	}
+	s.waitFor("the task canceled", 10*time.Second, func() bool {
+		task := s.get(s.chat("c1") + "/tasks/m1-t0")
+		return field(task, "status") == "canceled" && field(task, "canceledBy") == "chat"
+	})
 	s.waitFor("the chat deleted", 15*time.Second, func() bool { return s.get(s.chat("c1")) == nil })
 	s.settle(10 * time.Second)
 	if left := s.chatTree(s.chat("c1")); len(left) != 0 {
