@@ -449,6 +449,11 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		}
 		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
+	if taskFinished(str(task, "status")) {
+		// Canceled (or ended) after the step was written: its calls are
+		// not made (no client app is handed a call of a canceled task).
+		return nil
+	}
 	// A client tool's wait is recorded before its call can be answered.
 	if agent, task, err = h.awaitClientCalls(ctx, c, sa, agent, task, step); err != nil {
 		return err

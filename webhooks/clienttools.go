@@ -176,6 +176,18 @@ func (h *Handlers) clientPending(ctx context.Context, c chat, sa string, tc *col
 		return nil, err
 	}
 	if err == nil {
+		// A call of a task that has ended (a cancel that settled before
+		// this call was created) is not left to the client app.
+		gone, gerr := h.taskGone(ctx, &collections.Document{Path: c.tasks() + "/" + str(agent, "taskId")})
+		if gerr != nil {
+			return nil, gerr
+		}
+		if gone {
+			if err := h.cancelToolCall(ctx, tc.Path); err != nil {
+				return nil, err
+			}
+			return h.docs.Get(ctx, tc.Path)
+		}
 		err = h.tools.Check(def.Name, str(tc, "argsJson"))
 	}
 	if err != nil {

@@ -1,0 +1,72 @@
+package webhooks_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/loomdb/loom/webhooks/llm"
+	"github.com/loomdb/loom/webhooks/llm/llmtest"
+)
+
+// A client call must not be handed to the client app for a canceled task:
+// a step of the task's loop that was written before the cancel, carried out
+// after it (a redelivery after a crash, or the cancel landing between the
+// step's write and its follow-up), creates no pending call; and a pending
+// call the settlement missed (created after it queried the pending calls)
+// is canceled when tool-runner sees it, not left to the app.
+func TestReview_NoClientCallForACanceledTask(t *testing.T) {
+	_, model := newFake(t, script{
+		sub: func(n int, req map[string]any) llmtest.Step {
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
+		},
+	})
+	s := startClientStack(t, model, pickFile(60000), "pick_file")
+	s.say("c1", "m1", "Pick a file.")
+	chat := s.chat("c1")
+	task, agent := chat+"/tasks/m1-t0", chat+"/sub-agents/m1-t0"
+	pick := agent + "/tool-calls/call_pick"
+	s.waitFor("the client call pending", 15*time.Second, func() bool {
+		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
+	})
+	if code := s.patchAs(task, s.token, `{"status":"canceled"}`); code != 200 {
+		t.Fatalf("cancel: %d", code)
+	}
+	s.canceledNotice("c1", "m1-t0")
+	s.settle(10 * time.Second)
+	if st := field(s.get(pick), "status"); st != "canceled" {
+		t.Fatalf("client call %q after the settlement", st)
+	}
+
+	// The settlement ran before the call existed: the call is pending
+	// (as the step's follow-up created it after the settlement's query).
+	if code := s.patchAs(pick, adminKey, `{"status":"pending"}`); code != 200 {
+		t.Fatalf("re-pending the call: %d", code)
+	}
+	if code := s.postSigned("tool-runner", "evt-review-create", "create", s.get(pick)); code != 200 {
+		t.Fatalf("tool-runner: %d", code)
+	}
+	if st := field(s.get(pick), "status"); st != "canceled" {
+		t.Fatalf("a client call of a canceled task is %q: the app would run it\n%s", st, s.dump())
+	}
+
+	// The step's follow-up runs after the cancel (a redelivery of the
+	// event the step answers): no call is created for the app.
+	if code, _ := s.do("DELETE", "/api/v1/databases/default/documents/"+pick, adminKey, ""); code != 200 && code != 204 {
+		t.Fatalf("deleting the call: %d", code)
+	}
+	step := s.get(agent + "/messages/m000002")
+	if step == nil || field(step, "role") != "assistant" {
+		t.Fatalf("no step at seq 2\n%s", s.dump())
+	}
+	instr := s.get(agent + "/messages/" + field(step, "inReplyTo"))
+	if instr == nil {
+		t.Fatalf("no message %q", field(step, "inReplyTo"))
+	}
+	if code := s.postSigned("agent-loop", "evt-review-loop", "create", instr); code != 200 {
+		t.Fatalf("agent-loop: %d", code)
+	}
+	s.settle(10 * time.Second)
+	if tc := s.get(pick); tc != nil {
+		t.Fatalf("a call (%s) was created for a canceled task\n%s", field(tc, "status"), s.dump())
+	}
+}
