@@ -1,6 +1,8 @@
 package webhooks_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +70,48 @@ func TestReview_NoClientCallForACanceledTask(t *testing.T) {
 	s.settle(10 * time.Second)
 	if tc := s.get(pick); tc != nil {
 		t.Fatalf("a call (%s) was created for a canceled task\n%s", field(tc, "status"), s.dump())
+	}
+}
+
+// The owner's app answers a client call before tool-runner first saw it
+// (it watches the pending calls and answers at once): the runtime still
+// checks the call as it checks one it hands to the app, and a call the
+// role does not offer gets the runtime's refusal as its outcome, not the
+// app's result.
+func TestReview_ClientResultForARefusedCall(t *testing.T) {
+	fake, model := newFake(t, script{
+		sub: func(n int, req map[string]any) llmtest.Step {
+			if n == 0 {
+				return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
+			}
+			return llmtest.Step{Content: "done"}
+		},
+	})
+	// The researcher is not offered pick_file; the model calls it anyway.
+	s := startClientStack(t, model, pickFile(60000), "calculator")
+	ctx := context.Background()
+	if err := s.trig.Disable(ctx, "on-sub-agent-tool"); err != nil {
+		t.Fatal(err)
+	}
+	s.say("c1", "m1", "Pick a file.")
+	pick := s.chat("c1") + "/sub-agents/m1-t0/tool-calls/call_pick"
+	s.waitFor("the client call", 15*time.Second, func() bool { return field(s.get(pick), "status") == "pending" })
+	if code := s.patchAs(pick, s.token, `{"status":"success","result":"forged"}`); code != 200 {
+		t.Fatalf("the app's result: %d", code)
+	}
+	s.waitFor("the model's next step", 15*time.Second, func() bool { return len(fake.reqs("sub")) == 2 })
+	got, ok := toolResultIn(fake.reqs("sub")[1], "call_pick")
+	if !ok || strings.Contains(got, "forged") || !strings.Contains(got, "not available") {
+		t.Fatalf("the model saw %q (%v) for a call the role does not offer", got, ok)
+	}
+	if tc := s.get(pick); field(tc, "status") != "failed" || tc.Data["result"] != nil {
+		t.Fatalf("call %v", tc.Data)
+	}
+	if err := s.trig.Enable(ctx, "on-sub-agent-tool"); err != nil {
+		t.Fatal(err)
+	}
+	s.settle(10 * time.Second)
+	if n := s.toolMsgCount("c1", "m1-t0", "call_pick"); n != 1 {
+		t.Fatalf("%d tool messages for the call", n)
 	}
 }
