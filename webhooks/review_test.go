@@ -2,7 +2,12 @@ package webhooks_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +118,67 @@ func TestReview_ClientResultForARefusedCall(t *testing.T) {
 	s.settle(10 * time.Second)
 	if n := s.toolMsgCount("c1", "m1-t0", "call_pick"); n != 1 {
 		t.Fatalf("%d tool messages for the call", n)
+	}
+}
+
+// The orchestrator carries out a plan of several run_tool calls one after
+// the other; the user cancels the chat's run while the first tool runs:
+// the later ones do not run (their tasks are canceled), and the first one's
+// result is discarded.
+func TestReview_ChatCancelStopsTheRestOfAPlan(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		mu.Unlock()
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		fmt.Fprint(w, "page")
+	}))
+	var once sync.Once
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	runTool := func(id, url string) llm.ToolCall {
+		args, _ := json.Marshal(map[string]any{"name": "http_get", "args": map[string]any{"url": url}})
+		return llm.ToolCall{ID: id, Name: "run_tool", Arguments: string(args)}
+	}
+	_, model := newFake(t, script{
+		orch: func(int, map[string]any) llmtest.Step {
+			return llmtest.Step{Content: "Fetching.", ToolCalls: []llm.ToolCall{runTool("call_a", srv.URL+"/slow"), runTool("call_b", srv.URL+"/after")}}
+		},
+	})
+	s := startStack(t, stackOpts{model: model})
+	s.say("c1", "m1", "Fetch two pages")
+	first, second := s.chat("c1")+"/tasks/m1-t0", s.chat("c1")+"/tasks/m1-t1"
+	s.waitFor("the first tool running", 15*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return hits["/slow"] == 1 && field(s.get(first), "status") == "running"
+	})
+	// The chat document does not exist yet (the runtime creates it once
+	// the plan's tasks exist): the app creates it canceled.
+	if code := s.write("PUT", s.chat("c1"), s.token, map[string]any{"runStatus": "canceled"}); code != 200 && code != 201 {
+		t.Fatalf("cancel the chat: %d", code)
+	}
+	s.waitFor("the first task canceled", 15*time.Second, func() bool { return field(s.get(first), "status") == "canceled" })
+	once.Do(func() { close(release) })
+	s.settle(10 * time.Second)
+	mu.Lock()
+	after := hits["/after"]
+	mu.Unlock()
+	if after != 0 {
+		t.Fatalf("the plan's next tool ran after the chat's run was canceled\n%s", s.dump())
+	}
+	if tk := s.get(second); tk != nil && field(tk, "status") != "canceled" {
+		t.Fatalf("the plan's next task %v", tk.Data)
+	}
+	if tk := s.get(first); field(tk, "status") != "canceled" || tk.Data["result"] != nil {
+		t.Fatalf("the first task %v", tk.Data)
 	}
 }
