@@ -500,7 +500,7 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 				return err
 			}
 		}
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": agentWaiting}, 0); err != nil {
+		if _, err := h.moveAgent(ctx, agent.Path, agentWaiting); err != nil {
 			return err
 		}
 	}
@@ -522,7 +522,7 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 			if st == "failed" {
 				done = "failed"
 			}
-			_, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": done}, 0)
+			_, err := h.moveAgent(ctx, agent.Path, done)
 			return err
 		}
 		return nil
@@ -548,7 +548,7 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	if err != nil || ended == nil || str(ended, "status") != patch["status"] {
 		return err
 	}
-	_, err = h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0)
+	_, err = h.moveAgent(ctx, agent.Path, agentStatus)
 	return err
 }
 

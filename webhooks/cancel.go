@@ -62,6 +62,19 @@ func (h *Handlers) casUpdate(ctx context.Context, path string, next func(cur *co
 	return nil, fmt.Errorf("%s: still conflicting after %d attempts", path, casAttempts)
 }
 
+// moveAgent moves a live sub-agent (active or waiting) to status,
+// compare-and-swap: a sub-agent that has ended (canceled by a settlement
+// that ran meanwhile, completed, failed) is never moved back, whatever the
+// caller read before. It returns the sub-agent as it now is (nil: none).
+func (h *Handlers) moveAgent(ctx context.Context, path, status string) (*collections.Document, error) {
+	return h.casUpdate(ctx, path, func(cur *collections.Document) map[string]any {
+		if st := str(cur, "status"); st == status || !agentLive(st) {
+			return nil
+		}
+		return map[string]any{"status": status}
+	})
+}
+
 // cancelTask moves a sealed, unfinished task to canceled (version-checked),
 // naming who canceled it.
 func (h *Handlers) cancelTask(ctx context.Context, path, by string) error {

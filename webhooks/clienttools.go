@@ -118,7 +118,7 @@ func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agen
 	// back by the missing tool results (pendingCalls), so a crash before
 	// this write costs nothing but the label.
 	if str(agent, "status") == "active" {
-		if agent, err = h.docs.Update(ctx, agent.Path, map[string]any{"status": subAgentWaiting}, 0); err != nil {
+		if agent, err = h.moveAgent(ctx, agent.Path, subAgentWaiting); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -346,7 +346,7 @@ func (h *Handlers) resumeFromClient(ctx context.Context, agent, task *collection
 		}
 	}
 	if str(task, "status") == "running" && str(agent, "status") == subAgentWaiting {
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, 0); err != nil {
+		if _, err := h.moveAgent(ctx, agent.Path, "active"); err != nil {
 			return false, err
 		}
 	}

@@ -321,7 +321,7 @@ func (h *Handlers) routeToWaiting(ctx context.Context, c chat, msg *collections.
 			return false, err
 		}
 	}
-	if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "active"}, 0); err != nil {
+	if _, err := h.moveAgent(ctx, c.subAgent(sa), "active"); err != nil {
 		return false, err
 	}
 	// The answer's id derives from the chat message, so a redelivery does

@@ -1,0 +1,80 @@
+package webhooks
+
+import (
+	"context"
+	"testing"
+
+	"github.com/loomdb/loom/access"
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/rules"
+)
+
+// A handler that read a sub-agent before a cancel was settled must not move
+// it back from canceled when it writes its status after the settlement (an
+// unversioned status write would revive it: the app shows a live agent for
+// a canceled task, forever). Real SQLite through the service key's Docs.
+func TestMoveAgent_NeverRevivesACanceledSubAgent(t *testing.T) {
+	ctx := context.Background()
+	svc, err := access.New(access.Config{Store: openTestStore(t), Rules: rules.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
+	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	h := offlineHandlers(t, Config{Docs: docs})
+	c := chat{uid: "u1", id: "c1"}
+	sa := taskID("m1", 0)
+	taskPath := c.tasks() + "/" + sa
+	task, err := docs.Create(ctx, taskPath, h.seals.seal(taskPath, map[string]any{
+		"userId": c.uid, "chatId": c.id, "type": "agent", "name": "agent:general", "instruction": "x",
+		"triggerMessageId": "m1", "status": "running", "subAgentId": sa,
+	}, taskSeal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPath := c.subAgent(sa)
+	stale, err := docs.Create(ctx, agentPath, h.seals.seal(agentPath, map[string]any{
+		"userId": c.uid, "chatId": c.id, "taskId": sa, "role": "general", "status": "waiting",
+	}, subAgentSeal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The settlement of a cancel ends the sub-agent after the handler read it.
+	if _, err := docs.Update(ctx, agentPath, map[string]any{"status": statusCanceled}, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantCanceled := func(when string) {
+		t.Helper()
+		cur, err := docs.Get(ctx, agentPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := str(cur, "status"); st != statusCanceled {
+			t.Fatalf("%s: sub-agent %q, want it to stay canceled", when, st)
+		}
+	}
+	if _, err := h.resumeFromClient(ctx, stale, task); err != nil {
+		t.Fatal(err)
+	}
+	wantCanceled("after a client result resumed it")
+	if err := h.failTask(ctx, c, taskPath, "x"); err != nil {
+		t.Fatal(err)
+	}
+	wantCanceled("after its task failed")
+	done := &collections.Document{Path: taskPath, Data: map[string]any{"status": "success"}}
+	if err := h.finishTask(ctx, c, sa, &collections.Document{Path: agentPath, Data: map[string]any{"status": "active"}}, done, nil, "r", ""); err != nil {
+		t.Fatal(err)
+	}
+	wantCanceled("after a late finish")
+	// A live sub-agent still moves.
+	if _, err := docs.Update(ctx, agentPath, map[string]any{"status": agentWaiting}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.moveAgent(ctx, agentPath, "active"); err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := docs.Get(ctx, agentPath); str(cur, "status") != "active" {
+		t.Fatalf("a waiting sub-agent did not move: %v", cur.Data)
+	}
+}
