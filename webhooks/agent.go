@@ -108,8 +108,14 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
+	if str(cur, "status") == statusCanceled {
+		// Canceled before it started: no instruction, no loop. The
+		// settlement may have run before the sub-agent existed: end it
+		// here too (idempotent), so it does not stay active.
+		return h.cancelSubAgent(ctx, c, cur)
+	}
 	if taskFinished(str(cur, "status")) {
-		return nil // canceled before it started: no instruction, no loop
+		return nil
 	}
 	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,

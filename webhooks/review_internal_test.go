@@ -78,3 +78,57 @@ func TestMoveAgent_NeverRevivesACanceledSubAgent(t *testing.T) {
 		t.Fatalf("a waiting sub-agent did not move: %v", cur.Data)
 	}
 }
+
+// cancelOnCreate is the service key's Docs, over the real store, with the
+// user's cancel of a task landing right after the sub-agent's create (the
+// settlement ran before, when there was no sub-agent to end).
+type cancelOnCreate struct {
+	Docs
+	agentPath, taskPath string
+}
+
+func (d cancelOnCreate) Create(ctx context.Context, path string, data map[string]any) (*collections.Document, error) {
+	doc, err := d.Docs.Create(ctx, path, data)
+	if err == nil && path == d.agentPath {
+		if _, err := d.Docs.Update(ctx, d.taskPath, map[string]any{"status": statusCanceled, "canceledBy": "user"}, 0); err != nil {
+			return nil, err
+		}
+	}
+	return doc, err
+}
+
+// A task canceled while agent-init creates its sub-agent: the sub-agent
+// does not stay active (nothing else would ever end it).
+func TestAgentInit_CanceledMeanwhileEndsTheSubAgent(t *testing.T) {
+	ctx := context.Background()
+	svc, err := access.New(access.Config{Store: openTestStore(t), Rules: rules.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
+	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	c := chat{uid: "u1", id: "c1"}
+	sa := taskID("m1", 0)
+	taskPath := c.tasks() + "/" + sa
+	h := offlineHandlers(t, Config{Docs: cancelOnCreate{Docs: docs, agentPath: c.subAgent(sa), taskPath: taskPath}})
+	task, err := docs.Create(ctx, taskPath, h.seals.seal(taskPath, map[string]any{
+		"userId": c.uid, "chatId": c.id, "type": "agent", "name": "agent:general", "instruction": "x",
+		"triggerMessageId": "m1", "status": "pending",
+	}, taskSeal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.agentInit(ctx, &Event{Path: taskPath, ID: sa, Doc: task}); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := docs.Get(ctx, c.subAgent(sa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := str(agent, "status"); st != statusCanceled {
+		t.Fatalf("sub-agent %q after its task was canceled during agent-init", st)
+	}
+	if m, _ := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(1)); m != nil {
+		t.Fatalf("the instruction was written: %v", m.Data)
+	}
+}
