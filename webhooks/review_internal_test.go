@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
@@ -130,5 +131,64 @@ func TestAgentInit_CanceledMeanwhileEndsTheSubAgent(t *testing.T) {
 	}
 	if m, _ := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(1)); m != nil {
 		t.Fatalf("the instruction was written: %v", m.Data)
+	}
+}
+
+// A chat's cancel cancels every unfinished task from before it, however
+// many there are (more than one page of the query), and none after it.
+func TestChatCancel_MoreTasksThanOnePage(t *testing.T) {
+	old := chatCancelPage
+	chatCancelPage = 3
+	t.Cleanup(func() { chatCancelPage = old })
+	ctx := context.Background()
+	svc, err := access.New(access.Config{Store: openTestStore(t), Rules: rules.Default()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
+	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	h := offlineHandlers(t, Config{Docs: docs})
+	c := chat{uid: "u1", id: "c1"}
+	mk := func(i int, status string) string {
+		path := c.tasks() + "/" + taskID("m"+string(rune('a'+i)), 0)
+		if _, err := docs.Create(ctx, path, h.seals.seal(path, map[string]any{
+			"userId": c.uid, "chatId": c.id, "type": "tool", "name": "tool:x", "instruction": "{}",
+			"triggerMessageId": "m" + string(rune('a'+i)), "status": status,
+		}, taskSeal)); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	var before []string
+	for i := range 8 {
+		before = append(before, mk(i, []string{"waiting", "running"}[i%2]))
+	}
+	// A forged task (a rules file that lets users write tasks): never
+	// canceled, and it does not keep the cancel going round.
+	forged := c.tasks() + "/forged"
+	if _, err := docs.Create(ctx, forged, map[string]any{"userId": c.uid, "status": "waiting"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // the store's clock is in ms
+	chatDoc, err := docs.Create(ctx, c.path(), map[string]any{"userId": c.uid, "runStatus": statusCanceled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond)
+	after := mk(20, "waiting")
+	ev := &Event{Path: c.path(), ID: c.id, Doc: chatDoc}
+	if err := h.chatCancel(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range before {
+		if d, _ := docs.Get(ctx, p); str(d, "status") != statusCanceled {
+			t.Errorf("%s: %q after the chat's cancel", p, str(d, "status"))
+		}
+	}
+	if d, _ := docs.Get(ctx, after); str(d, "status") != "waiting" {
+		t.Errorf("the task after the cancel: %q", str(d, "status"))
+	}
+	if d, _ := docs.Get(ctx, forged); str(d, "status") != "waiting" {
+		t.Errorf("the forged task: %q", str(d, "status"))
 	}
 }
