@@ -161,6 +161,13 @@ func (h *Handlers) cancelSubAgent(ctx context.Context, c chat, task *collections
 			return err
 		}
 	}
+	return h.cancelPendingCalls(ctx, c, sa)
+}
+
+// cancelPendingCalls moves the pending tool calls of sub-agent sa to
+// canceled: its task has ended, so no client app is to run them and no
+// result of theirs is wanted.
+func (h *Handlers) cancelPendingCalls(ctx context.Context, c chat, sa string) error {
 	calls, err := h.docs.Query(ctx, collections.Query{
 		Collection: c.toolCalls(sa), Filters: []collections.Filter{eq("status", "pending")}, Limit: maxActiveTasksRead,
 	})

@@ -182,3 +182,31 @@ func TestReview_ChatCancelStopsTheRestOfAPlan(t *testing.T) {
 		t.Fatalf("the first task %v", tk.Data)
 	}
 }
+
+// A task that fails while a client call of its step is pending (a
+// handler's permanent failure, an operator): the call is canceled, not
+// left pending for the app to run, and a late result is refused.
+func TestReview_FailedTaskCancelsItsPendingClientCalls(t *testing.T) {
+	_, model := newFake(t, script{
+		sub: func(n int, req map[string]any) llmtest.Step {
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
+		},
+	})
+	s := startClientStack(t, model, pickFile(60000), "pick_file")
+	s.say("c1", "m1", "Pick a file.")
+	task, pick := s.chat("c1")+"/tasks/m1-t0", s.chat("c1")+"/sub-agents/m1-t0/tool-calls/call_pick"
+	s.waitFor("the client call pending", 15*time.Second, func() bool {
+		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
+	})
+	if code := s.patchAs(task, adminKey, `{"status":"failed","error":"stopped"}`); code != 200 {
+		t.Fatalf("ending the task: %d", code)
+	}
+	s.waitFor("the failure in the chat", 10*time.Second, s.taskDone("c1", "m1-t0"))
+	s.settle(10 * time.Second)
+	if st := field(s.get(pick), "status"); st != "canceled" {
+		t.Fatalf("the client call of a failed task is %q\n%s", st, s.dump())
+	}
+	if code := s.patchAs(pick, s.token, `{"status":"success","result":"late"}`); code != 403 {
+		t.Fatalf("a late result: %d, want 403", code)
+	}
+}
