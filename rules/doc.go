@@ -43,6 +43,10 @@
 //   - the pattern's captures, by name
 //   - get(path) → {data: map} or null, and exists(path) → bool, reading other
 //     documents of the same database through the Getter passed to Allow.
+//   - changedKeys(a, b) → the sorted top-level keys that differ between
+//     maps a and b (null = empty map), costing one unit per KiB of both:
+//     "only status changes" is changedKeys(resource.data,
+//     request.resource.data) == ['status'] at any document size.
 //
 // Document numbers (json.Number) are CEL ints when integral and in int64
 // range, doubles otherwise, so resource.data.count < 10 works.

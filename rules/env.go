@@ -78,6 +78,7 @@ func mustBaseEnv() *cel.Env {
 			cel.BinaryBinding(func(s, p ref.Val) ref.Val { return callGetter(s, p, false) }))),
 		cel.Function("exists", cel.Overload("loom_rules_exists", []*cel.Type{st, cel.StringType}, cel.BoolType,
 			cel.BinaryBinding(func(s, p ref.Val) ref.Val { return callGetter(s, p, true) }))),
+		changedKeysFunc(),
 		cel.ParserExpressionSizeLimit(maxExprBytes),
 	)
 	if err != nil {
@@ -109,14 +110,14 @@ func compileExpr(src string, names []string) (prg, partial cel.Program, _ *cel.A
 		return nil, nil, nil, fmt.Errorf("expression has type %s, want bool", t)
 	}
 	prg, err := env.Program(a,
-		cel.CostLimit(CostLimit),
+		cel.CostLimit(CostLimit), changedKeysCost(),
 		cel.InterruptCheckFrequency(interruptEvery),
 		cel.EvalOptions(cel.OptOptimize),
 	)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	partial, err = env.Program(a, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptPartialEval))
+	partial, err = env.Program(a, cel.CostLimit(CostLimit), changedKeysCost(), cel.EvalOptions(cel.OptPartialEval))
 	if err != nil {
 		return nil, nil, nil, err
 	}

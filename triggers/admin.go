@@ -410,6 +410,9 @@ func (s *Service) Replay(ctx context.Context, id string) error {
 	if errors.Is(err, collections.ErrPreconditionFailed) {
 		return fmt.Errorf("%w: delivery %q changed concurrently; try again", ErrConflict, id)
 	}
+	if err == nil {
+		s.del.disp.wake(id) // a key head waiting for its retry here goes now
+	}
 	return err
 }
 
@@ -433,6 +436,9 @@ func (s *Service) Cancel(ctx context.Context, id string) error {
 	}
 	if err == nil {
 		s.log.Info("delivery canceled", "delivery", id, "trigger", d.TriggerID)
+		// A key head waiting for its retry here: the rows behind it go now.
+		// (On another node they go when that head's retry comes due.)
+		s.del.disp.wake(id)
 	}
 	return err
 }

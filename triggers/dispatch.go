@@ -49,6 +49,11 @@ type dispatcher struct {
 	wg        sync.WaitGroup
 	ctx       context.Context
 	stop      context.CancelFunc
+
+	// waiting are the key heads whose runner sleeps until their retry
+	// (row id → closed to wake it early: the row was canceled or
+	// replayed through the admin API on this node; guarded by mu).
+	waiting map[string]chan struct{}
 }
 
 // heldRow is what a held row counts against.
@@ -90,6 +95,7 @@ func newDispatcher(cfg *Config, del *deliverer) *dispatcher {
 		byOrigin:       map[string]int{},
 		byTrigger:      map[string]int{},
 		keys:           map[string]*keyQueue{},
+		waiting:        map[string]chan struct{}{},
 		drained:        make(chan struct{}),
 	}
 	d.ctx, d.stop = context.WithCancel(context.Background())
@@ -372,10 +378,47 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 		case done:
 			d.drop(q, j)
 		case retry:
-			if !sleep(d.ctx, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
+			if !d.sleepHead(j.d.ID, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
 				return
 			}
 		}
+	}
+}
+
+// sleepHead waits until the retry of the key head id is due, or until wake
+// is called for it; false when the dispatcher stopped.
+func (d *dispatcher) sleepHead(id string, wait time.Duration) bool {
+	ch := make(chan struct{})
+	d.mu.Lock()
+	d.waiting[id] = ch
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		if d.waiting[id] == ch {
+			delete(d.waiting, id)
+		}
+		d.mu.Unlock()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-d.ctx.Done():
+		return false
+	case <-t.C:
+	case <-ch:
+	}
+	return true
+}
+
+// wake ends the retry wait of the key head id, if its runner is here: the
+// row was canceled (the rows behind it may go now) or replayed (it is due
+// now). The runner looks at its key's head again.
+func (d *dispatcher) wake(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ch, ok := d.waiting[id]; ok {
+		close(ch)
+		delete(d.waiting, id)
 	}
 }
 

@@ -109,8 +109,14 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 			return err
 		}
 	}
+	if str(cur, "status") == statusCanceled {
+		// Canceled before it started: no instruction, no loop. The
+		// settlement may have run before the sub-agent existed: end it
+		// here too (idempotent), so it does not stay active.
+		return h.cancelSubAgent(ctx, c, cur)
+	}
 	if taskFinished(str(cur, "status")) {
-		return nil // canceled before it started: no instruction, no loop
+		return nil
 	}
 	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,
@@ -463,6 +469,11 @@ func (h *Handlers) followUp(ctx context.Context, c chat, sa string, agent, step 
 		}
 		return h.finishTask(ctx, c, sa, agent, task, msgs, content, "")
 	}
+	if taskFinished(str(task, "status")) {
+		// Canceled (or ended) after the step was written: its calls are
+		// not made (no client app is handed a call of a canceled task).
+		return nil
+	}
 	// A client tool's wait is recorded before its call can be answered.
 	if agent, task, err = h.awaitClientCalls(ctx, c, sa, agent, task, step); err != nil {
 		return err
@@ -512,7 +523,7 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 			if st == "failed" {
 				done = "failed"
 			}
-			_, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": done}, 0)
+			_, err := h.moveAgent(ctx, agent.Path, done)
 			return err
 		}
 		return nil
@@ -538,7 +549,7 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	if err != nil || ended == nil || str(ended, "status") != patch["status"] {
 		return err
 	}
-	_, err = h.docs.Update(ctx, agent.Path, map[string]any{"status": agentStatus}, 0)
+	_, err = h.moveAgent(ctx, agent.Path, agentStatus)
 	return err
 }
 

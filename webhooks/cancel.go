@@ -62,16 +62,34 @@ func (h *Handlers) casUpdate(ctx context.Context, path string, next func(cur *co
 	return nil, fmt.Errorf("%s: still conflicting after %d attempts", path, casAttempts)
 }
 
+// moveAgent moves a live sub-agent (active or waiting) to status,
+// compare-and-swap: a sub-agent that has ended (canceled by a settlement
+// that ran meanwhile, completed, failed) is never moved back, whatever the
+// caller read before. It returns the sub-agent as it now is (nil: none).
+func (h *Handlers) moveAgent(ctx context.Context, path, status string) (*collections.Document, error) {
+	return h.casUpdate(ctx, path, func(cur *collections.Document) map[string]any {
+		if st := str(cur, "status"); st == status || !agentLive(st) {
+			return nil
+		}
+		return map[string]any{"status": status}
+	})
+}
+
 // cancelTask moves a sealed, unfinished task to canceled (version-checked),
 // naming who canceled it.
 func (h *Handlers) cancelTask(ctx context.Context, path, by string) error {
-	_, err := h.casUpdate(ctx, path, func(cur *collections.Document) map[string]any {
+	_, err := h.cancelTaskDoc(ctx, path, by)
+	return err
+}
+
+// cancelTaskDoc is cancelTask returning the task as it now is (nil: none).
+func (h *Handlers) cancelTaskDoc(ctx context.Context, path, by string) (*collections.Document, error) {
+	return h.casUpdate(ctx, path, func(cur *collections.Document) map[string]any {
 		if !h.seals.valid(cur, taskSeal) || taskFinished(str(cur, "status")) {
 			return nil
 		}
 		return map[string]any{"status": statusCanceled, "canceledBy": by}
 	})
-	return err
 }
 
 // settleCanceled is orchestrator-finalize for a canceled task: it records
@@ -143,6 +161,13 @@ func (h *Handlers) cancelSubAgent(ctx context.Context, c chat, task *collections
 			return err
 		}
 	}
+	return h.cancelPendingCalls(ctx, c, sa)
+}
+
+// cancelPendingCalls moves the pending tool calls of sub-agent sa to
+// canceled: its task has ended, so no client app is to run them and no
+// result of theirs is wanted.
+func (h *Handlers) cancelPendingCalls(ctx context.Context, c chat, sa string) error {
 	calls, err := h.docs.Query(ctx, collections.Query{
 		Collection: c.toolCalls(sa), Filters: []collections.Filter{eq("status", "pending")}, Limit: maxActiveTasksRead,
 	})
@@ -216,18 +241,32 @@ func (h *Handlers) chatCancel(ctx context.Context, ev *Event) error {
 	}
 	cutoff := ev.Doc.UpdatedAt
 	for _, status := range unfinishedTaskStatuses {
-		tasks, err := h.docs.Query(ctx, collections.Query{
-			Collection: c.tasks(), Filters: []collections.Filter{eq("userId", c.uid), eq("status", status)}, Limit: maxActiveTasksRead,
-		})
-		if err != nil {
-			return fmt.Errorf("chat tasks: %w", err)
-		}
-		for _, t := range tasks {
-			if t.CreatedAt > cutoff {
-				continue // a run the user started after the cancel
+		// A page at a time: the tasks canceled leave the status, so the
+		// next page reads the ones after them. It stops at a short page, or
+		// at a page that canceled none (what is left is newer than the
+		// cancel, or not the runtime's).
+		for {
+			tasks, err := h.docs.Query(ctx, collections.Query{
+				Collection: c.tasks(), Filters: []collections.Filter{eq("userId", c.uid), eq("status", status)}, Limit: chatCancelPage,
+			})
+			if err != nil {
+				return fmt.Errorf("chat tasks: %w", err)
 			}
-			if err := h.cancelTask(ctx, t.Path, "chat"); err != nil {
-				return err
+			moved := 0
+			for _, t := range tasks {
+				if t.CreatedAt > cutoff {
+					continue // a run the user started after the cancel
+				}
+				cur, err := h.cancelTaskDoc(ctx, t.Path, "chat")
+				if err != nil {
+					return err
+				}
+				if str(cur, "status") != status {
+					moved++
+				}
+			}
+			if len(tasks) < chatCancelPage || moved == 0 {
+				break
 			}
 		}
 	}
@@ -248,6 +287,10 @@ func (h *Handlers) chatCancel(ctx context.Context, ev *Event) error {
 	})
 	return err
 }
+
+// chatCancelPage is how many tasks of one status a chat's cancel reads at
+// a time (a variable for the tests).
+var chatCancelPage = maxActiveTasksRead
 
 // canceledThrough is the time up to which the chat's user messages start
 // nothing: the recorded canceledThrough, or, while a cancel waits for its

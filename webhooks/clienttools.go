@@ -118,7 +118,7 @@ func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agen
 	// back by the missing tool results (pendingCalls), so a crash before
 	// this write costs nothing but the label.
 	if str(agent, "status") == "active" {
-		if agent, err = h.docs.Update(ctx, agent.Path, map[string]any{"status": subAgentWaiting}, 0); err != nil {
+		if agent, err = h.moveAgent(ctx, agent.Path, subAgentWaiting); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -176,6 +176,18 @@ func (h *Handlers) clientPending(ctx context.Context, c chat, sa string, tc *col
 		return nil, err
 	}
 	if err == nil {
+		// A call of a task that has ended (a cancel that settled before
+		// this call was created) is not left to the client app.
+		gone, gerr := h.taskGone(ctx, &collections.Document{Path: c.tasks() + "/" + str(agent, "taskId")})
+		if gerr != nil {
+			return nil, gerr
+		}
+		if gone {
+			if err := h.cancelToolCall(ctx, tc.Path); err != nil {
+				return nil, err
+			}
+			return h.docs.Get(ctx, tc.Path)
+		}
 		err = h.tools.Check(def.Name, str(tc, "argsJson"))
 	}
 	if err != nil {
@@ -243,6 +255,16 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 	if err != nil || step == nil || !h.seals.valid(step, subMessageSeal) || str(step, "role") != "assistant" {
 		return err
 	}
+	// The client's outcome stands only for a call the runtime hands to the
+	// client: one the role offers, with arguments that fit the tool. (An
+	// outcome written before tool-runner first saw the call skipped those
+	// checks; the runtime's refusal replaces it.)
+	if tc, err = h.clientRecheck(ctx, c, sa, tc); err != nil || tc == nil {
+		return err
+	}
+	if st := str(tc, "status"); st != "success" && st != "failed" {
+		return nil // canceled meanwhile
+	}
 	content := clientContent(tc)
 	// The rules read the outcome as text, as a server tool's: the client
 	// may have written any JSON.
@@ -277,6 +299,34 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 	return h.mirror(ctx, c, tc, content)
 }
 
+// clientRecheck checks a client call with an outcome as clientPending
+// checks a pending one (the role offers the tool, the arguments fit its
+// schema). A call that fails the checks gets the runtime's refusal as its
+// outcome (version-checked; the call is read again when that lost a race),
+// in place of what the client wrote. It returns the call as it now is (nil:
+// gone).
+func (h *Handlers) clientRecheck(ctx context.Context, c chat, sa string, tc *collections.Document) (*collections.Document, error) {
+	name := str(tc, "toolName")
+	_, err := h.mayRun(ctx, c, sa, name)
+	if err != nil && !errors.Is(err, errToolRefused) {
+		return nil, err
+	}
+	if err == nil {
+		err = h.tools.Check(name, str(tc, "argsJson"))
+	}
+	if err == nil || (str(tc, "status") == "failed" && str(tc, "error") == err.Error()) {
+		return tc, nil
+	}
+	updated, uerr := h.docs.Update(ctx, tc.Path, map[string]any{"status": "failed", "error": err.Error(), "result": nil}, tc.Version)
+	if errors.Is(uerr, collections.ErrPreconditionFailed) {
+		return h.getOpt(ctx, tc.Path)
+	}
+	if uerr == nil {
+		h.m.toolRuns.WithLabelValues(h.toolLabel(name), "refused").Inc()
+	}
+	return updated, uerr
+}
+
 // resumeFromClient ends a client-tool wait: the task waiting_tool → running
 // (version-checked), then a waiting sub-agent of a running task → active,
 // before the tool message wakes the loop. A task waiting for a reply (a
@@ -296,7 +346,7 @@ func (h *Handlers) resumeFromClient(ctx context.Context, agent, task *collection
 		}
 	}
 	if str(task, "status") == "running" && str(agent, "status") == subAgentWaiting {
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, 0); err != nil {
+		if _, err := h.moveAgent(ctx, agent.Path, "active"); err != nil {
 			return false, err
 		}
 	}

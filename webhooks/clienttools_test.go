@@ -326,14 +326,16 @@ func TestClientTool_ResultAfterTaskEnded(t *testing.T) {
 	s.waitFor("the client call pending", 15*time.Second, func() bool {
 		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
 	})
-	// The task ends meanwhile (as a cancel or a budget stop would end it).
-	if code := s.patchAs(task, adminKey, `{"status":"failed","error":"stopped"}`); code != 200 {
-		t.Fatalf("ending the task: %d", code)
+	// The task ends meanwhile (as a cancel or a budget stop would end it),
+	// and the result comes with it, before finalize settled the end (which
+	// cancels the pending call: a result after that is refused). One
+	// commit, by the admin.
+	body := `{"writes":[{"type":"update","path":"` + task + `","data":{"status":"failed","error":"stopped"}},` +
+		`{"type":"update","path":"` + pick + `","data":{"status":"success","result":"late"}}]}`
+	if code, res := s.do("POST", "/api/v1/databases/default/batch", adminKey, body); code != 200 {
+		t.Fatalf("ending the task with the result: %d %v", code, res)
 	}
 	s.waitFor("the failure in the chat", 10*time.Second, s.taskDone("c1", "m1-t0"))
-	if code := s.patchAs(pick, s.token, `{"status":"success","result":"late"}`); code != 200 {
-		t.Fatalf("result: %d", code)
-	}
 	s.waitFor("the result's delivery", 10*time.Second, func() bool {
 		for _, d := range s.allDeliveries() {
 			if d.TriggerID == "on-client-tool-result" && d.Status != "pending" {

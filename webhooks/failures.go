@@ -173,7 +173,7 @@ func (h *Handlers) failTask(ctx context.Context, c chat, taskPath, reason string
 		return err
 	}
 	if sa := str(task, "subAgentId"); collections.ValidSegment(sa) {
-		if _, err := h.docs.Update(ctx, c.subAgent(sa), map[string]any{"status": "failed"}, 0); err != nil && !errors.Is(err, collections.ErrNotFound) {
+		if _, err := h.moveAgent(ctx, c.subAgent(sa), "failed"); err != nil {
 			return err
 		}
 	}

@@ -275,6 +275,14 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		if err != nil || str(task, "status") != "running" || !h.seals.valid(task, taskSeal) {
 			return err
 		}
+		// The plan's tools run one after the other: one whose turn comes
+		// after the user canceled the chat's run does not run.
+		if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
+			if err != nil {
+				return err
+			}
+			return h.cancelTask(ctx, path, "chat")
+		}
 		result, runErr := h.tools.Run(ctx, tool, string(toolArgs), toolsCall(c.uid))
 		patch := map[string]any{"status": "success"}
 		if runErr != nil {

@@ -236,6 +236,14 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 		}
 	case "failed":
 		content = fmt.Sprintf("The task %q failed: %s", str(task, "name"), str(task, "error"))
+		// A task that failed while calls of its last step were pending
+		// (a client call the app has not answered, a handler's permanent
+		// failure): they are not left for the app to run.
+		if str(task, "type") == "agent" {
+			if err := h.cancelPendingCalls(ctx, c, task.ID); err != nil {
+				return err
+			}
+		}
 	default:
 		return nil
 	}
