@@ -161,9 +161,9 @@ func TestReview_ChatCancelStopsTheRestOfAPlan(t *testing.T) {
 		defer mu.Unlock()
 		return hits["/slow"] == 1 && field(s.get(first), "status") == "running"
 	})
-	// The chat document does not exist yet (the runtime creates it once
-	// the plan's tasks exist): the app creates it canceled.
-	if code := s.write("PUT", s.chat("c1"), s.token, map[string]any{"runStatus": "canceled"}); code != 200 && code != 201 {
+	// The orchestrator created the chat document with the user's first
+	// message: the app patches it.
+	if code := s.write("PATCH", s.chat("c1"), s.token, map[string]any{"runStatus": "canceled"}); code != 200 {
 		t.Fatalf("cancel the chat: %d", code)
 	}
 	s.waitFor("the first task canceled", 15*time.Second, func() bool { return field(s.get(first), "status") == "canceled" })
