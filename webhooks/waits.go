@@ -724,9 +724,16 @@ func (h *Handlers) questionTarget(ctx context.Context, c chat, id string) (*rout
 		return nil, err
 	}
 	tid, wid := str(q, "taskId"), str(q, "waitId")
+	if str(q, "kind") != "question" || !h.seals.valid(q, chatMessageSeal) || tid == "" || !collections.ValidSegment(tid) {
+		return nil, nil
+	}
+	if wid == "" {
+		// A question from before waits had ids (legacywait.go).
+		return h.legacyQuestionTarget(ctx, c, q)
+	}
 	// The question's id derives from its wait, so an unsealed waitId
 	// cannot point it at another wait.
-	if str(q, "kind") != "question" || !h.seals.valid(q, chatMessageSeal) || tid == "" || q.ID != waitQuestionID(wid) || !collections.ValidSegment(tid) {
+	if q.ID != waitQuestionID(wid) {
 		return nil, nil
 	}
 	return &routeTarget{taskID: tid, waitID: wid}, nil
@@ -744,6 +751,15 @@ func (h *Handlers) waitingForUser(ctx context.Context, c chat) ([]*collections.D
 	}
 	var out []*collections.Document
 	for _, t := range tasks {
+		if h.isLegacyWait(t) {
+			// A wait from before waits had ids: adopted now (legacywait.go).
+			if t, err = h.adoptLegacyWait(ctx, c, t); err != nil {
+				return nil, err
+			}
+			if t == nil {
+				continue
+			}
+		}
 		if ws := waitStateOf(t); ws != nil && ws.waitsForUser() && h.seals.valid(t, taskSeal) && str(t, "type") == "agent" {
 			out = append(out, t)
 		}
