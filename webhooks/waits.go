@@ -632,7 +632,34 @@ func (h *Handlers) waitTimeout(ctx context.Context, ev *Event) error {
 		return nil
 	}
 	_ = changed
+	// The wait's child tasks still at work are canceled: their answers
+	// would come too late for the wait and must not land in the chat.
+	if err := h.cancelWaitChildren(ctx, c, task, id); err != nil {
+		return err
+	}
 	return h.finishWait(ctx, c, task, nil)
+}
+
+// cancelWaitChildren cancels (canceledBy "parent", version-checked, as a
+// canceled parent's children are) the unfinished tasks send_message
+// started for the wait id of task; finalize then settles each.
+func (h *Handlers) cancelWaitChildren(ctx context.Context, c chat, task *collections.Document, id string) error {
+	kids, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.tasks(), Filters: []collections.Filter{eq("userId", c.uid), eq("parentTaskId", task.ID)}, Limit: maxActiveTasksRead,
+	})
+	if err != nil {
+		return fmt.Errorf("child tasks: %w", err)
+	}
+	for _, k := range kids {
+		got, _ := k.Data[linkSealField].(string)
+		if str(k, "parentWaitId") != id || got == "" || got != h.seals.sign(k.Path, k.Data, linkSeal) || taskFinished(str(k, "status")) {
+			continue
+		}
+		if err := h.cancelTask(ctx, k.Path, "parent"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ---- replies of the user ----
