@@ -536,8 +536,14 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 		return err
 	}
 	if str(agent, "status") == agentWaiting && str(agent, "waitId") == id {
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
+		held, err := h.holdForClient(ctx, c, sa, agent, task, ws)
+		if err != nil {
 			return err
+		}
+		if !held {
+			if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
+				return err
+			}
 		}
 	}
 	if ws.Tool == askUserTool.Name && ws.Resolution == "replied" && msg != nil {
@@ -562,6 +568,40 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 		"seq": ws.AssistantSeq + 1 + ws.Index, "toolCallId": ws.ToolCallID, "name": ws.Tool,
 	})
 	return err
+}
+
+// holdForClient keeps the run of a task whose wait ended waiting for the
+// client calls of the waiting step that are still pending: the task moves
+// from running to waiting_tool (version-checked) and the sub-agent stays
+// waiting; the last client result resumes both (clienttools.go). The
+// calls are checked again after the move: a result written meanwhile may
+// have found the task still running, so when none is pending any more the
+// run is resumed here. held reports whether the run now waits for the
+// client.
+func (h *Handlers) holdForClient(ctx context.Context, c chat, sa string, agent, task *collections.Document, ws *waitState) (bool, error) {
+	step, err := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(ws.AssistantSeq))
+	if err != nil || step == nil || !h.seals.valid(step, subMessageSeal) {
+		return false, err
+	}
+	if pending, err := h.clientCallsPending(ctx, c, sa, step); err != nil || !pending {
+		return false, err
+	}
+	id := str(task, "waitId")
+	moved, err := h.casUpdate(ctx, task.Path, func(cur *collections.Document) map[string]any {
+		if str(cur, "status") != "running" || str(cur, "waitId") != id {
+			return nil
+		}
+		return map[string]any{"status": taskWaitingTool}
+	})
+	if err != nil || moved == nil || str(moved, "status") != taskWaitingTool {
+		return false, err
+	}
+	pending, err := h.clientCallsPending(ctx, c, sa, step)
+	if err != nil || pending {
+		return pending, err
+	}
+	_, err = h.resumeFromClient(ctx, agent, moved)
+	return false, err
 }
 
 // waitResult is the tool result of a resolved wait: the replies, and at a

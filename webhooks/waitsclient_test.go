@@ -13,7 +13,8 @@ import (
 // A step calls a client tool and ask_user. Whichever is answered first,
 // the loop resumes only once both are: the model is asked again once, with
 // the client's result and the user's answer, and while it is asked the
-// task is running and the sub-agent active.
+// task is running and the sub-agent active. In between, the task shows
+// what it still waits for: waiting (the user) or waiting_tool (the app).
 func TestWaits_ClientToolAndAskUserInOneStep(t *testing.T) {
 	for _, clientFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("clientFirst=%v", clientFirst), func(t *testing.T) {
@@ -65,6 +66,15 @@ func TestWaits_ClientToolAndAskUserInOneStep(t *testing.T) {
 			if n := len(fake.reqs("sub")); n != 1 {
 				t.Fatalf("%d sub-agent requests with one of the two answered\n%s", n, s.dump())
 			}
+			// What is still open shows: the question (waiting), or the
+			// client call (waiting_tool).
+			want := "waiting_tool/waiting"
+			if clientFirst {
+				want = "waiting/waiting"
+			}
+			if st := field(s.get(task), "status") + "/" + field(s.get(agent), "status"); st != want {
+				t.Fatalf("statuses %s with one of the two answered, want %s\n%s", st, want, s.dump())
+			}
 			second()
 			s.waitFor("the task done", 15*time.Second, s.taskDone("c1", "m1-t0"))
 			s.settle(10 * time.Second)
@@ -72,7 +82,7 @@ func TestWaits_ClientToolAndAskUserInOneStep(t *testing.T) {
 			if n := len(fake.reqs("sub")); n != 2 {
 				t.Fatalf("%d sub-agent requests, want 2", n)
 			}
-			want := `picked "cat.png", size Large (The question was sent to the user; their reply follows.)`
+			want = `picked "cat.png", size Large (The question was sent to the user; their reply follows.)`
 			if r := field(s.get(task), "result"); r != want {
 				t.Fatalf("result %q, want %q\n%s", r, want, s.dump())
 			}
