@@ -58,7 +58,7 @@ func (s *stack) makeLegacy(chatID, taskID string) string {
 // a wait of a day (so no timer of its own fires in the test), then answers
 // with what it got: the user's answer, or the ask_user result when that is
 // not the synthesised note.
-func askLegacy(t *testing.T) func(int, map[string]any) llmtest.Step {
+func askLegacy() func(int, map[string]any) llmtest.Step {
 	return func(_ int, req map[string]any) llmtest.Step {
 		task := "A"
 		if reqContains(req, "Task B") {
@@ -87,7 +87,7 @@ func TestWaits_LegacyWaitsGetTheirAnswers(t *testing.T) {
 			}
 			return llmtest.Step{Content: "Noted."}
 		},
-		sub: askLegacy(t),
+		sub: askLegacy(),
 	})
 	s := startStack(t, stackOpts{model: model})
 	s.say("c1", "m1", "Do A and B")
@@ -153,7 +153,7 @@ func TestWaits_LegacyWaitsTimeOutOnceAdopted(t *testing.T) {
 			}
 			return llmtest.Step{Content: "Hello!"}
 		},
-		sub: askLegacy(t),
+		sub: askLegacy(),
 	})
 	s := startStack(t, stackOpts{model: model, waitTimeout: 2 * time.Second})
 	s.say("c1", "m1", "Do A and B")
