@@ -214,7 +214,7 @@ func cancelNotice(task *collections.Document) string {
 	case "chat":
 		by = " (the chat's run was canceled)"
 	case "parent":
-		by = " (its parent task was canceled)"
+		by = " (its parent task was canceled or stopped waiting for it)"
 	}
 	if instr == "" {
 		return "Canceled: " + str(task, "name") + by

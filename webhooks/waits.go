@@ -536,8 +536,14 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 		return err
 	}
 	if str(agent, "status") == agentWaiting && str(agent, "waitId") == id {
-		if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
+		held, err := h.holdForClient(ctx, c, sa, agent, task, ws)
+		if err != nil {
 			return err
+		}
+		if !held {
+			if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
+				return err
+			}
 		}
 	}
 	if ws.Tool == askUserTool.Name && ws.Resolution == "replied" && msg != nil {
@@ -562,6 +568,40 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 		"seq": ws.AssistantSeq + 1 + ws.Index, "toolCallId": ws.ToolCallID, "name": ws.Tool,
 	})
 	return err
+}
+
+// holdForClient keeps the run of a task whose wait ended waiting for the
+// client calls of the waiting step that are still pending: the task moves
+// from running to waiting_tool (version-checked) and the sub-agent stays
+// waiting; the last client result resumes both (clienttools.go). The
+// calls are checked again after the move: a result written meanwhile may
+// have found the task still running, so when none is pending any more the
+// run is resumed here. held reports whether the run now waits for the
+// client.
+func (h *Handlers) holdForClient(ctx context.Context, c chat, sa string, agent, task *collections.Document, ws *waitState) (bool, error) {
+	step, err := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(ws.AssistantSeq))
+	if err != nil || step == nil || !h.seals.valid(step, subMessageSeal) {
+		return false, err
+	}
+	if pending, err := h.clientCallsPending(ctx, c, sa, step); err != nil || !pending {
+		return false, err
+	}
+	id := str(task, "waitId")
+	moved, err := h.casUpdate(ctx, task.Path, func(cur *collections.Document) map[string]any {
+		if str(cur, "status") != "running" || str(cur, "waitId") != id {
+			return nil
+		}
+		return map[string]any{"status": taskWaitingTool}
+	})
+	if err != nil || moved == nil || str(moved, "status") != taskWaitingTool {
+		return false, err
+	}
+	pending, err := h.clientCallsPending(ctx, c, sa, step)
+	if err != nil || pending {
+		return pending, err
+	}
+	_, err = h.resumeFromClient(ctx, agent, moved)
+	return false, err
 }
 
 // waitResult is the tool result of a resolved wait: the replies, and at a
@@ -632,7 +672,34 @@ func (h *Handlers) waitTimeout(ctx context.Context, ev *Event) error {
 		return nil
 	}
 	_ = changed
+	// The wait's child tasks still at work are canceled: their answers
+	// would come too late for the wait and must not land in the chat.
+	if err := h.cancelWaitChildren(ctx, c, task, id); err != nil {
+		return err
+	}
 	return h.finishWait(ctx, c, task, nil)
+}
+
+// cancelWaitChildren cancels (canceledBy "parent", version-checked, as a
+// canceled parent's children are) the unfinished tasks send_message
+// started for the wait id of task; finalize then settles each.
+func (h *Handlers) cancelWaitChildren(ctx context.Context, c chat, task *collections.Document, id string) error {
+	kids, err := h.docs.Query(ctx, collections.Query{
+		Collection: c.tasks(), Filters: []collections.Filter{eq("userId", c.uid), eq("parentTaskId", task.ID)}, Limit: maxActiveTasksRead,
+	})
+	if err != nil {
+		return fmt.Errorf("child tasks: %w", err)
+	}
+	for _, k := range kids {
+		got, _ := k.Data[linkSealField].(string)
+		if str(k, "parentWaitId") != id || got == "" || got != h.seals.sign(k.Path, k.Data, linkSeal) || taskFinished(str(k, "status")) {
+			continue
+		}
+		if err := h.cancelTask(ctx, k.Path, "parent"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ---- replies of the user ----
@@ -724,9 +791,16 @@ func (h *Handlers) questionTarget(ctx context.Context, c chat, id string) (*rout
 		return nil, err
 	}
 	tid, wid := str(q, "taskId"), str(q, "waitId")
+	if str(q, "kind") != "question" || !h.seals.valid(q, chatMessageSeal) || tid == "" || !collections.ValidSegment(tid) {
+		return nil, nil
+	}
+	if wid == "" {
+		// A question from before waits had ids (legacywait.go).
+		return h.legacyQuestionTarget(ctx, c, q)
+	}
 	// The question's id derives from its wait, so an unsealed waitId
 	// cannot point it at another wait.
-	if str(q, "kind") != "question" || !h.seals.valid(q, chatMessageSeal) || tid == "" || q.ID != waitQuestionID(wid) || !collections.ValidSegment(tid) {
+	if q.ID != waitQuestionID(wid) {
 		return nil, nil
 	}
 	return &routeTarget{taskID: tid, waitID: wid}, nil
@@ -744,6 +818,15 @@ func (h *Handlers) waitingForUser(ctx context.Context, c chat) ([]*collections.D
 	}
 	var out []*collections.Document
 	for _, t := range tasks {
+		if h.isLegacyWait(t) {
+			// A wait from before waits had ids: adopted now (legacywait.go).
+			if t, err = h.adoptLegacyWait(ctx, c, t); err != nil {
+				return nil, err
+			}
+			if t == nil {
+				continue
+			}
+		}
 		if ws := waitStateOf(t); ws != nil && ws.waitsForUser() && h.seals.valid(t, taskSeal) && str(t, "type") == "agent" {
 			out = append(out, t)
 		}

@@ -328,16 +328,19 @@ func TestWaits_SendMessageToARoleAndTheUser(t *testing.T) {
 
 // A wait for a role and the user where the role does not answer in time:
 // the tool result has the user's reply and names who did not reply; the
-// child's late answer then goes to the chat like any task's.
+// child, still at work, is canceled by the timeout (canceledBy parent), so
+// its late answer is discarded and never reaches the chat.
 func TestWaits_TimeoutWithAReplyMissing(t *testing.T) {
 	fake, model := newFake(t, script{
 		orch: func(int, map[string]any) llmtest.Step { return delegate("general", "Plan the trip.") },
 		sub: func(_ int, req map[string]any) llmtest.Step {
-			if reqContains(req, "Message from the general agent") {
-				return llmtest.Step{Content: "Too late.", Delay: 5 * time.Second}
-			}
+			// The resumed parent first: its [NEW] chat messages may quote
+			// the child's instruction (the child's cancel notice).
 			if r := toolResult(req, "call_send"); r != "" {
 				return llmtest.Step{Content: "Plan: " + r}
+			}
+			if reqContains(req, "Message from the general agent") {
+				return llmtest.Step{Content: "Too late.", Delay: 5 * time.Second}
 			}
 			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_send", "send_message",
 				`{"to":["researcher","user"],"text":"Where should we go?","wait":true}`)}}
@@ -358,8 +361,29 @@ func TestWaits_TimeoutWithAReplyMissing(t *testing.T) {
 			child = d.ID
 		}
 	}
-	s.waitFor("the child's late answer in the chat", 15*time.Second, s.taskDone("c1", child))
-	s.settle(10 * time.Second)
+	if n := s.canceledNotice("c1", child); field(n, "kind") != "notice" || !strings.Contains(field(n, "content"), "(its parent task was canceled or stopped waiting for it)") {
+		t.Fatalf("the child's message in the chat: %v", n.Data)
+	}
+	// The child's model call (5 s) ends after the timeout: its answer is
+	// discarded.
+	s.settle(15 * time.Second)
+	ct := s.get(s.chat("c1") + "/tasks/" + child)
+	if field(ct, "status") != "canceled" || field(ct, "canceledBy") != "parent" {
+		t.Fatalf("child %v\n%s", ct.Data, s.dump())
+	}
+	if st := field(s.get(s.chat("c1")+"/sub-agents/"+child), "status"); st != "canceled" {
+		t.Fatalf("child sub-agent %s", st)
+	}
+	for _, d := range s.docs(s.chat("c1") + "/messages") {
+		if strings.Contains(field(d, "content"), "Too late.") {
+			t.Fatalf("the child's late answer reached the chat: %v", d.Data)
+		}
+	}
+	for _, d := range s.docs(s.chat("c1") + "/sub-agents/" + child + "/messages") {
+		if field(d, "role") == "assistant" {
+			t.Fatalf("the child's late step was written: %v", d.Data)
+		}
+	}
 	if n := len(fake.reqs("sub")); n != 3 {
 		t.Fatalf("%d sub-agent requests, want 3", n)
 	}
