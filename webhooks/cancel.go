@@ -311,8 +311,23 @@ func (h *Handlers) chatCanceledFor(ctx context.Context, c chat, createdAt int64)
 	if err != nil || chatDoc == nil {
 		return false, err
 	}
-	return createdAt <= canceledThrough(chatDoc), nil
+	if createdAt <= num(chatDoc, "canceledThrough") {
+		return true, nil
+	}
+	if str(chatDoc, "runStatus") == statusCanceled {
+		// Canceled, and chat-cancel has not recorded when yet. The chat
+		// document's updatedAt is no longer the cancel's time once the
+		// runtime wrote the chat since (its activity, its tokens), so a
+		// message sent after the cancel could pass for one before it:
+		// wait for the record instead (the delivery retries).
+		return false, errCancelUnsettled
+	}
+	return false, nil
 }
+
+// errCancelUnsettled: a chat's cancel whose time chat-cancel has not
+// recorded yet; the orchestrator's delivery is retried until it has.
+var errCancelUnsettled = errors.New("the chat's cancel is not settled yet")
 
 // markRunning sets the chat's runStatus to "running" once a user message
 // created at createdAt has started tasks (creating the chat document when

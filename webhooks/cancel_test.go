@@ -391,3 +391,38 @@ func TestAgents_CancelDuringAModelCall(t *testing.T) {
 	}
 	s.noRetries()
 }
+
+// A message sent after a chat's cancel but handled before chat-cancel has
+// recorded the cancel's time waits for that record (its delivery is
+// retried) and then runs: the runtime's own writes of the chat document in
+// between (the message's activity) must not make it pass for a message
+// from before the cancel.
+func TestAgents_MessageAfterAnUnsettledChatCancelRuns(t *testing.T) {
+	fake, model := newFake(t, script{orch: func(int, map[string]any) llmtest.Step { return llmtest.Step{Content: "Hello."} }})
+	s := startStack(t, stackOpts{model: model})
+	s.say("c1", "m1", "Hi")
+	s.waitFor("the first reply", 15*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m1-reply") != nil })
+	// chat-cancel must not run on its own: the test delivers it below.
+	if code, res := s.do("POST", "/admin/v1/triggers/on-chat-cancel/disable", adminKey, ""); code != 200 {
+		t.Fatalf("disable on-chat-cancel: %d %v", code, res)
+	}
+	if code := s.patch(s.chat("c1"), s.token, map[string]any{"runStatus": "canceled"}); code != 200 {
+		t.Fatalf("cancel the chat: %d", code)
+	}
+	canceled := s.get(s.chat("c1"))
+	s.say("c1", "m2", "Still there?")
+	time.Sleep(time.Second)
+	if s.get(s.chat("c1")+"/messages/m2-reply") != nil || len(fake.reqs("orch")) != 1 {
+		t.Fatalf("decided before the cancel was settled\n%s", s.dump())
+	}
+	if code := s.postSigned("chat-cancel", "evt_cancel", "update", canceled); code != 200 {
+		t.Fatalf("chat-cancel: %d", code)
+	}
+	s.waitFor("the reply after the cancel", 20*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m2-reply") != nil })
+	if n := len(fake.reqs("orch")); n != 2 {
+		t.Fatalf("%d orchestrator requests, want 2", n)
+	}
+	if through := numField(s.get(s.chat("c1")), "canceledThrough"); through != canceled.UpdatedAt {
+		t.Fatalf("canceledThrough %d, want the cancel's time %d", through, canceled.UpdatedAt)
+	}
+}
