@@ -58,6 +58,28 @@ func TestSet_Allow_DefaultOwnerWritesOfLargeDocuments(t *testing.T) {
 		req = rules.Request{Auth: alice, Op: rules.OpUpdate, Path: "users/alice/orch-chats/c1/tasks/t1", Existing: task, Resource: edited}
 		t.Run(fmt.Sprintf("cancel and edit a task, instruction %d KiB", size>>10), func(t *testing.T) { check(t, s, req, nil, false) })
 	}
+	for _, size := range []int{100 << 10, 900 << 10} {
+		chat := map[string]any{"title": "t", "userId": "alice", "summary": strings.Repeat("s", size), "status": "suspended",
+			"runStatus": "running", "tokensUsed": 10, "memorySeal": "s"}
+		path := "users/alice/orch-chats/c1"
+		for _, w := range []struct {
+			name  string
+			field string
+			value any
+			allow bool
+		}{
+			{"cancel the run", "runStatus", "canceled", true},
+			{"close", "status", "closed", true},
+			{"rename", "title", "u", true},
+			{"rewrite the summary", "summary", "forged", false},
+			{"reactivate", "status", "active", false},
+		} {
+			next := maps.Clone(chat)
+			next[w.field] = w.value
+			req := rules.Request{Auth: alice, Op: rules.OpUpdate, Path: path, Existing: chat, Resource: next}
+			t.Run(fmt.Sprintf("chat: %s, summary %d KiB", w.name, size>>10), func(t *testing.T) { check(t, s, req, nil, w.allow) })
+		}
+	}
 	for _, n := range []int{3000, 15000} {
 		rows := make([]any, n)
 		for i := range rows {
