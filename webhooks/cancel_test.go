@@ -164,12 +164,25 @@ message = "Task {{ context.event.task_id }} ended: {{ context.event.status }} ({
 	s.say("c1", "m1", "What's the weather?")
 	task := s.chat("c1") + "/tasks/m1-t0"
 	s.waitFor("the task waiting", 15*time.Second, func() bool { return field(s.get(task), "status") == "waiting" })
+	waiting := s.get(task)
+	question := s.chat("c1") + "/messages/" + field(waiting, "waitId") + "-q"
+	s.waitFor("the question", 15*time.Second, func() bool { return s.get(question) != nil })
 	if code := s.patch(task, s.token, map[string]any{"status": "canceled"}); code != 200 {
 		t.Fatalf("cancel: %d", code)
 	}
 	notice := s.canceledNotice("c1", "m1-t0")
 	if field(notice, "content") != "Canceled: agent:general — Tell the weather." {
 		t.Fatalf("notice %v", notice.Data)
+	}
+	// orchestrator-notify delivered late (after the cancel) asks nothing.
+	if code, _ := s.do("DELETE", "/api/v1/databases/default/documents/"+question, adminKey, ""); code != 200 && code != 204 {
+		t.Fatalf("delete the question: %d", code)
+	}
+	if code := s.postSigned("orchestrator-notify", "evt_late_question", "update", waiting); code != 200 {
+		t.Fatalf("late notify: %d", code)
+	}
+	if s.get(question) != nil {
+		t.Fatalf("a question for a canceled task\n%s", s.dump())
 	}
 	s.waitFor("the sub-agent canceled", 15*time.Second, func() bool {
 		return field(s.get(s.chat("c1")+"/sub-agents/m1-t0"), "status") == "canceled"

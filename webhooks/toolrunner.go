@@ -266,6 +266,12 @@ func (h *Handlers) notify(ctx context.Context, ev *Event) error {
 	if str(task, "status") != "waiting" || !h.seals.valid(task, taskSeal) {
 		return nil
 	}
+	// A late delivery: the wait may be over (answered, timed out, the task
+	// canceled); ask only while it is still open.
+	cur, err := h.getOpt(ctx, task.Path)
+	if err != nil || cur == nil || str(cur, "status") != "waiting" || str(cur, "waitId") != str(task, "waitId") {
+		return err
+	}
 	// One question per wait, named after it (waits.go); a wait for agents
 	// only asks the user nothing.
 	path := c.messages() + "/" + questionID(task.ID, task.Version)
