@@ -289,14 +289,7 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 			return err
 		}
 	}
-	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
-	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
-		"toolCallId": str(tc, "callId"), "name": str(tc, "toolName"),
-	}); err != nil {
-		return err
-	}
-	return h.mirror(ctx, c, tc, content)
+	return h.answerCall(ctx, c, sa, tc, content)
 }
 
 // clientRecheck checks a client call with an outcome as clientPending

@@ -124,6 +124,13 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	if err := h.toolHook(ctx, hook, c, sa, agent, tc, content); err != nil {
 		return err
 	}
+	return h.answerCall(ctx, c, sa, tc, content)
+}
+
+// answerCall writes the tool message that answers tool call tc (at the
+// seq its step reserved for it, so a redelivery writes it once; it wakes
+// the agent loop), then mirrors the call into the chat.
+func (h *Handlers) answerCall(ctx context.Context, c chat, sa string, tc *collections.Document, content string) error {
 	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
 	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
