@@ -308,8 +308,17 @@ func canceledThrough(chatDoc *collections.Document) int64 {
 // nothing.
 func (h *Handlers) chatCanceledFor(ctx context.Context, c chat, createdAt int64) (bool, error) {
 	chatDoc, err := h.getOpt(ctx, c.path())
-	if err != nil || chatDoc == nil {
+	if err != nil {
 		return false, err
+	}
+	return canceledFor(chatDoc, createdAt)
+}
+
+// canceledFor is chatCanceledFor on a chat document already read (nil:
+// none).
+func canceledFor(chatDoc *collections.Document, createdAt int64) (bool, error) {
+	if chatDoc == nil {
+		return false, nil
 	}
 	if createdAt <= num(chatDoc, "canceledThrough") {
 		return true, nil
