@@ -327,7 +327,7 @@ func (s *Service) Deliveries(ctx context.Context, dq DeliveryQuery) ([]*Delivery
 		Limit:      limit,
 		StartAfter: dq.Cursor,
 	}
-	if dq.TriggerID != "" {
+	if dq.TriggerID != "" && dq.Status != StatusScheduled {
 		q.Filters = append(q.Filters, collections.Filter{Field: fTrigger, Op: collections.OpEq, Value: dq.TriggerID})
 	}
 	keep := func(*Delivery) bool { return true }
@@ -336,9 +336,18 @@ func (s *Service) Deliveries(ctx context.Context, dq DeliveryQuery) ([]*Delivery
 	case StatusScheduled:
 		q.Filters = append(q.Filters,
 			collections.Filter{Field: fStatus, Op: collections.OpEq, Value: StatusPending},
-			collections.Filter{Field: fDeliverAt, Op: collections.OpGt, Value: ms(now)})
-		q.OrderBy = []collections.Order{{Field: fDeliverAt}}
-		keep = func(d *Delivery) bool { return d.scheduled(now) }
+			collections.Filter{Field: fNext, Op: collections.OpGt, Value: ms(now)})
+		// On the due-rows index: until its first attempt a scheduled row
+		// is due at its deliverAt (nextAttemptAt = deliverAt), so this is
+		// deliverAt order; the rows waiting for a retry or leased are
+		// skipped (keep).
+		q.OrderBy = []collections.Order{{Field: fNext}}
+		// A trigger's scheduled rows are picked out of all of them (no
+		// index of their own on the outbox's hot path; a page reads at most
+		// maxLogPages pages of scheduled rows).
+		keep = func(d *Delivery) bool {
+			return d.scheduled(now) && (dq.TriggerID == "" || d.TriggerID == dq.TriggerID)
+		}
 	case StatusPending:
 		q.Filters = append(q.Filters, collections.Filter{Field: fStatus, Op: collections.OpEq, Value: dq.Status})
 		keep = func(d *Delivery) bool { return !d.scheduled(now) }

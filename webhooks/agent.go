@@ -77,7 +77,8 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 		h.log.Warn("agent-init: ignoring a task the runtime did not create", "path", task.Path)
 		return nil
 	}
-	if stop, err := h.initStopped(ctx, c, task); err != nil || stop {
+	read, stop, err := h.initStopped(ctx, c, task)
+	if err != nil || stop {
 		return err
 	}
 	sa := task.ID // one sub-agent per task, named after it
@@ -94,9 +95,14 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	}); err != nil {
 		return err
 	}
-	cur, err := h.docs.Get(ctx, task.Path)
-	if err != nil {
-		return err
+	// The task as initStopped read it when it was pending (the update is
+	// version-checked: a change since is read again below); otherwise
+	// read again now, after the sub-agent exists.
+	cur := read
+	if str(cur, "status") != "pending" {
+		if cur, err = h.docs.Get(ctx, task.Path); err != nil {
+			return err
+		}
 	}
 	if str(cur, "status") == "pending" {
 		updated, err := h.docs.Update(ctx, task.Path, map[string]any{"status": "running", "subAgentId": sa}, cur.Version)

@@ -308,8 +308,17 @@ func canceledThrough(chatDoc *collections.Document) int64 {
 // nothing.
 func (h *Handlers) chatCanceledFor(ctx context.Context, c chat, createdAt int64) (bool, error) {
 	chatDoc, err := h.getOpt(ctx, c.path())
-	if err != nil || chatDoc == nil {
+	if err != nil {
 		return false, err
+	}
+	return canceledFor(chatDoc, createdAt)
+}
+
+// canceledFor is chatCanceledFor on a chat document already read (nil:
+// none).
+func canceledFor(chatDoc *collections.Document, createdAt int64) (bool, error) {
+	if chatDoc == nil {
+		return false, nil
 	}
 	if createdAt <= num(chatDoc, "canceledThrough") {
 		return true, nil
@@ -397,30 +406,30 @@ func (h *Handlers) taskGone(ctx context.Context, task *collections.Document) (bo
 // initStopped reports whether agent-init must start nothing for task: it
 // has ended (a cancel before it started), or the chat's run was canceled
 // at or after the user message that planned it (the task is then canceled,
-// canceledBy "chat").
-func (h *Handlers) initStopped(ctx context.Context, c chat, task *collections.Document) (bool, error) {
+// canceledBy "chat"). It also returns the task as it read it.
+func (h *Handlers) initStopped(ctx context.Context, c chat, task *collections.Document) (*collections.Document, bool, error) {
 	cur, err := h.getOpt(ctx, task.Path)
 	if err != nil || cur == nil {
-		return cur == nil, err
+		return nil, cur == nil, err
 	}
 	if taskFinished(str(cur, "status")) {
-		return true, nil
+		return cur, true, nil
 	}
 	chatDoc, err := h.getOpt(ctx, c.path())
 	if err != nil || chatDoc == nil {
-		return false, err
+		return cur, false, err
 	}
 	through := canceledThrough(chatDoc)
 	if through == 0 {
-		return false, nil
+		return cur, false, nil
 	}
 	id := str(task, "triggerMessageId")
 	if !collections.ValidSegment(id) {
-		return false, nil
+		return cur, false, nil
 	}
 	msg, err := h.getOpt(ctx, c.messages()+"/"+id)
 	if err != nil || msg == nil || msg.CreatedAt > through {
-		return false, err
+		return cur, false, err
 	}
-	return true, h.cancelTask(ctx, task.Path, "chat")
+	return nil, true, h.cancelTask(ctx, task.Path, "chat")
 }

@@ -100,11 +100,22 @@ func (c *Config) applyChatDefaults() {
 // document, the data to create it), or nil to write nothing. A write that
 // lost a race is computed again from the new state.
 func (h *Handlers) casChat(ctx context.Context, c chat, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	return h.casChatFrom(ctx, c, nil, fn)
+}
+
+// casChatFrom is casChat with a first guess of the chat document's state
+// (nil: read it): a handler that has just read or written the document
+// tries its write against that version, without reading it again; a write
+// that lost a race (the version moved) reads it and is computed again.
+func (h *Handlers) casChatFrom(ctx context.Context, c chat, known *collections.Document, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
 	for range chatCASAttempts {
-		cur, err := h.getOpt(ctx, c.path())
-		if err != nil {
-			return nil, err
+		cur, err := known, error(nil)
+		if known == nil {
+			if cur, err = h.getOpt(ctx, c.path()); err != nil {
+				return nil, err
+			}
 		}
+		known = nil
 		patch := fn(cur)
 		if patch == nil {
 			return cur, nil
@@ -222,17 +233,27 @@ func (m memory) prompt() []llm.Message {
 
 // chatMemory returns the memory messages of the orchestrator's prompt
 // about msg, after folding the messages that fell out of the recent window
-// into the summary (compressChat).
-func (h *Handlers) chatMemory(ctx context.Context, c chat, msg *collections.Document) ([]llm.Message, error) {
-	cur, err := h.getOpt(ctx, c.path())
-	if err != nil || cur == nil {
-		return nil, err
+// into the summary (compressChat). cur is the chat document as the
+// orchestrator last read or wrote it (nil: none); full says whether the
+// recent window is full (when it is not, nothing fell out of it). It also
+// returns the chat document as far as it knows it (nil after a
+// compression wrote it: to be read again).
+func (h *Handlers) chatMemory(ctx context.Context, c chat, msg, cur *collections.Document, full bool) ([]llm.Message, *collections.Document, error) {
+	if cur == nil {
+		return nil, nil, nil
 	}
-	mem, err := h.compressChat(ctx, c, msg, h.readMemory(cur))
+	mem := h.readMemory(cur)
+	if !full {
+		return mem.prompt(), cur, nil
+	}
+	next, err := h.compressChat(ctx, c, msg, mem)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mem.prompt(), nil
+	if next.through != mem.through || next.summary != mem.summary {
+		cur = nil
+	}
+	return next.prompt(), cur, nil
 }
 
 // compressChat folds the chat's messages up to msg that are older than the
@@ -439,10 +460,16 @@ func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, r
 // and records its model as lastModel. A failure is logged: retrying the
 // delivery would pay for the call again.
 func (h *Handlers) countChatTokens(ctx context.Context, c chat, res *llm.Response) {
+	h.countChatTokensFrom(ctx, c, nil, res)
+}
+
+// countChatTokensFrom is countChatTokens tried first against known, the
+// chat document as the handler last read or wrote it (nil: read it).
+func (h *Handlers) countChatTokensFrom(ctx context.Context, c chat, known *collections.Document, res *llm.Response) {
 	if res == nil {
 		return
 	}
-	_, err := h.casChat(ctx, c, func(cur *collections.Document) map[string]any {
+	_, err := h.casChatFrom(ctx, c, known, func(cur *collections.Document) map[string]any {
 		if cur == nil {
 			return nil // a chat the orchestrator never saw, or cleaned up
 		}

@@ -52,14 +52,17 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	replyPath := c.messages() + "/" + replyID(msg.ID)
 	// The chat document: created if need be, its activity recorded
 	// (memory.go); a closed chat runs nothing.
-	if doc, err := h.touchChat(ctx, c, time.Now()); err != nil {
+	chatDoc, err := h.touchChat(ctx, c, time.Now())
+	if err != nil {
 		return err
-	} else if str(doc, "status") == chatClosed {
+	} else if str(chatDoc, "status") == chatClosed {
 		return h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "closed", "content": closedReply})
 	}
 	// A message the user sent before canceling the chat's run starts
-	// nothing: no decision, no task.
-	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
+	// nothing: no decision, no task. (On the document touchChat just read
+	// or wrote: a cancel after it is caught before the plan is carried
+	// out, below.)
+	if stop, err := canceledFor(chatDoc, msg.CreatedAt); err != nil || stop {
 		return err
 	}
 	if routed, err := h.routeReply(ctx, c, msg); err != nil || routed {
@@ -72,7 +75,7 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	if reply == nil {
 		// The model's decision is stored (in the reply's plan) before it is
 		// acted on, so a redelivery carries it out instead of asking again.
-		if reply, err = h.decide(ctx, c, msg, replyPath); err != nil || reply == nil {
+		if reply, err = h.decide(ctx, c, msg, replyPath, chatDoc); err != nil || reply == nil {
 			return err
 		}
 	}
@@ -115,14 +118,17 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 // reply at replyPath, with the plan of tool calls to carry out. When the
 // model cannot answer (a limit of the user's, or an error no retry can
 // fix) the reply tells the user so, and decide returns no reply.
-func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document, replyPath string) (*collections.Document, error) {
-	history, err := h.chatHistory(ctx, c, msg)
+//
+// chatDoc is the chat document as the orchestrator last read or wrote it
+// (its memory, and the version its token count is first tried against).
+func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document, replyPath string, chatDoc *collections.Document) (*collections.Document, error) {
+	history, full, err := h.chatHistory(ctx, c, msg)
 	if err != nil {
 		return nil, err
 	}
 	// The summary of the messages before the recent ones (compressed now
-	// when some fell out of the window).
-	mem, err := h.chatMemory(ctx, c, msg)
+	// when some fell out of the window: never when the window is not full).
+	mem, chatDoc, err := h.chatMemory(ctx, c, msg, chatDoc, full)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +144,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 	}
 	notes = promptNotices(append(notes, pending...))
 	res, err := h.askOrchestrator(ctx, c, msg, append(mem, history...), notes, seen)
-	h.countChatTokens(ctx, c, res)
+	h.countChatTokensFrom(ctx, c, chatDoc, res)
 	if le, ok := asLimit(err); ok {
 		// A limit of the user's: say so once, in the chat, and stop.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
@@ -207,8 +213,9 @@ func (h *Handlers) failReply(ctx context.Context, c chat, msg *collections.Docum
 
 // chatHistory returns the chat's recent messages (the last Config.History
 // up to msg), oldest first, ending with msg. The older ones are in the
-// chat's summary (chatMemory).
-func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Document) ([]llm.Message, error) {
+// chat's summary (chatMemory). full reports whether the window is full
+// (when it is not, every message up to msg is in it).
+func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Document) (_ []llm.Message, full bool, _ error) {
 	docs, err := h.docs.Query(ctx, collections.Query{
 		Collection: c.messages(),
 		Filters:    []collections.Filter{{Field: collections.FieldCreatedAt, Op: collections.OpLe, Value: msg.CreatedAt}},
@@ -216,8 +223,9 @@ func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Doc
 		Limit:      h.cfg.History,
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	full = len(docs) >= h.cfg.History
 	var out []llm.Message
 	seen := false
 	for i := len(docs) - 1; i >= 0; i-- {
@@ -238,7 +246,7 @@ func (h *Handlers) chatHistory(ctx context.Context, c chat, msg *collections.Doc
 	if !seen {
 		out = append(out, llm.Message{Role: "user", Content: str(msg, "content")})
 	}
-	return out, nil
+	return out, full, nil
 }
 
 // startTask creates the task of one planned call (idempotent). A run_tool
