@@ -338,42 +338,23 @@ func canceledFor(chatDoc *collections.Document, createdAt int64) (bool, error) {
 // recorded yet; the orchestrator's delivery is retried until it has.
 var errCancelUnsettled = errors.New("the chat's cancel is not settled yet")
 
-// markRunning sets the chat's runStatus to "running" once a user message
-// created at createdAt has started tasks (creating the chat document when
-// there is none); a cancel of the chat at or after createdAt is never
-// overwritten.
-func (h *Handlers) markRunning(ctx context.Context, c chat, createdAt int64) error {
-	for range casAttempts {
-		cur, err := h.getOpt(ctx, c.path())
-		if err != nil {
-			return err
-		}
-		if cur == nil {
-			_, err = h.docs.Create(ctx, c.path(), map[string]any{"userId": c.uid, "runStatus": "running"})
-			if errors.Is(err, collections.ErrAlreadyExists) {
-				continue
-			}
-			return err
-		}
-		if st := str(cur, "runStatus"); st == "running" || createdAt <= canceledThrough(cur) {
-			return nil
-		}
-		_, err = h.docs.Update(ctx, c.path(), map[string]any{"runStatus": "running"}, cur.Version)
-		if errors.Is(err, collections.ErrPreconditionFailed) {
-			continue
-		}
-		return err
-	}
-	return fmt.Errorf("%s: runStatus still conflicting after %d attempts", c.path(), casAttempts)
-}
-
 // maybeIdle sets a running chat's runStatus to "idle" when none of its
 // tasks is unfinished. It reads the chat document, and the tasks only when
 // the chat is running (one query per unfinished status, stopping at the
 // first task of the runtime's).
 func (h *Handlers) maybeIdle(ctx context.Context, c chat) error {
+	return h.maybeIdleFrom(ctx, c, nil)
+}
+
+// maybeIdleFrom is maybeIdle on known, the chat document as the caller
+// just wrote it (nil: read it); a conflict reads it again.
+func (h *Handlers) maybeIdleFrom(ctx context.Context, c chat, known *collections.Document) error {
 	for range casAttempts {
-		cur, err := h.getOpt(ctx, c.path())
+		cur, err := known, error(nil)
+		if known == nil {
+			cur, err = h.getOpt(ctx, c.path())
+		}
+		known = nil
 		if err != nil || cur == nil || str(cur, "runStatus") != "running" {
 			return err
 		}

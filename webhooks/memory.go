@@ -145,33 +145,57 @@ func (h *Handlers) casChatFrom(ctx context.Context, c chat, known *collections.D
 // far: an active chat's timer that fires before lastActivityAt +
 // suspend_after re-arms itself (chatIdle), so a busy chat has one timer
 // pending, not one per message.
-func (h *Handlers) touchChat(ctx context.Context, c chat, now time.Time) (*collections.Document, error) {
+//
+// When all there is to write is lastActivityAt (an active chat whose timer
+// stays), touchChat writes nothing and returns deferred: the orchestrator
+// writes it with the decision's tokens and the runStatus, in one commit
+// (finishTurn). Every other case is written here, before anything runs
+// for the message: a suspended chat, a timer to move, and a missing
+// document (the user may cancel the chat's run while its first message's
+// plan runs: the document must be there to PATCH).
+func (h *Handlers) touchChat(ctx context.Context, c chat, now time.Time) (_ *collections.Document, deferred bool, _ error) {
 	ms := now.UnixMilli()
-	next := ms + h.cfg.ChatSuspendAfter.Milliseconds()
-	return h.casChat(ctx, c, func(cur *collections.Document) map[string]any {
-		if cur == nil {
-			return map[string]any{
-				"userId": c.uid, "status": chatActive, "lastActivityAt": ms, "idleAt": next,
-				"tokensUsed": 0, "compressionCount": 0,
-			}
+	cur, err := h.getOpt(ctx, c.path())
+	if err != nil {
+		return nil, false, err
+	}
+	if cur != nil && str(cur, "status") != chatClosed {
+		if patch := h.touchPatch(c, cur, ms); len(patch) == 1 && patch["lastActivityAt"] != nil {
+			return cur, true, nil
 		}
-		status := str(cur, "status")
-		if status == chatClosed {
-			return nil
-		}
-		patch := map[string]any{"lastActivityAt": ms}
-		if status != chatActive {
-			patch["status"] = chatActive
-			if _, ok := cur.Data["suspendedAt"]; ok {
-				patch["suspendedAt"] = nil
-			}
-		}
-		idle, ok := collections.Int64(cur.Data["idleAt"])
-		if status != chatActive || !ok || idle < ms-staleIdleTimer.Milliseconds() || idle > next {
-			patch["idleAt"] = next
-		}
-		return patch
+	}
+	d, err := h.casChatFrom(ctx, c, cur, func(cur *collections.Document) map[string]any {
+		return h.touchPatch(c, cur, ms)
 	})
+	return d, false, err
+}
+
+// touchPatch is touchChat's write on the chat document cur (nil: none; the
+// data to create it), for a user message at ms; nil for a closed chat.
+func (h *Handlers) touchPatch(c chat, cur *collections.Document, ms int64) map[string]any {
+	next := ms + h.cfg.ChatSuspendAfter.Milliseconds()
+	if cur == nil {
+		return map[string]any{
+			"userId": c.uid, "status": chatActive, "lastActivityAt": ms, "idleAt": next,
+			"tokensUsed": 0, "compressionCount": 0,
+		}
+	}
+	status := str(cur, "status")
+	if status == chatClosed {
+		return nil
+	}
+	patch := map[string]any{"lastActivityAt": ms}
+	if status != chatActive {
+		patch["status"] = chatActive
+		if _, ok := cur.Data["suspendedAt"]; ok {
+			patch["suspendedAt"] = nil
+		}
+	}
+	idle, ok := collections.Int64(cur.Data["idleAt"])
+	if status != chatActive || !ok || idle < ms-staleIdleTimer.Milliseconds() || idle > next {
+		patch["idleAt"] = next
+	}
+	return patch
 }
 
 // closedReply is the reply to a message in a closed chat.
@@ -460,16 +484,10 @@ func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, r
 // and records its model as lastModel. A failure is logged: retrying the
 // delivery would pay for the call again.
 func (h *Handlers) countChatTokens(ctx context.Context, c chat, res *llm.Response) {
-	h.countChatTokensFrom(ctx, c, nil, res)
-}
-
-// countChatTokensFrom is countChatTokens tried first against known, the
-// chat document as the handler last read or wrote it (nil: read it).
-func (h *Handlers) countChatTokensFrom(ctx context.Context, c chat, known *collections.Document, res *llm.Response) {
 	if res == nil {
 		return
 	}
-	_, err := h.casChatFrom(ctx, c, known, func(cur *collections.Document) map[string]any {
+	_, err := h.casChat(ctx, c, func(cur *collections.Document) map[string]any {
 		if cur == nil {
 			return nil // a chat the orchestrator never saw, or cleaned up
 		}

@@ -51,67 +51,181 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 	msg := ev.Doc
 	replyPath := c.messages() + "/" + replyID(msg.ID)
 	// The chat document: created if need be, its activity recorded
-	// (memory.go); a closed chat runs nothing.
-	chatDoc, err := h.touchChat(ctx, c, time.Now())
+	// (memory.go; or, in the common case, left to finishTurn); a closed
+	// chat runs nothing.
+	now := time.Now()
+	chatDoc, deferred, err := h.touchChat(ctx, c, now)
 	if err != nil {
 		return err
 	} else if str(chatDoc, "status") == chatClosed {
 		return h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "closed", "content": closedReply})
 	}
+	t := &turn{msg: msg, known: chatDoc}
+	if deferred {
+		t.touchAt = now.UnixMilli()
+	}
+	started, err := h.orchestrate(ctx, c, t, replyPath)
+	if err != nil {
+		// What the turn spent and the activity are still recorded (the
+		// delivery is retried; a retry that asks the model again spends
+		// again).
+		if ferr := h.finishTurn(ctx, c, t, false); ferr != nil {
+			h.log.Error("orchestrator: chat document not updated", "chat", c.path(), "err", ferr)
+		}
+		return err
+	}
+	if err := h.finishTurn(ctx, c, t, started); err != nil {
+		return err
+	}
+	if !started {
+		return nil
+	}
+	// Idle again at once when the tasks all ended already (a run_tool
+	// task, a redelivery).
+	return h.maybeIdleFrom(ctx, c, t.known)
+}
+
+// turn is what one orchestrator delivery knows of its chat document and
+// has still to write into it (finishTurn).
+type turn struct {
+	msg *collections.Document
+	// known is the chat document as the delivery last read or wrote it
+	// (nil: to be read).
+	known *collections.Document
+	// touchAt, when not 0, is the activity (lastActivityAt) touchChat left
+	// to finishTurn.
+	touchAt int64
+	// res is the decision's model response (its tokens).
+	res *llm.Response
+	// waiting are the chat's tasks waiting for the user, once read
+	// (waitingRead): routeReply and the decision's prompt share one query.
+	waiting     []*collections.Document
+	waitingRead bool
+}
+
+// turnWaiting is Handlers.waitingForUser read once per turn.
+func (h *Handlers) turnWaiting(ctx context.Context, c chat, t *turn) ([]*collections.Document, error) {
+	if t.waitingRead {
+		return t.waiting, nil
+	}
+	w, err := h.waitingForUser(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	t.waiting, t.waitingRead = w, true
+	return w, nil
+}
+
+// orchestrate is the orchestrator's work on a user message once the chat
+// is open; started reports that the message's plan was carried out (its
+// tasks exist).
+func (h *Handlers) orchestrate(ctx context.Context, c chat, t *turn, replyPath string) (started bool, _ error) {
+	msg := t.msg
 	// A message the user sent before canceling the chat's run starts
 	// nothing: no decision, no task. (On the document touchChat just read
 	// or wrote: a cancel after it is caught before the plan is carried
 	// out, below.)
-	if stop, err := canceledFor(chatDoc, msg.CreatedAt); err != nil || stop {
-		return err
+	if stop, err := canceledFor(t.known, msg.CreatedAt); err != nil || stop {
+		return false, err
 	}
-	if routed, err := h.routeReply(ctx, c, msg); err != nil || routed {
-		return err
+	if routed, err := h.routeReply(ctx, c, msg, func() ([]*collections.Document, error) { return h.turnWaiting(ctx, c, t) }); err != nil || routed {
+		return false, err
 	}
 	reply, err := h.getOpt(ctx, replyPath)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if reply == nil {
 		// The model's decision is stored (in the reply's plan) before it is
 		// acted on, so a redelivery carries it out instead of asking again.
-		if reply, err = h.decide(ctx, c, msg, replyPath, chatDoc); err != nil || reply == nil {
-			return err
+		if reply, err = h.decide(ctx, c, t, replyPath); err != nil || reply == nil {
+			return false, err
 		}
 	}
 	if !h.seals.valid(reply, chatMessageSeal) {
 		// Someone else wrote the reply (a rules file that lets users write
 		// assistant messages): its plan is not the model's.
 		h.log.Warn("orchestrator: ignoring a reply the runtime did not write", "path", reply.Path)
-		return nil
+		return false, nil
 	}
 	// The pending notifications the decision carried (again on a
 	// redelivery, in case the first one stopped before).
 	if err := h.markDelivered(ctx, c, reply); err != nil {
-		return err
+		return false, err
 	}
 	plan, _ := reply.Data["plan"].([]any)
 	if len(plan) == 0 {
-		return nil
+		return false, nil
 	}
 	// Canceled while the model decided: the plan is not carried out.
-	if stop, err := h.chatCanceledFor(ctx, c, msg.CreatedAt); err != nil || stop {
-		return err
+	cur, err := h.getOpt(ctx, c.path())
+	if err != nil {
+		return false, err
+	}
+	t.known = cur
+	if stop, err := canceledFor(cur, msg.CreatedAt); err != nil || stop {
+		return false, err
 	}
 	for i, p := range plan {
 		call, _ := p.(map[string]any)
 		if err := h.startTask(ctx, c, msg, i, call); err != nil {
-			return err
+			return false, err
 		}
 	}
-	// The chat runs once its tasks exist (so a concurrent finalize that
-	// finds none unfinished cannot leave it idle behind them), and is
-	// idle again at once when they all ended already (a run_tool task, a
-	// redelivery).
-	if err := h.markRunning(ctx, c, msg.CreatedAt); err != nil {
+	return true, nil
+}
+
+// finishTurn writes the turn's chat document fields in one compare-and-swap
+// commit, after the message's tasks exist: the activity touchChat left
+// (t.touchAt), the decision's tokens (tokensUsed, lastModel) and, when the
+// plan was carried out (started), runStatus "running" (so a concurrent
+// finalize that finds no task unfinished cannot leave the chat idle behind
+// them; a cancel of the chat at or after the message is never
+// overwritten). It is tried first against t.known, and leaves the document
+// it wrote there.
+//
+// One commit instead of three, at a price: a crash after the reply or the
+// tasks were written and before this commit loses the decision's tokens in
+// the chat's tokensUsed (the redelivery finds the reply and asks the model
+// nothing). That counter is informational; the user's daily usage
+// (agent-usage, what budgets are enforced on) is recorded with the model
+// call itself and stays exact. The activity and the runStatus are written
+// by the redelivery.
+func (h *Handlers) finishTurn(ctx context.Context, c chat, t *turn, started bool) error {
+	if t.touchAt == 0 && t.res == nil && !started {
+		return nil
+	}
+	d, err := h.casChatFrom(ctx, c, t.known, func(cur *collections.Document) map[string]any {
+		patch := map[string]any{}
+		switch {
+		case cur == nil && t.touchAt != 0:
+			patch = h.touchPatch(c, nil, t.touchAt) // deleted meanwhile
+		case cur == nil:
+			if !started {
+				return nil // deleted meanwhile: only the tokens were left
+			}
+			patch["userId"] = c.uid
+		case t.touchAt != 0:
+			if p := h.touchPatch(c, cur, t.touchAt); p != nil {
+				patch = p
+			}
+		}
+		if cur != nil {
+			addTokens(patch, cur, t.res, h.chatModelName())
+		}
+		if started && (cur == nil || str(cur, "runStatus") != "running" && t.msg.CreatedAt > canceledThrough(cur)) {
+			patch["runStatus"] = "running"
+		}
+		if len(patch) == 0 {
+			return nil
+		}
+		return patch
+	})
+	if err != nil {
 		return err
 	}
-	return h.maybeIdle(ctx, c)
+	t.known = d
+	return nil
 }
 
 // decide asks the model what to do about msg and writes its answer as the
@@ -119,16 +233,18 @@ func (h *Handlers) orchestrator(ctx context.Context, ev *Event) error {
 // model cannot answer (a limit of the user's, or an error no retry can
 // fix) the reply tells the user so, and decide returns no reply.
 //
-// chatDoc is the chat document as the orchestrator last read or wrote it
-// (its memory, and the version its token count is first tried against).
-func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document, replyPath string, chatDoc *collections.Document) (*collections.Document, error) {
+// t.known is the chat document as the orchestrator last read or wrote it
+// (its memory); the decision's response goes into t.res.
+func (h *Handlers) decide(ctx context.Context, c chat, t *turn, replyPath string) (*collections.Document, error) {
+	msg := t.msg
 	history, full, err := h.chatHistory(ctx, c, msg)
 	if err != nil {
 		return nil, err
 	}
 	// The summary of the messages before the recent ones (compressed now
 	// when some fell out of the window: never when the window is not full).
-	mem, chatDoc, err := h.chatMemory(ctx, c, msg, chatDoc, full)
+	mem, known, err := h.chatMemory(ctx, c, msg, t.known, full)
+	t.known = known
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +259,10 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 		return nil, err
 	}
 	notes = promptNotices(append(notes, pending...))
-	res, err := h.askOrchestrator(ctx, c, msg, append(mem, history...), notes, seen)
-	h.countChatTokensFrom(ctx, c, chatDoc, res)
+	res, err := h.askOrchestrator(ctx, c, t, append(mem, history...), notes, seen)
+	// The tokens go into the chat document with the turn's other fields
+	// (finishTurn).
+	t.res = res
 	if le, ok := asLimit(err); ok {
 		// A limit of the user's: say so once, in the chat, and stop.
 		return nil, h.failReply(ctx, c, msg, replyPath, map[string]any{"kind": "limit", "content": le.msg})
@@ -184,13 +302,13 @@ func (h *Handlers) decide(ctx context.Context, c chat, msg *collections.Document
 
 // askOrchestrator asks the model about the chat's history, with the
 // rules' notifications, once the user's concurrent runs allow it.
-func (h *Handlers) askOrchestrator(ctx context.Context, c chat, msg *collections.Document, history []llm.Message, notes []notice, seen *usageRead) (*llm.Response, error) {
-	if err := h.checkRuns(ctx, c, msg); err != nil {
+func (h *Handlers) askOrchestrator(ctx context.Context, c chat, t *turn, history []llm.Message, notes []notice, seen *usageRead) (*llm.Response, error) {
+	if err := h.checkRuns(ctx, c, t.msg); err != nil {
 		return nil, err
 	}
 	prompt, tools := []llm.Message{{Role: "system", Content: orchestratorPrompt}}, h.orchestratorTools()
 	// Tasks waiting for the user: the message may answer one (waits.go).
-	waiting, err := h.waitingPrompt(ctx, c)
+	waiting, err := h.waitingPrompt(ctx, c, t)
 	if err != nil {
 		return nil, err
 	}

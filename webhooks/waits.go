@@ -713,8 +713,10 @@ type routeTarget struct{ taskID, waitID string }
 // one. It reports false when the message answers no open wait: the
 // orchestrator then handles it as a new message (told which tasks wait).
 // The decision is written on the message (sealed) before it is acted on,
-// so a redelivery acts on the same wait.
-func (h *Handlers) routeReply(ctx context.Context, c chat, ev *collections.Document) (bool, error) {
+// so a redelivery acts on the same wait. waiting returns the chat's tasks
+// waiting for the user (the orchestrator's turn reads them once, for this
+// and for the decision's prompt).
+func (h *Handlers) routeReply(ctx context.Context, c chat, ev *collections.Document, waiting func() ([]*collections.Document, error)) (bool, error) {
 	msg, err := h.getOpt(ctx, ev.Path)
 	if err != nil || msg == nil {
 		return false, err
@@ -726,9 +728,9 @@ func (h *Handlers) routeReply(ctx context.Context, c chat, ev *collections.Docum
 	if replyTo := str(msg, "replyTo"); replyTo != "" {
 		target, err = h.questionTarget(ctx, c, replyTo)
 	} else {
-		var waiting []*collections.Document
-		if waiting, err = h.waitingForUser(ctx, c); err == nil && len(waiting) == 1 {
-			target = &routeTarget{taskID: waiting[0].ID, waitID: str(waiting[0], "waitId")}
+		var tasks []*collections.Document
+		if tasks, err = waiting(); err == nil && len(tasks) == 1 {
+			target = &routeTarget{taskID: tasks[0].ID, waitID: str(tasks[0], "waitId")}
 		}
 	}
 	if err != nil || target == nil {
@@ -892,8 +894,8 @@ var answerTaskTool = llm.Tool{
 
 // waitingPrompt tells the orchestrator which tasks wait for the user (nil:
 // none), and offers answer_task.
-func (h *Handlers) waitingPrompt(ctx context.Context, c chat) (*llm.Message, error) {
-	waiting, err := h.waitingForUser(ctx, c)
+func (h *Handlers) waitingPrompt(ctx context.Context, c chat, t *turn) (*llm.Message, error) {
+	waiting, err := h.turnWaiting(ctx, c, t)
 	if err != nil || len(waiting) == 0 {
 		return nil, err
 	}
