@@ -415,6 +415,10 @@ func TestAgents_MessageAfterAnUnsettledChatCancelRuns(t *testing.T) {
 	s := startStack(t, stackOpts{model: model})
 	s.say("c1", "m1", "Hi")
 	s.waitFor("the first reply", 15*time.Second, func() bool { return s.get(s.chat("c1")+"/messages/m1-reply") != nil })
+	// The first message's turn ends with the chat document's write (its
+	// tokens, after the reply): the cancel's snapshot below is taken after
+	// it, so that its updatedAt is the cancel's time.
+	s.waitFor("the first turn's chat write", 15*time.Second, func() bool { return field(s.get(s.chat("c1")), "lastModel") != "" })
 	// chat-cancel must not run on its own: the test delivers it below.
 	if code, res := s.do("POST", "/admin/v1/triggers/on-chat-cancel/disable", adminKey, ""); code != 200 {
 		t.Fatalf("disable on-chat-cancel: %d %v", code, res)
