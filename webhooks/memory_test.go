@@ -316,7 +316,8 @@ func TestChatMemory_TokensOfOrchestratorAndFinalize(t *testing.T) {
 	s.settle(10 * time.Second)
 	chat := s.get(s.chat("c1"))
 	// The orchestrator's 11+2 and finalize's 3+4; the sub-agent's are its own.
-	if numField(chat, "tokensUsed") != 13+7 || field(chat, "lastModel") != "fake" || numField(chat, "compressionCount") != 0 {
+	// Finalize writes its tokens and the idle runStatus in one commit.
+	if numField(chat, "tokensUsed") != 13+7 || field(chat, "lastModel") != "fake" || numField(chat, "compressionCount") != 0 || field(chat, "runStatus") != "idle" {
 		t.Fatalf("chat %v", chat.Data)
 	}
 	if _, ok := chat.Data["summary"]; ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
 	"github.com/loomdb/loom/webhooks/plugins"
 	"github.com/loomdb/loom/webhooks/tools"
 )
@@ -225,17 +226,19 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	}
 	status := str(task, "status")
 	var content string
+	var spent *llm.Response // finalize's model call, its tokens
 	switch status {
 	case "success":
 		content = str(task, "result")
 		if h.model.Name() != "offline" && content != "" {
 			res, err := h.complete(ctx, c.uid, h.forOrchestrator(llmSummaryRequest(str(task, "instruction"), content)))
-			h.countChatTokens(ctx, c, res)
+			spent = res
 			_, limited := asLimit(err)
 			switch {
 			case limited, permanentModelError(err):
 				// Keep the sub-agent's own answer.
 			case err != nil:
+				h.countChatTokens(ctx, c, res)
 				return fmt.Errorf("finalize model: %w", err)
 			case res.Content != "":
 				content = res.Content
@@ -260,7 +263,48 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 	}, chatMessageSeal)); err != nil {
 		return err
 	}
-	return h.maybeIdle(ctx, c)
+	return h.taskAnswered(ctx, c, spent)
+}
+
+// taskAnswered writes the chat document after a task's answer, in one
+// compare-and-swap commit: the tokens of finalize's model call (res; nil:
+// none) and runStatus "idle" when the chat is running and none of its
+// tasks is unfinished (maybeIdle's check). A crash after the answer and
+// before this commit loses the call's tokens in the chat's tokensUsed (the
+// redelivery finds the answer and does nothing): that counter is
+// informational, the user's daily usage (agent-usage) is recorded with the
+// call itself and stays exact.
+func (h *Handlers) taskAnswered(ctx context.Context, c chat, res *llm.Response) error {
+	if res == nil {
+		return h.maybeIdle(ctx, c)
+	}
+	for range casAttempts {
+		cur, err := h.getOpt(ctx, c.path())
+		if err != nil || cur == nil {
+			return err // none: a chat the orchestrator never saw, or cleaned up
+		}
+		patch := map[string]any{}
+		addTokens(patch, cur, res, h.chatModelName())
+		if str(cur, "runStatus") == "running" {
+			busy, err := h.chatBusy(ctx, c)
+			if err != nil {
+				return err
+			}
+			if !busy {
+				patch["runStatus"] = "idle"
+			}
+		}
+		_, err = h.docs.Update(ctx, c.path(), patch, cur.Version)
+		if errors.Is(err, collections.ErrPreconditionFailed) {
+			continue
+		}
+		if err != nil {
+			h.log.Error("chat tokens not recorded", "chat", c.path(), "tokens", res.Usage.TotalTokens, "err", err)
+		}
+		return err
+	}
+	h.log.Error("chat tokens not recorded", "chat", c.path(), "tokens", res.Usage.TotalTokens, "err", "still conflicting")
+	return nil // busy: a later finalize checks idle again
 }
 
 // notify writes a waiting task's question into the chat.
