@@ -30,23 +30,7 @@ func TestReview_CancelKeyHeadReleasesTheKey(t *testing.T) {
 	rc.WaitFor(t, "the head's first attempt", apptest.AtLeast(1))
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"i": 2})
 	ctx := context.Background()
-	var head *triggers.Delivery
-	deadline := time.Now().Add(5 * time.Second)
-	for head == nil && time.Now().Before(deadline) {
-		ds, _, err := e.Triggers.Deliveries(ctx, triggers.DeliveryQuery{Status: triggers.StatusPending})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			if len(d.Attempts) == 1 {
-				head = d
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if head == nil {
-		t.Fatal("no retrying head")
-	}
+	head := retryingHead(t, e)
 	time.Sleep(200 * time.Millisecond)
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests while the head waits, want 1 (m2 is behind it)", n)
@@ -71,28 +55,12 @@ func TestReview_ReplayKeyHeadGoesNow(t *testing.T) {
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"i": 1})
 	rc.WaitFor(t, "the head's first attempt", apptest.AtLeast(1))
 	ctx := context.Background()
-	var head *triggers.Delivery
-	deadline := time.Now().Add(5 * time.Second)
-	for head == nil && time.Now().Before(deadline) {
-		ds, _, err := e.Triggers.Deliveries(ctx, triggers.DeliveryQuery{Status: triggers.StatusPending})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range ds {
-			if len(d.Attempts) == 1 {
-				head = d
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if head == nil {
-		t.Fatal("no retrying head")
-	}
+	head := retryingHead(t, e)
 	if err := e.Triggers.Replay(ctx, head.ID); err != nil {
 		t.Fatal(err)
 	}
 	rc.WaitWithin(t, 10*time.Second, "the replayed head (its retry is 10 minutes away)", apptest.AtLeast(2))
-	deadline = time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		ds, _, _ := e.Triggers.Deliveries(ctx, triggers.DeliveryQuery{Status: triggers.StatusDelivered})
 		if len(ds) == 1 {
@@ -101,4 +69,25 @@ func TestReview_ReplayKeyHeadGoesNow(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("the replayed head is not recorded delivered")
+}
+
+// retryingHead waits (up to 5s) for the pending delivery that has had one
+// attempt: the key head waiting for its retry.
+func retryingHead(t *testing.T, e *apptest.Stack) *triggers.Delivery {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ds, _, err := e.Triggers.Deliveries(context.Background(), triggers.DeliveryQuery{Status: triggers.StatusPending})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if len(d.Attempts) == 1 {
+				return d
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("no retrying head")
+	return nil
 }
