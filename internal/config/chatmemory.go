@@ -23,10 +23,6 @@ type SignedDuration struct {
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (d *SignedDuration) UnmarshalText(b []byte) error {
-	if string(b) == "0" {
-		d.Duration, d.Set = 0, true
-		return nil
-	}
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
 		return err
