@@ -197,17 +197,6 @@ type Result struct {
 	DeliverAt int64
 }
 
-// Eval evaluates the condition (empty = true) and, when it is true and an
-// orderingKey is set, the key. A CEL runtime error (or the cost limit) is
-// returned as err and counts as no match for the caller; so does a
-// condition that is not a bool or a key that is not a string (an int key is
-// converted to its decimal text). A deliverAt is evaluated too (see
-// Evaluate), at the current time.
-func (c *Compiled) Eval(ev *Event) (matched bool, orderingKey string, err error) {
-	r, err := c.Evaluate(ev, time.Now())
-	return r.Matched, r.OrderingKey, err
-}
-
 // Evaluate evaluates the condition (empty = true) and, when it is true,
 // the orderingKey and the deliverAt. A CEL runtime error (or the cost
 // limit) is returned as err and counts as no match for the caller; so does

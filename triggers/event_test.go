@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/triggers"
@@ -145,7 +146,7 @@ func TestEval(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := compileT(t, tt.cond, "")
-			got, key, err := c.Eval(event(t, c, tt.ch(t)))
+			got, key, err := eval(c, event(t, c, tt.ch(t)))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err=%v, want error %v", err, tt.wantErr)
 			}
@@ -178,7 +179,7 @@ func TestEval_OrderingKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.key+tt.data, func(t *testing.T) {
 			c := compileT(t, tt.cond, tt.key)
-			matched, key, err := c.Eval(event(t, c, createCh(t, tt.data)))
+			matched, key, err := eval(c, event(t, c, createCh(t, tt.data)))
 			if (err != nil) != tt.wantErr || matched != tt.matched || key != tt.want {
 				t.Fatalf("Eval=%v, %q, %v; want %v, %q, error %v", matched, key, err, tt.matched, tt.want, tt.wantErr)
 			}
@@ -307,8 +308,14 @@ func BenchmarkEval(b *testing.B) {
 		if !ok {
 			b.Fatal("no match")
 		}
-		if m, _, err := c.Eval(triggers.NewEvent(ch, params)); !m || err != nil {
+		if m, _, err := eval(c, triggers.NewEvent(ch, params)); !m || err != nil {
 			b.Fatal(m, err)
 		}
 	}
+}
+
+// eval evaluates c's condition and ordering key for ev now.
+func eval(c *triggers.Compiled, ev *triggers.Event) (matched bool, orderingKey string, err error) {
+	r, err := c.Evaluate(ev, time.Now())
+	return r.Matched, r.OrderingKey, err
 }

@@ -78,7 +78,6 @@ func FuzzParseFile(f *testing.F) {
 				if !ok {
 					params = nil
 				}
-				_, _, _ = c.Eval(triggers.NewEvent(ch, params))
 				now := time.UnixMilli(1_800_000_000_000)
 				r, err := c.Evaluate(triggers.NewEvent(ch, params), now)
 				if err == nil && r.Matched && c.Def.DeliverAt != "" &&
