@@ -115,7 +115,7 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 	if err != nil {
 		return nil, err
 	}
-	wcfg := webhooks.Config{
+	return webhooks.New(webhooks.Config{
 		Rules:              engine,
 		LoadRules:          loadRules,
 		RuleLogRetention:   cfg.Agents.RuleLogRetention.Duration,
@@ -134,16 +134,16 @@ func NewAgents(cfg config.Config, docs webhooks.Docs, opts AgentOptions) (*webho
 		ChatCleanupAfter:   chatCleanupAfter(cfg.Agents.ChatCleanupAfter),
 		WaitTimeout:        cfg.Agents.WaitTimeout.Duration,
 		MaxChildTasks:      cfg.Agents.MaxChildTasks,
+		// The orchestrator's decisions and finalize's summaries.
+		OrchestratorModel:       cfg.Agents.Orchestrator.Model,
+		OrchestratorTemperature: cfg.Agents.Orchestrator.Temperature,
 		// A delivery carries an outbox row's event: a document, its previous
 		// state and the changed field names of both — what the engine lets
 		// a system document hold, so no event the evaluator could store is
 		// refused by its handler on every attempt.
 		MaxBody: sqlite.SystemDocumentFactor*int64(cfg.Limits.MaxDocumentBytes) + sqlite.SystemDocumentSlack,
 		Logger:  logger,
-	}
-	// The orchestrator's decisions and finalize's summaries.
-	wcfg.OrchestratorModel, wcfg.OrchestratorTemperature = cfg.Agents.Orchestrator.Model, cfg.Agents.Orchestrator.Temperature
-	return webhooks.New(wcfg)
+	})
 }
 
 // agentRules loads the lifecycle rules and plugins (the shipped ones, then
