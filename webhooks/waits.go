@@ -647,7 +647,7 @@ func (h *Handlers) waitTimeout(ctx context.Context, ev *Event) error {
 		return nil
 	}
 	due := false
-	task, changed, err := h.resolveWait(ctx, ev.Path, id, func(task *collections.Document, ws *waitState) bool {
+	task, _, err := h.resolveWait(ctx, ev.Path, id, func(task *collections.Document, ws *waitState) bool {
 		if str(task, "status") != "waiting" || ws.Resolution != "" {
 			return false
 		}
@@ -671,7 +671,6 @@ func (h *Handlers) waitTimeout(ctx context.Context, ev *Event) error {
 	if ws := waitStateOf(task); ws == nil || ws.Resolution != "timeout" {
 		return nil
 	}
-	_ = changed
 	// The wait's child tasks still at work are canceled: their answers
 	// would come too late for the wait and must not land in the chat.
 	if err := h.cancelWaitChildren(ctx, c, task, id); err != nil {
