@@ -133,13 +133,22 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 // the agent loop), then mirrors the call into the chat.
 func (h *Handlers) answerCall(ctx context.Context, c chat, sa string, tc *collections.Document, content string) error {
 	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
-	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
-		"toolCallId": str(tc, "callId"), "name": str(tc, "toolName"),
-	}); err != nil {
+	if err := h.toolMessage(ctx, c, sa, seq, str(tc, "callId"), str(tc, "toolName"), content); err != nil {
 		return err
 	}
 	return h.mirror(ctx, c, tc, content)
+}
+
+// toolMessage writes the sub-agent's tool message answering the model's
+// call callID (tool name) at seq, the seq its step reserved for the call
+// (assistant seq + 1 + the call's index), so a redelivery writes it once.
+// It wakes the agent loop.
+func (h *Handlers) toolMessage(ctx context.Context, c chat, sa string, seq int64, callID, name, content string) error {
+	_, err := h.createSubMessage(ctx, c, sa, map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
+		"toolCallId": callID, "name": name,
+	})
+	return err
 }
 
 // mayRun checks that a sub-agent may run a tool: the tool is in its role's

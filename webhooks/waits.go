@@ -324,11 +324,7 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 	var later []func() error
 	answer := func(i int, tc llm.ToolCall, content string) {
 		later = append(later, func() error {
-			_, err := h.createSubMessage(ctx, c, sa, map[string]any{
-				"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": stepSeq + 1 + int64(i),
-				"toolCallId": tc.ID, "name": tc.Name,
-			})
-			return err
+			return h.toolMessage(ctx, c, sa, stepSeq+1+int64(i), tc.ID, tc.Name, content)
 		})
 	}
 	for i, tc := range calls {
@@ -563,11 +559,7 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 		}, subMessageSeal))
 		return err
 	}
-	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": waitResult(ws),
-		"seq": ws.AssistantSeq + 1 + ws.Index, "toolCallId": ws.ToolCallID, "name": ws.Tool,
-	})
-	return err
+	return h.toolMessage(ctx, c, sa, ws.AssistantSeq+1+ws.Index, ws.ToolCallID, ws.Tool, waitResult(ws))
 }
 
 // holdForClient keeps the run of a task whose wait ended waiting for the
