@@ -3,6 +3,7 @@ package webhooks
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -682,8 +683,7 @@ func (h *Handlers) cancelWaitChildren(ctx context.Context, c chat, task *collect
 		return fmt.Errorf("child tasks: %w", err)
 	}
 	for _, k := range kids {
-		got, _ := k.Data[linkSealField].(string)
-		if str(k, "parentWaitId") != id || got == "" || got != h.seals.sign(k.Path, k.Data, linkSeal) || taskFinished(str(k, "status")) {
+		if str(k, "parentWaitId") != id || !h.seals.validField(k, linkSealField, linkSeal) || taskFinished(str(k, "status")) {
 			continue
 		}
 		if err := h.cancelTask(ctx, k.Path, "parent"); err != nil {
@@ -764,8 +764,7 @@ func (h *Handlers) routeTo(ctx context.Context, c chat, msg *collections.Documen
 // routedTo reads the routing decision on a user message.
 func (h *Handlers) routedTo(msg *collections.Document) (routeTarget, bool) {
 	r, _ := msg.Data["routedTo"].(map[string]any)
-	got, _ := msg.Data[routeSealField].(string)
-	if r == nil || got == "" || got != h.seals.sign(msg.Path, msg.Data, routeSeal) {
+	if r == nil || !h.seals.validField(msg, routeSealField, routeSeal) {
 		return routeTarget{}, false
 	}
 	tid, _ := r["taskId"].(string)
@@ -932,8 +931,7 @@ func (h *Handlers) answerTask(ctx context.Context, c chat, msg *collections.Docu
 // the task's answer then goes to the chat like any task's.
 func (h *Handlers) childDone(ctx context.Context, c chat, task *collections.Document) (handled bool, err error) {
 	parent, wid := str(task, "parentTaskId"), str(task, "parentWaitId")
-	got, _ := task.Data[linkSealField].(string)
-	if parent == "" || wid == "" || got == "" || got != h.seals.sign(task.Path, task.Data, linkSeal) || !collections.ValidSegment(parent) {
+	if parent == "" || wid == "" || !h.seals.validField(task, linkSealField, linkSeal) || !collections.ValidSegment(parent) {
 		return false, nil
 	}
 	text := str(task, "result")
@@ -1027,4 +1025,16 @@ func (h *Handlers) markSeen(ctx context.Context, agent, task *collections.Docume
 	}
 	_, err := h.docs.Update(ctx, agent.Path, map[string]any{"lastProcessedMessageId": newest, "seenWaitId": str(task, "waitId")}, 0)
 	return err
+}
+
+// validField reports whether d carries, in field, the runtime's seal over
+// fields (valid for a seal kept apart from the document's own seal: a
+// child task's link, a message's routing decision).
+func (s sealer) validField(d *collections.Document, field string, fields []string) bool {
+	if d == nil {
+		return false
+	}
+	got, _ := d.Data[field].(string)
+	want := s.sign(d.Path, d.Data, fields)
+	return got != "" && want != "" && hmac.Equal([]byte(got), []byte(want))
 }
