@@ -42,11 +42,9 @@ import (
 // toolName), never by the document's executionType, which only the
 // triggers and the client app read.
 
-// Task and sub-agent statuses of a client-tool wait.
-const (
-	taskWaitingTool = "waiting_tool"
-	subAgentWaiting = "waiting"
-)
+// taskWaitingTool is the task status of a client-tool wait (its sub-agent
+// is agentWaiting, as in any wait).
+const taskWaitingTool = "waiting_tool"
 
 // clientSkew is how early a delivery may come for a call's deadline and
 // still be retried rather than ignored: the scheduled delivery is due at
@@ -92,7 +90,7 @@ func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agen
 	client := false
 	for _, tc := range toolCallsOf(step) {
 		switch _, ok := h.clientToolDef(tc.Name); {
-		case tc.Name == askUserTool.Name || tc.Name == "send_message":
+		case isWaitTool(tc.Name):
 			return agent, task, nil
 		case ok:
 			client = true
@@ -118,7 +116,7 @@ func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agen
 	// back by the missing tool results (pendingCalls), so a crash before
 	// this write costs nothing but the label.
 	if str(agent, "status") == "active" {
-		if agent, err = h.moveAgent(ctx, agent.Path, subAgentWaiting); err != nil {
+		if agent, err = h.moveAgent(ctx, agent.Path, agentWaiting); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -338,7 +336,7 @@ func (h *Handlers) resumeFromClient(ctx context.Context, agent, task *collection
 			return false, nil
 		}
 	}
-	if str(task, "status") == "running" && str(agent, "status") == subAgentWaiting {
+	if str(task, "status") == "running" && str(agent, "status") == agentWaiting {
 		if _, err := h.moveAgent(ctx, agent.Path, "active"); err != nil {
 			return false, err
 		}
