@@ -476,14 +476,22 @@ func (h *Handlers) openWait(ctx context.Context, c chat, sa string, agent, task 
 	if str(cur, "status") == statusCanceled {
 		// Canceled meanwhile: its settlement may have run before the
 		// sub-agent was set waiting, so end the sub-agent here too.
-		_, err = h.casUpdate(ctx, agent.Path, func(a *collections.Document) map[string]any {
-			if str(a, "status") != agentWaiting || str(a, "waitId") != id {
-				return nil
-			}
-			return map[string]any{"status": statusCanceled}
-		})
+		err = h.leaveWait(ctx, agent.Path, id, statusCanceled)
 	}
 	return false, err
+}
+
+// leaveWait moves the sub-agent at path, if it still waits in the wait id,
+// to status (compare-and-swap: a write to the sub-agent meanwhile does not
+// lose the move, and a sub-agent that moved on is left alone).
+func (h *Handlers) leaveWait(ctx context.Context, path, id, status string) error {
+	_, err := h.casUpdate(ctx, path, func(a *collections.Document) map[string]any {
+		if str(a, "status") != agentWaiting || str(a, "waitId") != id {
+			return nil
+		}
+		return map[string]any{"status": status}
+	})
+	return err
 }
 
 // resolveWait records a change of a task's open wait with
@@ -538,7 +546,7 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 			return err
 		}
 		if !held {
-			if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
+			if err := h.leaveWait(ctx, agent.Path, id, "active"); err != nil {
 				return err
 			}
 		}
