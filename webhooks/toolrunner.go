@@ -57,15 +57,17 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		// No tool run starts for a canceled (or ended) task, and the
 		// result of one that was canceled while the tool ran is discarded.
 		task := &collections.Document{Path: c.tasks() + "/" + str(agent, "taskId")}
-		if runErr == nil {
-			if gone, err := h.taskGone(ctx, task); err != nil || gone {
-				if err != nil {
-					return err
-				}
-				return h.cancelToolCall(ctx, tc.Path)
+		stopped := func() (bool, error) {
+			gone, err := h.taskGone(ctx, task)
+			if err != nil || !gone {
+				return false, err
 			}
+			return true, h.cancelToolCall(ctx, tc.Path)
 		}
 		if runErr == nil {
+			if stop, err := stopped(); err != nil || stop {
+				return err
+			}
 			// on_tool_call: the tool is about to run.
 			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, agent, tc, ""); err != nil {
 				return err
@@ -75,12 +77,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
 			return runErr // cancelled: retry the delivery
 		}
-		if runErr == nil || !errors.Is(runErr, errToolRefused) {
-			if gone, err := h.taskGone(ctx, task); err != nil || gone {
-				if err != nil {
-					return err
-				}
-				return h.cancelToolCall(ctx, tc.Path)
+		if !errors.Is(runErr, errToolRefused) {
+			if stop, err := stopped(); err != nil || stop {
+				return err
 			}
 		}
 		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
