@@ -8,7 +8,6 @@ import (
 	"maps"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/plugins"
@@ -379,16 +378,13 @@ func jsonText(v any) string {
 	return string(b)
 }
 
-// cutText cuts s to at most n bytes at a rune boundary, marking the cut.
+// cutText cuts s to at most n bytes at a rune boundary (truncate),
+// marking the cut.
 func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(truncated)"
+	return truncate(s, n) + "(truncated)"
 }
 
 // humanDuration writes d in the largest whole unit: "10 minutes", "90

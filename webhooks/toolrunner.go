@@ -111,9 +111,7 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	if str(tc, "status") == "failed" {
 		content = "error: " + str(tc, "error")
 	}
-	if len(content) > maxResultChars {
-		content = content[:maxResultChars] + "…(truncated)"
-	}
+	content = cutText(content, maxResultChars) // at a rune boundary
 	// on_tool_complete / on_tool_failure before the tool message that
 	// wakes the agent loop, so their notifications reach its next step
 	// (again on a redelivery: idempotent).
