@@ -245,7 +245,7 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 	if err != nil || task == nil || !h.seals.valid(task, taskSeal) {
 		return err
 	}
-	if taskEnded(task) {
+	if taskFinished(str(task, "status")) {
 		return nil // canceled or finished: the result is discarded
 	}
 	step, err := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(num(tc, "assistantSeq")))
@@ -331,7 +331,7 @@ func (h *Handlers) resumeFromClient(ctx context.Context, agent, task *collection
 		if err != nil {
 			return false, err
 		}
-		if taskEnded(task) {
+		if taskFinished(str(task, "status")) {
 			return false, nil
 		}
 	}
@@ -341,15 +341,6 @@ func (h *Handlers) resumeFromClient(ctx context.Context, agent, task *collection
 		}
 	}
 	return true, nil
-}
-
-// taskEnded reports whether a task has finished or was canceled.
-func taskEnded(task *collections.Document) bool {
-	switch str(task, "status") {
-	case "success", "failed", "canceled":
-		return true
-	}
-	return false
 }
 
 // clientContent is a client call's outcome as the model sees it: the
