@@ -256,7 +256,7 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 	// client: one the role offers, with arguments that fit the tool. (An
 	// outcome written before tool-runner first saw the call skipped those
 	// checks; the runtime's refusal replaces it.)
-	if tc, err = h.clientRecheck(ctx, c, sa, tc); err != nil || tc == nil {
+	if tc, err = h.clientRecheck(ctx, agent, sa, tc); err != nil || tc == nil {
 		return err
 	}
 	if st := str(tc, "status"); st != "success" && st != "failed" {
@@ -293,14 +293,11 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 // checks a pending one (the role offers the tool, the arguments fit its
 // schema). A call that fails the checks gets the runtime's refusal as its
 // outcome (version-checked; the call is read again when that lost a race),
-// in place of what the client wrote. It returns the call as it now is (nil:
-// gone).
-func (h *Handlers) clientRecheck(ctx context.Context, c chat, sa string, tc *collections.Document) (*collections.Document, error) {
+// in place of what the client wrote. agent is the call's sub-agent as the
+// caller read it. It returns the call as it now is (nil: gone).
+func (h *Handlers) clientRecheck(ctx context.Context, agent *collections.Document, sa string, tc *collections.Document) (*collections.Document, error) {
 	name := str(tc, "toolName")
-	_, err := h.mayRun(ctx, c, sa, name)
-	if err != nil && !errors.Is(err, errToolRefused) {
-		return nil, err
-	}
+	err := h.agentMayRun(agent, sa, name)
 	if err == nil {
 		err = h.tools.Check(name, str(tc, "argsJson"))
 	}

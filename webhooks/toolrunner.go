@@ -156,14 +156,20 @@ func (h *Handlers) mayRun(ctx context.Context, c chat, sa, tool string) (*collec
 	if err != nil {
 		return nil, err
 	}
+	return agent, h.agentMayRun(agent, sa, tool)
+}
+
+// agentMayRun is mayRun's check of a sub-agent document already read
+// (nil: none): an errToolRefused when it may not run tool.
+func (h *Handlers) agentMayRun(agent *collections.Document, sa, tool string) error {
 	if !h.seals.valid(agent, subAgentSeal) {
-		return agent, fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
+		return fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
 	}
 	role := str(agent, "role")
 	if r, ok := h.cfg.Roles[role]; !ok || !slices.Contains(r.Tools, tool) {
-		return agent, fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
+		return fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
 	}
-	return agent, nil
+	return nil
 }
 
 // errToolRefused is a tool call the runtime does not run.
