@@ -8,7 +8,6 @@ import (
 	"maps"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/webhooks/plugins"
@@ -42,11 +41,9 @@ import (
 // toolName), never by the document's executionType, which only the
 // triggers and the client app read.
 
-// Task and sub-agent statuses of a client-tool wait.
-const (
-	taskWaitingTool = "waiting_tool"
-	subAgentWaiting = "waiting"
-)
+// taskWaitingTool is the task status of a client-tool wait (its sub-agent
+// is agentWaiting, as in any wait).
+const taskWaitingTool = "waiting_tool"
 
 // clientSkew is how early a delivery may come for a call's deadline and
 // still be retried rather than ignored: the scheduled delivery is due at
@@ -92,7 +89,7 @@ func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agen
 	client := false
 	for _, tc := range toolCallsOf(step) {
 		switch _, ok := h.clientToolDef(tc.Name); {
-		case tc.Name == askUserTool.Name || tc.Name == "send_message":
+		case isWaitTool(tc.Name):
 			return agent, task, nil
 		case ok:
 			client = true
@@ -118,7 +115,7 @@ func (h *Handlers) awaitClientCalls(ctx context.Context, c chat, sa string, agen
 	// back by the missing tool results (pendingCalls), so a crash before
 	// this write costs nothing but the label.
 	if str(agent, "status") == "active" {
-		if agent, err = h.moveAgent(ctx, agent.Path, subAgentWaiting); err != nil {
+		if agent, err = h.moveAgent(ctx, agent.Path, agentWaiting); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -248,7 +245,7 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 	if err != nil || task == nil || !h.seals.valid(task, taskSeal) {
 		return err
 	}
-	if taskEnded(task) {
+	if taskFinished(str(task, "status")) {
 		return nil // canceled or finished: the result is discarded
 	}
 	step, err := h.getOpt(ctx, c.subMessages(sa)+"/"+msgID(num(tc, "assistantSeq")))
@@ -259,7 +256,7 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 	// client: one the role offers, with arguments that fit the tool. (An
 	// outcome written before tool-runner first saw the call skipped those
 	// checks; the runtime's refusal replaces it.)
-	if tc, err = h.clientRecheck(ctx, c, sa, tc); err != nil || tc == nil {
+	if tc, err = h.clientRecheck(ctx, agent, sa, tc); err != nil || tc == nil {
 		return err
 	}
 	if st := str(tc, "status"); st != "success" && st != "failed" {
@@ -296,14 +293,11 @@ func (h *Handlers) clientOutcome(ctx context.Context, c chat, sa string, tc *col
 // checks a pending one (the role offers the tool, the arguments fit its
 // schema). A call that fails the checks gets the runtime's refusal as its
 // outcome (version-checked; the call is read again when that lost a race),
-// in place of what the client wrote. It returns the call as it now is (nil:
-// gone).
-func (h *Handlers) clientRecheck(ctx context.Context, c chat, sa string, tc *collections.Document) (*collections.Document, error) {
+// in place of what the client wrote. agent is the call's sub-agent as the
+// caller read it. It returns the call as it now is (nil: gone).
+func (h *Handlers) clientRecheck(ctx context.Context, agent *collections.Document, sa string, tc *collections.Document) (*collections.Document, error) {
 	name := str(tc, "toolName")
-	_, err := h.mayRun(ctx, c, sa, name)
-	if err != nil && !errors.Is(err, errToolRefused) {
-		return nil, err
-	}
+	err := h.agentMayRun(agent, sa, name)
 	if err == nil {
 		err = h.tools.Check(name, str(tc, "argsJson"))
 	}
@@ -334,25 +328,16 @@ func (h *Handlers) resumeFromClient(ctx context.Context, agent, task *collection
 		if err != nil {
 			return false, err
 		}
-		if taskEnded(task) {
+		if taskFinished(str(task, "status")) {
 			return false, nil
 		}
 	}
-	if str(task, "status") == "running" && str(agent, "status") == subAgentWaiting {
+	if str(task, "status") == "running" && str(agent, "status") == agentWaiting {
 		if _, err := h.moveAgent(ctx, agent.Path, "active"); err != nil {
 			return false, err
 		}
 	}
 	return true, nil
-}
-
-// taskEnded reports whether a task has finished or was canceled.
-func taskEnded(task *collections.Document) bool {
-	switch str(task, "status") {
-	case "success", "failed", "canceled":
-		return true
-	}
-	return false
 }
 
 // clientContent is a client call's outcome as the model sees it: the
@@ -381,16 +366,13 @@ func jsonText(v any) string {
 	return string(b)
 }
 
-// cutText cuts s to at most n bytes at a rune boundary, marking the cut.
+// cutText cuts s to at most n bytes at a rune boundary (truncate),
+// marking the cut.
 func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(truncated)"
+	return truncate(s, n) + "(truncated)"
 }
 
 // humanDuration writes d in the largest whole unit: "10 minutes", "90

@@ -107,6 +107,16 @@ func TestTruncate_RuneBoundary(t *testing.T) {
 	if got := truncate("abc", 5); got != "abc" {
 		t.Errorf("truncate = %q", got)
 	}
+	// An invalid byte before the cut keeps the text before the cut.
+	if got := truncate("a\xffbcdef", 4); got != "a\xffbc…" {
+		t.Errorf("truncate = %q", got)
+	}
+	if got := cutText("héllo", 2); got != "h…(truncated)" {
+		t.Errorf("cutText = %q", got)
+	}
+	if got := cutText("héllo", 6); got != "héllo" {
+		t.Errorf("cutText = %q", got)
+	}
 }
 
 // A tool call's arguments reach the context bounded: a model can put a

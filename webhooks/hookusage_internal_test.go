@@ -27,21 +27,7 @@ func (g *getCounter) Get(ctx context.Context, path string) (*collections.Documen
 // usage record once: the model call's budget check takes the hook's read.
 // Likewise a decision with an on_query_start rule.
 func TestHooks_UsageReadOncePerModelCall(t *testing.T) {
-	files := map[string]string{}
-	for _, hook := range []string{"on_turn_start", "on_query_start"} {
-		files[hook] = `
-[rule]
-id = "` + strings.ReplaceAll(hook, "_", "-") + `"
-trigger = "` + hook + `"
-
-[condition]
-expression = "context.turn.token_usage >= 0.5"
-
-[action]
-type = "notify_self"
-message = "half spent"
-`
-	}
+	files := hookRuleFiles("context.turn.token_usage >= 0.5", "notify_self", "half spent", "on_turn_start", "on_query_start")
 	env := &rulesEnv{store: openTestStore(t)}
 	docs := &getCounter{Docs: env.serviceDocs(), gets: map[string]int{}}
 	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, files), UserTokensPerDay: 1000})
@@ -86,6 +72,28 @@ message = "half spent"
 	}
 }
 
+// hookRuleFiles is one standalone rule file per hook (named for it, its
+// id the hook's name with dashes), each with the same condition
+// expression and action (type, message).
+func hookRuleFiles(expression, action, message string, hooks ...string) map[string]string {
+	files := map[string]string{}
+	for _, hook := range hooks {
+		files[hook] = `
+[rule]
+id = "` + strings.ReplaceAll(hook, "_", "-") + `"
+trigger = "` + hook + `"
+
+[condition]
+expression = "` + expression + `"
+
+[action]
+type = "` + action + `"
+message = "` + message + `"
+`
+	}
+	return files
+}
+
 // testEngine is an engine over standalone rule files (name → TOML).
 func testEngine(t *testing.T, files map[string]string) *plugins.Engine {
 	t.Helper()
@@ -117,21 +125,7 @@ func mustGet(t *testing.T, d Docs, path string) *collections.Document {
 // the sub-agent once (the hooks take the document the role check read),
 // and the user's agent settings once.
 func TestHooks_ToolRunReadsSubAgentOnce(t *testing.T) {
-	files := map[string]string{}
-	for _, hook := range []string{"on_tool_call", "on_tool_complete"} {
-		files[hook] = `
-[rule]
-id = "` + strings.ReplaceAll(hook, "_", "-") + `"
-trigger = "` + hook + `"
-
-[condition]
-expression = "context.turn.iteration_count >= 0"
-
-[action]
-type = "log"
-message = "tool"
-`
-	}
+	files := hookRuleFiles("context.turn.iteration_count >= 0", "log", "tool", "on_tool_call", "on_tool_complete")
 	env := &rulesEnv{store: openTestStore(t)}
 	docs := &getCounter{Docs: env.serviceDocs(), gets: map[string]int{}}
 	h := offlineHandlers(t, Config{Docs: docs, Rules: testEngine(t, files)})

@@ -61,7 +61,7 @@ func (h *Handlers) recordEvaluations(ctx context.Context, c chat, hook plugins.H
 	for i, ev := range logged {
 		entries[i] = map[string]any{
 			"rule": ev.Rule, "plugin": ev.PluginID, "matched": ev.Matched, "executed": ev.Executed,
-			"durationUs": ev.Duration.Microseconds(), "error": truncateUTF8(ev.Err, maxLoggedError),
+			"durationUs": ev.Duration.Microseconds(), "error": truncate(ev.Err, maxLoggedError),
 		}
 		if !seen[ev.Rule] {
 			seen[ev.Rule] = true

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -114,7 +113,7 @@ func (h *Handlers) ReloadRules(ctx context.Context) error {
 	}
 	st := reloadStatus{At: rs.now().UnixMilli(), OK: err == nil}
 	if err != nil {
-		st.Error = truncateUTF8(err.Error(), maxReloadError)
+		st.Error = truncate(err.Error(), maxReloadError)
 		rs.reloads.WithLabelValues("error").Inc()
 		h.log.Error("rules reload failed; the previous rules stay in force", "err", err)
 	} else {
@@ -336,7 +335,7 @@ func (h *Handlers) serveRulesAdmin(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(p, "rules/") || strings.HasPrefix(p, "plugins/"):
 		err = h.adminOnly(w, r, http.MethodPost, h.adminSwitch(p))
 	default:
-		err = adminErrorf(http.StatusNotFound, "NOT_FOUND", "No rules admin route %s.", truncateUTF8(r.URL.Path, 200))
+		err = adminErrorf(http.StatusNotFound, "NOT_FOUND", "No rules admin route %s.", truncate(r.URL.Path, 200))
 	}
 	if err != nil {
 		h.writeAdminError(w, r, err)
@@ -514,7 +513,7 @@ func (h *Handlers) adminSwitch(p string) func(http.ResponseWriter, *http.Request
 		case "rules":
 			rl := set.Rule(rest)
 			if rl == nil {
-				return adminErrorf(http.StatusNotFound, "NOT_FOUND", "No rule %q.", truncateUTF8(rest, 200))
+				return adminErrorf(http.StatusNotFound, "NOT_FOUND", "No rule %q.", truncate(rest, 200))
 			}
 			key = rl.Key()
 			if p := set.Plugin(rl.PluginID); p != nil {
@@ -523,7 +522,7 @@ func (h *Handlers) adminSwitch(p string) func(http.ResponseWriter, *http.Request
 		default: // plugins
 			pl := set.Plugin(rest)
 			if pl == nil {
-				return adminErrorf(http.StatusNotFound, "NOT_FOUND", "No plugin %q.", truncateUTF8(rest, 200))
+				return adminErrorf(http.StatusNotFound, "NOT_FOUND", "No plugin %q.", truncate(rest, 200))
 			}
 			key, missing, owner = pluginSwitch(pl.ID), pl.Missing, "plugin "+pl.ID
 		}
@@ -546,16 +545,4 @@ func (h *Handlers) adminSwitch(p string) func(http.ResponseWriter, *http.Request
 		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
-}
-
-// truncateUTF8 cuts s to at most n bytes on a rune boundary.
-func truncateUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "…"
 }

@@ -57,15 +57,17 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		// No tool run starts for a canceled (or ended) task, and the
 		// result of one that was canceled while the tool ran is discarded.
 		task := &collections.Document{Path: c.tasks() + "/" + str(agent, "taskId")}
-		if runErr == nil {
-			if gone, err := h.taskGone(ctx, task); err != nil || gone {
-				if err != nil {
-					return err
-				}
-				return h.cancelToolCall(ctx, tc.Path)
+		stopped := func() (bool, error) {
+			gone, err := h.taskGone(ctx, task)
+			if err != nil || !gone {
+				return false, err
 			}
+			return true, h.cancelToolCall(ctx, tc.Path)
 		}
 		if runErr == nil {
+			if stop, err := stopped(); err != nil || stop {
+				return err
+			}
 			// on_tool_call: the tool is about to run.
 			if err := h.toolHook(ctx, plugins.OnToolCall, c, sa, agent, tc, ""); err != nil {
 				return err
@@ -75,12 +77,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		if runErr != nil && !errors.Is(runErr, tools.ErrInvalidArgs) && ctx.Err() != nil {
 			return runErr // cancelled: retry the delivery
 		}
-		if runErr == nil || !errors.Is(runErr, errToolRefused) {
-			if gone, err := h.taskGone(ctx, task); err != nil || gone {
-				if err != nil {
-					return err
-				}
-				return h.cancelToolCall(ctx, tc.Path)
+		if !errors.Is(runErr, errToolRefused) {
+			if stop, err := stopped(); err != nil || stop {
+				return err
 			}
 		}
 		patch := map[string]any{"status": "success", "durationMs": time.Since(start).Milliseconds()}
@@ -112,9 +111,7 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	if str(tc, "status") == "failed" {
 		content = "error: " + str(tc, "error")
 	}
-	if len(content) > maxResultChars {
-		content = content[:maxResultChars] + "…(truncated)"
-	}
+	content = cutText(content, maxResultChars) // at a rune boundary
 	// on_tool_complete / on_tool_failure before the tool message that
 	// wakes the agent loop, so their notifications reach its next step
 	// (again on a redelivery: idempotent).
@@ -133,13 +130,22 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 // the agent loop), then mirrors the call into the chat.
 func (h *Handlers) answerCall(ctx context.Context, c chat, sa string, tc *collections.Document, content string) error {
 	seq := num(tc, "assistantSeq") + 1 + num(tc, "index")
-	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
-		"toolCallId": str(tc, "callId"), "name": str(tc, "toolName"),
-	}); err != nil {
+	if err := h.toolMessage(ctx, c, sa, seq, str(tc, "callId"), str(tc, "toolName"), content); err != nil {
 		return err
 	}
 	return h.mirror(ctx, c, tc, content)
+}
+
+// toolMessage writes the sub-agent's tool message answering the model's
+// call callID (tool name) at seq, the seq its step reserved for the call
+// (assistant seq + 1 + the call's index), so a redelivery writes it once.
+// It wakes the agent loop.
+func (h *Handlers) toolMessage(ctx context.Context, c chat, sa string, seq int64, callID, name, content string) error {
+	_, err := h.createSubMessage(ctx, c, sa, map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
+		"toolCallId": callID, "name": name,
+	})
+	return err
 }
 
 // mayRun checks that a sub-agent may run a tool: the tool is in its role's
@@ -150,14 +156,20 @@ func (h *Handlers) mayRun(ctx context.Context, c chat, sa, tool string) (*collec
 	if err != nil {
 		return nil, err
 	}
+	return agent, h.agentMayRun(agent, sa, tool)
+}
+
+// agentMayRun is mayRun's check of a sub-agent document already read
+// (nil: none): an errToolRefused when it may not run tool.
+func (h *Handlers) agentMayRun(agent *collections.Document, sa, tool string) error {
 	if !h.seals.valid(agent, subAgentSeal) {
-		return agent, fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
+		return fmt.Errorf("%w: no sub-agent %s of the runtime's", errToolRefused, sa)
 	}
 	role := str(agent, "role")
 	if r, ok := h.cfg.Roles[role]; !ok || !slices.Contains(r.Tools, tool) {
-		return agent, fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
+		return fmt.Errorf("%w: tool %q is not available to the %s role", errToolRefused, tool, role)
 	}
-	return agent, nil
+	return nil
 }
 
 // errToolRefused is a tool call the runtime does not run.

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -324,11 +325,7 @@ func (h *Handlers) startWaits(ctx context.Context, c chat, sa string, agent, tas
 	var later []func() error
 	answer := func(i int, tc llm.ToolCall, content string) {
 		later = append(later, func() error {
-			_, err := h.createSubMessage(ctx, c, sa, map[string]any{
-				"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": stepSeq + 1 + int64(i),
-				"toolCallId": tc.ID, "name": tc.Name,
-			})
-			return err
+			return h.toolMessage(ctx, c, sa, stepSeq+1+int64(i), tc.ID, tc.Name, content)
 		})
 	}
 	for i, tc := range calls {
@@ -479,14 +476,22 @@ func (h *Handlers) openWait(ctx context.Context, c chat, sa string, agent, task 
 	if str(cur, "status") == statusCanceled {
 		// Canceled meanwhile: its settlement may have run before the
 		// sub-agent was set waiting, so end the sub-agent here too.
-		_, err = h.casUpdate(ctx, agent.Path, func(a *collections.Document) map[string]any {
-			if str(a, "status") != agentWaiting || str(a, "waitId") != id {
-				return nil
-			}
-			return map[string]any{"status": statusCanceled}
-		})
+		err = h.leaveWait(ctx, agent.Path, id, statusCanceled)
 	}
 	return false, err
+}
+
+// leaveWait moves the sub-agent at path, if it still waits in the wait id,
+// to status (compare-and-swap: a write to the sub-agent meanwhile does not
+// lose the move, and a sub-agent that moved on is left alone).
+func (h *Handlers) leaveWait(ctx context.Context, path, id, status string) error {
+	_, err := h.casUpdate(ctx, path, func(a *collections.Document) map[string]any {
+		if str(a, "status") != agentWaiting || str(a, "waitId") != id {
+			return nil
+		}
+		return map[string]any{"status": status}
+	})
+	return err
 }
 
 // resolveWait records a change of a task's open wait with
@@ -541,7 +546,7 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 			return err
 		}
 		if !held {
-			if _, err := h.docs.Update(ctx, agent.Path, map[string]any{"status": "active"}, agent.Version); ignoreConflict(err) != nil {
+			if err := h.leaveWait(ctx, agent.Path, id, "active"); err != nil {
 				return err
 			}
 		}
@@ -563,11 +568,7 @@ func (h *Handlers) finishWait(ctx context.Context, c chat, task *collections.Doc
 		}, subMessageSeal))
 		return err
 	}
-	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": waitResult(ws),
-		"seq": ws.AssistantSeq + 1 + ws.Index, "toolCallId": ws.ToolCallID, "name": ws.Tool,
-	})
-	return err
+	return h.toolMessage(ctx, c, sa, ws.AssistantSeq+1+ws.Index, ws.ToolCallID, ws.Tool, waitResult(ws))
 }
 
 // holdForClient keeps the run of a task whose wait ended waiting for the
@@ -647,7 +648,7 @@ func (h *Handlers) waitTimeout(ctx context.Context, ev *Event) error {
 		return nil
 	}
 	due := false
-	task, changed, err := h.resolveWait(ctx, ev.Path, id, func(task *collections.Document, ws *waitState) bool {
+	task, _, err := h.resolveWait(ctx, ev.Path, id, func(task *collections.Document, ws *waitState) bool {
 		if str(task, "status") != "waiting" || ws.Resolution != "" {
 			return false
 		}
@@ -671,7 +672,6 @@ func (h *Handlers) waitTimeout(ctx context.Context, ev *Event) error {
 	if ws := waitStateOf(task); ws == nil || ws.Resolution != "timeout" {
 		return nil
 	}
-	_ = changed
 	// The wait's child tasks still at work are canceled: their answers
 	// would come too late for the wait and must not land in the chat.
 	if err := h.cancelWaitChildren(ctx, c, task, id); err != nil {
@@ -691,8 +691,7 @@ func (h *Handlers) cancelWaitChildren(ctx context.Context, c chat, task *collect
 		return fmt.Errorf("child tasks: %w", err)
 	}
 	for _, k := range kids {
-		got, _ := k.Data[linkSealField].(string)
-		if str(k, "parentWaitId") != id || got == "" || got != h.seals.sign(k.Path, k.Data, linkSeal) || taskFinished(str(k, "status")) {
+		if str(k, "parentWaitId") != id || !h.seals.validField(k, linkSealField, linkSeal) || taskFinished(str(k, "status")) {
 			continue
 		}
 		if err := h.cancelTask(ctx, k.Path, "parent"); err != nil {
@@ -773,8 +772,7 @@ func (h *Handlers) routeTo(ctx context.Context, c chat, msg *collections.Documen
 // routedTo reads the routing decision on a user message.
 func (h *Handlers) routedTo(msg *collections.Document) (routeTarget, bool) {
 	r, _ := msg.Data["routedTo"].(map[string]any)
-	got, _ := msg.Data[routeSealField].(string)
-	if r == nil || got == "" || got != h.seals.sign(msg.Path, msg.Data, routeSeal) {
+	if r == nil || !h.seals.validField(msg, routeSealField, routeSeal) {
 		return routeTarget{}, false
 	}
 	tid, _ := r["taskId"].(string)
@@ -941,8 +939,7 @@ func (h *Handlers) answerTask(ctx context.Context, c chat, msg *collections.Docu
 // the task's answer then goes to the chat like any task's.
 func (h *Handlers) childDone(ctx context.Context, c chat, task *collections.Document) (handled bool, err error) {
 	parent, wid := str(task, "parentTaskId"), str(task, "parentWaitId")
-	got, _ := task.Data[linkSealField].(string)
-	if parent == "" || wid == "" || got == "" || got != h.seals.sign(task.Path, task.Data, linkSeal) || !collections.ValidSegment(parent) {
+	if parent == "" || wid == "" || !h.seals.validField(task, linkSealField, linkSeal) || !collections.ValidSegment(parent) {
 		return false, nil
 	}
 	text := str(task, "result")
@@ -1036,4 +1033,16 @@ func (h *Handlers) markSeen(ctx context.Context, agent, task *collections.Docume
 	}
 	_, err := h.docs.Update(ctx, agent.Path, map[string]any{"lastProcessedMessageId": newest, "seenWaitId": str(task, "waitId")}, 0)
 	return err
+}
+
+// validField reports whether d carries, in field, the runtime's seal over
+// fields (valid for a seal kept apart from the document's own seal: a
+// child task's link, a message's routing decision).
+func (s sealer) validField(d *collections.Document, field string, fields []string) bool {
+	if d == nil {
+		return false
+	}
+	got, _ := d.Data[field].(string)
+	want := s.sign(d.Path, d.Data, fields)
+	return got != "" && want != "" && hmac.Equal([]byte(got), []byte(want))
 }
