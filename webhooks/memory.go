@@ -469,7 +469,7 @@ func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, r
 				patch["compressionCount"] = max(num(cur, "compressionCount"), 0) + 1
 			}
 		}
-		addTokens(patch, cur, res, h.chatModelName())
+		addTokens(patch, cur, res, h.orchestratorModel())
 		if len(patch) == 0 {
 			return nil
 		}
@@ -492,21 +492,12 @@ func (h *Handlers) countChatTokens(ctx context.Context, c chat, res *llm.Respons
 			return nil // a chat the orchestrator never saw, or cleaned up
 		}
 		patch := map[string]any{}
-		addTokens(patch, cur, res, h.chatModelName())
+		addTokens(patch, cur, res, h.orchestratorModel())
 		return patch
 	})
 	if err != nil {
 		h.log.Error("chat tokens not recorded", "chat", c.path(), "tokens", res.Usage.TotalTokens, "err", err)
 	}
-}
-
-// chatModelName is the configured name of the model of the chat's calls
-// (the orchestrator's): what lastModel records when a response names none.
-func (h *Handlers) chatModelName() string {
-	if h.cfg.OrchestratorModel != "" {
-		return h.cfg.OrchestratorModel
-	}
-	return h.model.Name()
 }
 
 // addTokens adds to patch the chat's tokensUsed and lastModel after the call

@@ -284,7 +284,7 @@ func (h *Handlers) taskAnswered(ctx context.Context, c chat, res *llm.Response) 
 			return err // none: a chat the orchestrator never saw, or cleaned up
 		}
 		patch := map[string]any{}
-		addTokens(patch, cur, res, h.chatModelName())
+		addTokens(patch, cur, res, h.orchestratorModel())
 		if str(cur, "runStatus") == "running" {
 			busy, err := h.chatBusy(ctx, c)
 			if err != nil {
