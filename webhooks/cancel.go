@@ -40,26 +40,50 @@ func agentLive(status string) bool {
 const casAttempts = 8
 
 // casUpdate applies the patch next computes from the live document at
-// path, with compare-and-swap: on a conflict it reads the document again
-// and asks next again. next returns nil when nothing (more) is to be
+// path, with compare-and-swap (casDoc): on a conflict it reads the document
+// again and asks next again. next returns nil when nothing (more) is to be
 // written. A missing document is no error: nothing to do.
 func (h *Handlers) casUpdate(ctx context.Context, path string, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
-	for range casAttempts {
-		cur, err := h.getOpt(ctx, path)
-		if err != nil || cur == nil {
-			return nil, err
+	return h.casDoc(ctx, path, nil, casAttempts, func(cur *collections.Document) map[string]any {
+		if cur == nil {
+			return nil
 		}
-		patch := next(cur)
+		return next(cur)
+	})
+}
+
+// casDoc writes the document at path with compare-and-swap: fn gets its
+// current state (nil: none) and returns the patch (or, for a missing
+// document, the data to create it), or nil to write nothing, which
+// returns the state fn got. known is a first guess of that state (nil:
+// read it), from a handler that has just read or written the document. A
+// write that lost a race (the version moved, or another writer created
+// it) reads the document and asks fn again, at most attempts times.
+func (h *Handlers) casDoc(ctx context.Context, path string, known *collections.Document, attempts int, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	for range attempts {
+		cur, err := known, error(nil)
+		if known == nil {
+			if cur, err = h.getOpt(ctx, path); err != nil {
+				return nil, err
+			}
+		}
+		known = nil
+		patch := fn(cur)
 		if patch == nil {
 			return cur, nil
 		}
-		updated, err := h.docs.Update(ctx, path, patch, cur.Version)
-		if errors.Is(err, collections.ErrPreconditionFailed) {
+		var d *collections.Document
+		if cur == nil {
+			d, err = h.docs.Create(ctx, path, patch)
+		} else {
+			d, err = h.docs.Update(ctx, path, patch, cur.Version)
+		}
+		if errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrPreconditionFailed) {
 			continue
 		}
-		return updated, err
+		return d, err
 	}
-	return nil, fmt.Errorf("%s: still conflicting after %d attempts", path, casAttempts)
+	return nil, fmt.Errorf("%s: still conflicting after %d attempts", path, attempts)
 }
 
 // moveAgent moves a live sub-agent (active or waiting) to status,

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -108,30 +106,7 @@ func (h *Handlers) casChat(ctx context.Context, c chat, fn func(cur *collections
 // tries its write against that version, without reading it again; a write
 // that lost a race (the version moved) reads it and is computed again.
 func (h *Handlers) casChatFrom(ctx context.Context, c chat, known *collections.Document, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
-	for range chatCASAttempts {
-		cur, err := known, error(nil)
-		if known == nil {
-			if cur, err = h.getOpt(ctx, c.path()); err != nil {
-				return nil, err
-			}
-		}
-		known = nil
-		patch := fn(cur)
-		if patch == nil {
-			return cur, nil
-		}
-		var d *collections.Document
-		if cur == nil {
-			d, err = h.docs.Create(ctx, c.path(), patch)
-		} else {
-			d, err = h.docs.Update(ctx, c.path(), patch, cur.Version)
-		}
-		if errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrPreconditionFailed) {
-			continue
-		}
-		return d, err
-	}
-	return nil, fmt.Errorf("chat %s: still conflicting after %d attempts", c.path(), chatCASAttempts)
+	return h.casDoc(ctx, c.path(), known, chatCASAttempts, fn)
 }
 
 // touchChat records a user message's activity on the chat document: it
