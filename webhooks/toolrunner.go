@@ -238,7 +238,7 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 			case limited, permanentModelError(err):
 				// Keep the sub-agent's own answer.
 			case err != nil:
-				h.countChatTokens(ctx, c, res)
+				h.countChatTokens(ctx, c, nil, res)
 				return fmt.Errorf("finalize model: %w", err)
 			case res.Content != "":
 				content = res.Content
