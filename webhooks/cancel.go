@@ -32,7 +32,7 @@ func taskFinished(status string) bool {
 
 // agentLive reports whether a sub-agent status is one a cancel settles.
 func agentLive(status string) bool {
-	return status == "active" || status == agentWaiting || status == "waiting_for_user"
+	return status == "active" || status == agentWaiting || status == legacyAgentWaiting
 }
 
 // casAttempts bounds the compare-and-swap retries of a status move that
@@ -176,12 +176,7 @@ func (h *Handlers) cancelSubAgent(ctx context.Context, c chat, task *collections
 		if err := h.sessionEndHook(ctx, c, sa, agent, task, msgs, "", canceledFailure); err != nil {
 			return err
 		}
-		if _, err := h.casUpdate(ctx, agent.Path, func(cur *collections.Document) map[string]any {
-			if !agentLive(str(cur, "status")) {
-				return nil
-			}
-			return map[string]any{"status": statusCanceled}
-		}); err != nil {
+		if _, err := h.moveAgent(ctx, agent.Path, statusCanceled); err != nil {
 			return err
 		}
 	}
@@ -382,11 +377,8 @@ func (h *Handlers) maybeIdleFrom(ctx context.Context, c chat, known *collections
 		if err != nil || cur == nil || str(cur, "runStatus") != "running" {
 			return err
 		}
-		for _, status := range unfinishedTaskStatuses {
-			t, err := h.firstTask(ctx, c, eq("userId", c.uid), eq("status", status))
-			if err != nil || t != nil {
-				return err
-			}
+		if busy, err := h.chatBusy(ctx, c); err != nil || busy {
+			return err
 		}
 		_, err = h.docs.Update(ctx, c.path(), map[string]any{"runStatus": "idle"}, cur.Version)
 		if errors.Is(err, collections.ErrPreconditionFailed) {
