@@ -44,7 +44,17 @@ const casAttempts = 8
 // again and asks next again. next returns nil when nothing (more) is to be
 // written. A missing document is no error: nothing to do.
 func (h *Handlers) casUpdate(ctx context.Context, path string, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
-	return h.casDoc(ctx, path, nil, casAttempts, func(cur *collections.Document) map[string]any {
+	return h.casUpdateOf(ctx, path, nil, next)
+}
+
+// casUpdateFrom is casUpdate first tried against known, the document as
+// the caller read it, without reading it again.
+func (h *Handlers) casUpdateFrom(ctx context.Context, known *collections.Document, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	return h.casUpdateOf(ctx, known.Path, known, next)
+}
+
+func (h *Handlers) casUpdateOf(ctx context.Context, path string, known *collections.Document, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	return h.casDoc(ctx, path, known, casAttempts, func(cur *collections.Document) map[string]any {
 		if cur == nil {
 			return nil
 		}
@@ -60,6 +70,9 @@ func (h *Handlers) casUpdate(ctx context.Context, path string, next func(cur *co
 // write that lost a race (the version moved, or another writer created
 // it) reads the document and asks fn again, at most attempts times.
 func (h *Handlers) casDoc(ctx context.Context, path string, known *collections.Document, attempts int, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	if known != nil && known.Version <= 0 {
+		known = nil // not read from the store: an update at version 0 would be unconditional
+	}
 	for range attempts {
 		cur, err := known, error(nil)
 		if known == nil {
