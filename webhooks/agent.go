@@ -546,7 +546,9 @@ func (h *Handlers) finishTask(ctx context.Context, c chat, sa string, agent, tas
 	// The task first, version-checked, so a user's cancel is never
 	// overwritten; the sub-agent follows only when the task's end was
 	// written.
-	ended, err := h.casUpdate(ctx, task.Path, func(cur *collections.Document) map[string]any {
+	// Tried first against the task as the caller read it (a write since
+	// only makes that attempt conflict and read it again).
+	ended, err := h.casUpdateFrom(ctx, task, func(cur *collections.Document) map[string]any {
 		if taskFinished(str(cur, "status")) {
 			return nil // canceled (or ended by another delivery) meanwhile
 		}

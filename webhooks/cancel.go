@@ -32,7 +32,7 @@ func taskFinished(status string) bool {
 
 // agentLive reports whether a sub-agent status is one a cancel settles.
 func agentLive(status string) bool {
-	return status == "active" || status == agentWaiting || status == "waiting_for_user"
+	return status == "active" || status == agentWaiting || status == legacyAgentWaiting
 }
 
 // casAttempts bounds the compare-and-swap retries of a status move that
@@ -40,26 +40,63 @@ func agentLive(status string) bool {
 const casAttempts = 8
 
 // casUpdate applies the patch next computes from the live document at
-// path, with compare-and-swap: on a conflict it reads the document again
-// and asks next again. next returns nil when nothing (more) is to be
+// path, with compare-and-swap (casDoc): on a conflict it reads the document
+// again and asks next again. next returns nil when nothing (more) is to be
 // written. A missing document is no error: nothing to do.
 func (h *Handlers) casUpdate(ctx context.Context, path string, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
-	for range casAttempts {
-		cur, err := h.getOpt(ctx, path)
-		if err != nil || cur == nil {
-			return nil, err
+	return h.casUpdateOf(ctx, path, nil, next)
+}
+
+// casUpdateFrom is casUpdate first tried against known, the document as
+// the caller read it, without reading it again.
+func (h *Handlers) casUpdateFrom(ctx context.Context, known *collections.Document, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	return h.casUpdateOf(ctx, known.Path, known, next)
+}
+
+func (h *Handlers) casUpdateOf(ctx context.Context, path string, known *collections.Document, next func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	return h.casDoc(ctx, path, known, casAttempts, func(cur *collections.Document) map[string]any {
+		if cur == nil {
+			return nil
 		}
-		patch := next(cur)
+		return next(cur)
+	})
+}
+
+// casDoc writes the document at path with compare-and-swap: fn gets its
+// current state (nil: none) and returns the patch (or, for a missing
+// document, the data to create it), or nil to write nothing, which
+// returns the state fn got. known is a first guess of that state (nil:
+// read it), from a handler that has just read or written the document. A
+// write that lost a race (the version moved, or another writer created
+// it) reads the document and asks fn again, at most attempts times.
+func (h *Handlers) casDoc(ctx context.Context, path string, known *collections.Document, attempts int, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
+	if known != nil && known.Version <= 0 {
+		known = nil // not read from the store: an update at version 0 would be unconditional
+	}
+	for range attempts {
+		cur, err := known, error(nil)
+		if known == nil {
+			if cur, err = h.getOpt(ctx, path); err != nil {
+				return nil, err
+			}
+		}
+		known = nil
+		patch := fn(cur)
 		if patch == nil {
 			return cur, nil
 		}
-		updated, err := h.docs.Update(ctx, path, patch, cur.Version)
-		if errors.Is(err, collections.ErrPreconditionFailed) {
+		var d *collections.Document
+		if cur == nil {
+			d, err = h.docs.Create(ctx, path, patch)
+		} else {
+			d, err = h.docs.Update(ctx, path, patch, cur.Version)
+		}
+		if errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrPreconditionFailed) {
 			continue
 		}
-		return updated, err
+		return d, err
 	}
-	return nil, fmt.Errorf("%s: still conflicting after %d attempts", path, casAttempts)
+	return nil, fmt.Errorf("%s: still conflicting after %d attempts", path, attempts)
 }
 
 // moveAgent moves a live sub-agent (active or waiting) to status,
@@ -152,12 +189,7 @@ func (h *Handlers) cancelSubAgent(ctx context.Context, c chat, task *collections
 		if err := h.sessionEndHook(ctx, c, sa, agent, task, msgs, "", canceledFailure); err != nil {
 			return err
 		}
-		if _, err := h.casUpdate(ctx, agent.Path, func(cur *collections.Document) map[string]any {
-			if !agentLive(str(cur, "status")) {
-				return nil
-			}
-			return map[string]any{"status": statusCanceled}
-		}); err != nil {
+		if _, err := h.moveAgent(ctx, agent.Path, statusCanceled); err != nil {
 			return err
 		}
 	}
@@ -358,11 +390,8 @@ func (h *Handlers) maybeIdleFrom(ctx context.Context, c chat, known *collections
 		if err != nil || cur == nil || str(cur, "runStatus") != "running" {
 			return err
 		}
-		for _, status := range unfinishedTaskStatuses {
-			t, err := h.firstTask(ctx, c, eq("userId", c.uid), eq("status", status))
-			if err != nil || t != nil {
-				return err
-			}
+		if busy, err := h.chatBusy(ctx, c); err != nil || busy {
+			return err
 		}
 		_, err = h.docs.Update(ctx, c.path(), map[string]any{"runStatus": "idle"}, cur.Version)
 		if errors.Is(err, collections.ErrPreconditionFailed) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -31,7 +29,7 @@ import (
 //     message), idleAt (the next idle check), suspendedAt, closedAt: see
 //     chatidle.go.
 //
-// Every write of the chat document is a compare-and-swap (casChat): the
+// Every write of the chat document is a compare-and-swap (casChatFrom): the
 // orchestrator, finalize, the idle handler and the user write it
 // concurrently, and the user's fields (title, status "closed") must never be
 // overwritten.
@@ -95,43 +93,15 @@ func (c *Config) applyChatDefaults() {
 	}
 }
 
-// casChat writes the chat document with compare-and-swap: fn gets its
-// current state (nil: none) and returns the patch (or, for a missing
-// document, the data to create it), or nil to write nothing. A write that
-// lost a race is computed again from the new state.
-func (h *Handlers) casChat(ctx context.Context, c chat, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
-	return h.casChatFrom(ctx, c, nil, fn)
-}
-
-// casChatFrom is casChat with a first guess of the chat document's state
-// (nil: read it): a handler that has just read or written the document
-// tries its write against that version, without reading it again; a write
-// that lost a race (the version moved) reads it and is computed again.
+// casChatFrom writes the chat document with compare-and-swap (casDoc): fn
+// gets its current state (nil: none) and returns the patch (or, for a
+// missing document, the data to create it), or nil to write nothing.
+// known is a first guess of the document's state (nil: read it): a
+// handler that has just read or written the document tries its write
+// against that version, without reading it again; a write that lost a
+// race (the version moved) reads it and is computed again.
 func (h *Handlers) casChatFrom(ctx context.Context, c chat, known *collections.Document, fn func(cur *collections.Document) map[string]any) (*collections.Document, error) {
-	for range chatCASAttempts {
-		cur, err := known, error(nil)
-		if known == nil {
-			if cur, err = h.getOpt(ctx, c.path()); err != nil {
-				return nil, err
-			}
-		}
-		known = nil
-		patch := fn(cur)
-		if patch == nil {
-			return cur, nil
-		}
-		var d *collections.Document
-		if cur == nil {
-			d, err = h.docs.Create(ctx, c.path(), patch)
-		} else {
-			d, err = h.docs.Update(ctx, c.path(), patch, cur.Version)
-		}
-		if errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrPreconditionFailed) {
-			continue
-		}
-		return d, err
-	}
-	return nil, fmt.Errorf("chat %s: still conflicting after %d attempts", c.path(), chatCASAttempts)
+	return h.casDoc(ctx, c.path(), known, chatCASAttempts, fn)
 }
 
 // touchChat records a user message's activity on the chat document: it
@@ -260,8 +230,8 @@ func (m memory) prompt() []llm.Message {
 // into the summary (compressChat). cur is the chat document as the
 // orchestrator last read or wrote it (nil: none); full says whether the
 // recent window is full (when it is not, nothing fell out of it). It also
-// returns the chat document as far as it knows it (nil after a
-// compression wrote it: to be read again).
+// returns the chat document as far as it knows it (as a compression wrote
+// it; nil: to be read again).
 func (h *Handlers) chatMemory(ctx context.Context, c chat, msg, cur *collections.Document, full bool) ([]llm.Message, *collections.Document, error) {
 	if cur == nil {
 		return nil, nil, nil
@@ -270,12 +240,9 @@ func (h *Handlers) chatMemory(ctx context.Context, c chat, msg, cur *collections
 	if !full {
 		return mem.prompt(), cur, nil
 	}
-	next, err := h.compressChat(ctx, c, msg, mem)
+	next, cur, err := h.compressChat(ctx, c, msg, cur, mem)
 	if err != nil {
 		return nil, nil, err
-	}
-	if next.through != mem.through || next.summary != mem.summary {
-		cur = nil
 	}
 	return next.prompt(), cur, nil
 }
@@ -284,10 +251,12 @@ func (h *Handlers) chatMemory(ctx context.Context, c chat, msg, cur *collections
 // recent window (the last Config.History messages, chatHistory's) and not
 // yet in the summary into it: at most compressBatch of them (and
 // compressPromptRunes of their text), oldest first, with one model call.
-// It returns the memory for the prompt. A failed call or an answer that is
+// It returns the memory for the prompt, and the chat document: cur (the
+// chat document mem was read from) or what the compression wrote over it
+// (nil: unknown, to be read again). A failed call or an answer that is
 // not the JSON asked for keeps the memory as it was (logged); the
 // decision goes on either way, and the next one tries again.
-func (h *Handlers) compressChat(ctx context.Context, c chat, msg *collections.Document, mem memory) (memory, error) {
+func (h *Handlers) compressChat(ctx context.Context, c chat, msg, cur *collections.Document, mem memory) (memory, *collections.Document, error) {
 	window := h.cfg.History
 	docs, err := h.docs.Query(ctx, collections.Query{
 		Collection: c.messages(),
@@ -299,14 +268,14 @@ func (h *Handlers) compressChat(ctx context.Context, c chat, msg *collections.Do
 		Limit:   compressBatch + window,
 	})
 	if err != nil {
-		return mem, err
+		return mem, nil, err
 	}
 	if len(docs) <= window {
-		return mem, nil // everything not in the summary is in the window
+		return mem, cur, nil // everything not in the summary is in the window
 	}
 	fold := foldable(docs, min(compressBatch, len(docs)-window))
 	if len(fold) == 0 {
-		return mem, nil
+		return mem, cur, nil
 	}
 	last := fold[len(fold)-1]
 	next := memory{summary: mem.summary, decisions: mem.decisions, through: last.CreatedAt, throughID: last.ID}
@@ -320,20 +289,17 @@ func (h *Handlers) compressChat(ctx context.Context, c chat, msg *collections.Do
 		}})
 		if err != nil {
 			h.log.Warn("chat compression failed; the summary stays as it was", "chat", c.path(), "err", err)
-			h.countChatTokens(ctx, c, res)
-			return mem, nil
+			return mem, h.countChatTokens(ctx, c, cur, res), nil
 		}
 		summary, decisions, ok := parseSummary(res.Content, mem.decisions)
 		if !ok {
 			h.log.Warn("chat compression: the model's answer is not the JSON asked for; the summary stays as it was",
 				"chat", c.path(), "answer", truncate(res.Content, 200))
-			h.countChatTokens(ctx, c, res)
-			return mem, nil
+			return mem, h.countChatTokens(ctx, c, cur, res), nil
 		}
 		next.summary, next.decisions = summary, decisions
 	}
-	h.writeMemory(ctx, c, mem, next, res)
-	return next, nil
+	return next, h.writeMemory(ctx, c, cur, mem, next, res), nil
 }
 
 // foldable returns the first n of docs (createdAt order) that one
@@ -449,15 +415,17 @@ func parseSummary(content string, prev []string) (summary string, decisions []st
 // writeMemory records a compression on the chat document: the new memory
 // (sealed), compressionCount, and the call's tokens. A write that fails
 // is logged, not retried with the delivery: that would pay for the call
-// again, and the next decision folds the same messages anew.
-func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, res *llm.Response) {
+// again, and the next decision folds the same messages anew. The write is
+// tried first against known (nil: read); it returns the chat document as
+// written (nil: unknown).
+func (h *Handlers) writeMemory(ctx context.Context, c chat, known *collections.Document, prev, next memory, res *llm.Response) *collections.Document {
 	decisions := make([]any, len(next.decisions))
 	for i, d := range next.decisions {
 		decisions[i] = d
 	}
 	sealed := map[string]any{"summary": next.summary, "keyDecisions": decisions, "summaryThrough": next.through}
 	seal := h.seals.sign(c.path(), sealed, memorySealFields)
-	_, err := h.casChat(ctx, c, func(cur *collections.Document) map[string]any {
+	d, err := h.casChatFrom(ctx, c, known, func(cur *collections.Document) map[string]any {
 		if cur == nil {
 			return nil // cleaned up meanwhile
 		}
@@ -469,7 +437,7 @@ func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, r
 				patch["compressionCount"] = max(num(cur, "compressionCount"), 0) + 1
 			}
 		}
-		addTokens(patch, cur, res, h.chatModelName())
+		addTokens(patch, cur, res, h.orchestratorModel())
 		if len(patch) == 0 {
 			return nil
 		}
@@ -478,35 +446,30 @@ func (h *Handlers) writeMemory(ctx context.Context, c chat, prev, next memory, r
 	if err != nil {
 		h.log.Error("chat memory not recorded", "chat", c.path(), "err", err)
 	}
+	return d
 }
 
 // countChatTokens adds what an LLM call of the chat used to its tokensUsed
 // and records its model as lastModel. A failure is logged: retrying the
-// delivery would pay for the call again.
-func (h *Handlers) countChatTokens(ctx context.Context, c chat, res *llm.Response) {
+// delivery would pay for the call again. The write is tried first against
+// known (nil: read); it returns the chat document as written (nil:
+// unknown).
+func (h *Handlers) countChatTokens(ctx context.Context, c chat, known *collections.Document, res *llm.Response) *collections.Document {
 	if res == nil {
-		return
+		return known
 	}
-	_, err := h.casChat(ctx, c, func(cur *collections.Document) map[string]any {
+	d, err := h.casChatFrom(ctx, c, known, func(cur *collections.Document) map[string]any {
 		if cur == nil {
 			return nil // a chat the orchestrator never saw, or cleaned up
 		}
 		patch := map[string]any{}
-		addTokens(patch, cur, res, h.chatModelName())
+		addTokens(patch, cur, res, h.orchestratorModel())
 		return patch
 	})
 	if err != nil {
 		h.log.Error("chat tokens not recorded", "chat", c.path(), "tokens", res.Usage.TotalTokens, "err", err)
 	}
-}
-
-// chatModelName is the configured name of the model of the chat's calls
-// (the orchestrator's): what lastModel records when a response names none.
-func (h *Handlers) chatModelName() string {
-	if h.cfg.OrchestratorModel != "" {
-		return h.cfg.OrchestratorModel
-	}
-	return h.model.Name()
+	return d
 }
 
 // addTokens adds to patch the chat's tokensUsed and lastModel after the call

@@ -211,7 +211,7 @@ func (h *Handlers) finishTurn(ctx context.Context, c chat, t *turn, started bool
 			}
 		}
 		if cur != nil {
-			addTokens(patch, cur, t.res, h.chatModelName())
+			addTokens(patch, cur, t.res, h.orchestratorModel())
 		}
 		if started && (cur == nil || str(cur, "runStatus") != "running" && t.msg.CreatedAt > canceledThrough(cur)) {
 			patch["runStatus"] = "running"

@@ -63,17 +63,22 @@ func (h *Handlers) roleIterations(role string) int {
 // the configured model's (the offline model ignores the role's). Names
 // come from the configuration only.
 func (h *Handlers) roleModel(role string) string {
-	if m := h.cfg.Roles[role].Model; m != "" && h.model.Name() != "offline" {
-		return m
-	}
-	return h.model.Name()
+	return h.modelName(h.cfg.Roles[role].Model)
 }
 
-// orchestratorModel is the model name of the orchestrator's decisions and
-// finalize's summaries.
+// orchestratorModel is the model name of the orchestrator's decisions,
+// finalize's summaries and the chat's compressions (what the chat's
+// lastModel records when a response names none).
 func (h *Handlers) orchestratorModel() string {
-	if h.cfg.OrchestratorModel != "" && h.model.Name() != "offline" {
-		return h.cfg.OrchestratorModel
+	return h.modelName(h.cfg.OrchestratorModel)
+}
+
+// modelName is the name of the model a call configured with override
+// ("": none) uses: override, unless the model is the offline one (which
+// ignores it), else the configured model's.
+func (h *Handlers) modelName(override string) string {
+	if override != "" && h.model.Name() != "offline" {
+		return override
 	}
 	return h.model.Name()
 }

@@ -250,7 +250,7 @@ func (h *Handlers) finalize(ctx context.Context, ev *Event) error {
 			case limited, permanentModelError(err):
 				// Keep the sub-agent's own answer.
 			case err != nil:
-				h.countChatTokens(ctx, c, res)
+				h.countChatTokens(ctx, c, nil, res)
 				return fmt.Errorf("finalize model: %w", err)
 			case res.Content != "":
 				content = res.Content
@@ -296,7 +296,7 @@ func (h *Handlers) taskAnswered(ctx context.Context, c chat, res *llm.Response) 
 			return err // none: a chat the orchestrator never saw, or cleaned up
 		}
 		patch := map[string]any{}
-		addTokens(patch, cur, res, h.chatModelName())
+		addTokens(patch, cur, res, h.orchestratorModel())
 		if str(cur, "runStatus") == "running" {
 			busy, err := h.chatBusy(ctx, c)
 			if err != nil {

@@ -86,3 +86,59 @@ func TestOrchestrator_OneChatWritePerMessage(t *testing.T) {
 		t.Errorf("redelivery: chat %v: want tokensUsed %d and runStatus running", cd.Data, tokens)
 	}
 }
+
+// finishTask tries its compare-and-swap first against the task its caller
+// read: a cancel written since must still win (the stale attempt
+// conflicts, the task is read again and left canceled, and the sub-agent
+// is not completed). A task not read from the store (version 0) is read,
+// never written unconditionally.
+func TestFinishTask_StaleTaskNeverOverwritesACancel(t *testing.T) {
+	ctx := context.Background()
+	docs := (&rulesEnv{store: openTestStore(t)}).serviceDocs()
+	h := offlineHandlers(t, Config{Docs: docs})
+	c := chat{uid: "u1", id: "c1"}
+	for _, versionless := range []bool{false, true} {
+		sa := taskID("m1", 0)
+		if versionless {
+			sa = taskID("m2", 0)
+		}
+		taskPath := c.tasks() + "/" + sa
+		stale, err := docs.Create(ctx, taskPath, h.seals.seal(taskPath, map[string]any{
+			"userId": c.uid, "chatId": c.id, "type": "agent", "name": "agent:general", "instruction": "x",
+			"triggerMessageId": "m1", "status": "running", "subAgentId": sa,
+		}, taskSeal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		agentPath := c.subAgent(sa)
+		agent, err := docs.Create(ctx, agentPath, h.seals.seal(agentPath, map[string]any{
+			"userId": c.uid, "chatId": c.id, "taskId": sa, "role": "general", "status": "active",
+		}, subAgentSeal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.cancelTask(ctx, taskPath, "user"); err != nil {
+			t.Fatal(err)
+		}
+		if versionless {
+			stale = &collections.Document{Path: stale.Path, ID: stale.ID, Data: stale.Data}
+		}
+		if err := h.finishTask(ctx, c, sa, agent, stale, nil, "late answer", ""); err != nil {
+			t.Fatal(err)
+		}
+		task, err := docs.Get(ctx, taskPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := str(task, "status"); st != statusCanceled || str(task, "result") != "" {
+			t.Fatalf("versionless %v: task %v, want it to stay canceled without the late result", versionless, task.Data)
+		}
+		cur, err := docs.Get(ctx, agentPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := str(cur, "status"); st != "active" {
+			t.Fatalf("versionless %v: sub-agent %q, want it left to the cancel's settlement (active)", versionless, st)
+		}
+	}
+}

@@ -168,11 +168,16 @@ type client struct {
 
 func (c *client) Name() string { return c.model }
 
-func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
-	name := c.model
+// modelOf is the model a request asks for: its own, else the client's.
+func (c *client) modelOf(req Request) string {
 	if req.Model != "" {
-		name = req.Model
+		return req.Model
 	}
+	return c.model
+}
+
+func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
+	name := c.modelOf(req)
 	params, err := c.params(req)
 	if err != nil {
 		return nil, err
@@ -227,11 +232,7 @@ func (c *client) Complete(ctx context.Context, req Request) (*Response, error) {
 }
 
 func (c *client) params(req Request) (openai.ChatCompletionNewParams, error) {
-	model := c.model
-	if req.Model != "" {
-		model = req.Model
-	}
-	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(model)}
+	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(c.modelOf(req))}
 	if req.Temperature != nil {
 		p.Temperature = openai.Float(*req.Temperature)
 	}
