@@ -51,6 +51,7 @@ func (s *Server) routes() *gin.Engine {
 	s.authRoutes(r)
 	s.realtimeRoutes(r)
 	s.rxdbRoutes(r)
+	s.syntrixReplicationRoutes(r)
 	s.triggerRoutes(r)
 	if s.webhooks != nil {
 		// Signed deliveries, not API calls: no API-key authentication.
