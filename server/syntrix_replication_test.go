@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -656,5 +657,39 @@ func TestSyntrixReplication_AdminAndEmpty(t *testing.T) {
 	}
 	if q := syntrixPull(t, env, nil, "admin_col", "9223372036854775807", 5); len(q.Documents) != 0 || q.Checkpoint != "9223372036854775807" {
 		t.Fatalf("pull at the largest checkpoint: %+v", q)
+	}
+}
+
+// Concurrent pushes at the same version: exactly one wins; every other one
+// gets the winner's document back as a conflict (never a silent
+// overwrite).
+func TestSyntrixReplication_ConcurrentPushesAtOneVersion(t *testing.T) {
+	env := newReplicationEnv(t, server.Config{})
+	u := env.signup(t, "racer")
+	syntrixPush(t, env, u.h(), "pages", replicaChange{Doc: doc("race", "v", "start", "version", 0)})
+	const n = 8
+	results := make(chan []map[string]any, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- syntrixPush(t, env, u.h(), "pages", replicaChange{Action: "update", Doc: doc("race", "v", fmt.Sprint(i), "version", 1)})
+		}()
+	}
+	wg.Wait()
+	close(results)
+	winners := 0
+	final := env.MustDo(t, http.StatusOK, "GET", api+"/documents/pages/race", "").JSON(t)
+	for cf := range results {
+		switch {
+		case len(cf) == 0:
+			winners++
+		case len(cf) != 1 || cf[0]["version"] != json.Number("2") || cf[0]["v"] != final["v"]:
+			t.Fatalf("loser's conflicts %v, want the winner's document %v", cf, final)
+		}
+	}
+	if winners != 1 || final["version"] != json.Number("2") {
+		t.Fatalf("winners=%d, final %v: want exactly one winner and version 2", winners, final)
 	}
 }
