@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -668,20 +669,55 @@ func TestSyntrixReplication_ConcurrentPushesAtOneVersion(t *testing.T) {
 	u := env.signup(t, "racer")
 	syntrixPush(t, env, u.h(), "pages", replicaChange{Doc: doc("race", "v", "start", "version", 0)})
 	const n = 8
-	results := make(chan []map[string]any, n)
+	// The goroutines only send; every check (and t.Fatal) runs here.
+	type pushed struct {
+		status int
+		body   []byte
+		err    error
+	}
+	results := make(chan pushed, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results <- syntrixPush(t, env, u.h(), "pages", replicaChange{Action: "update", Doc: doc("race", "v", fmt.Sprint(i), "version", 1)})
+			b, _ := json.Marshal(replicaPushRequest{Collection: "pages", Changes: []replicaChange{{Action: "update", Doc: doc("race", "v", fmt.Sprint(i), "version", 1)}}})
+			req, err := http.NewRequest("POST", env.URL+"/replication/v1/databases/default/push", bytes.NewReader(b))
+			if err != nil {
+				results <- pushed{err: err}
+				return
+			}
+			for k, v := range u.h() {
+				req.Header.Set(k, v)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			res, err := env.Client.Do(req)
+			if err != nil {
+				results <- pushed{err: err}
+				return
+			}
+			defer res.Body.Close()
+			body, err := io.ReadAll(res.Body)
+			results <- pushed{status: res.StatusCode, body: body, err: err}
 		}()
 	}
 	wg.Wait()
 	close(results)
 	winners := 0
 	final := env.MustDo(t, http.StatusOK, "GET", api+"/documents/pages/race", "").JSON(t)
-	for cf := range results {
+	for p := range results {
+		if p.err != nil || p.status != http.StatusOK {
+			t.Fatalf("push: status=%d err=%v body %s", p.status, p.err, p.body)
+		}
+		var out struct {
+			Conflicts []map[string]any `json:"conflicts"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(p.body))
+		dec.UseNumber()
+		if err := dec.Decode(&out); err != nil || out.Conflicts == nil {
+			t.Fatalf("push: body %s: conflicts must be an array (%v)", p.body, err)
+		}
+		cf := out.Conflicts
 		switch {
 		case len(cf) == 0:
 			winners++
