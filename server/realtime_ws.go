@@ -315,7 +315,7 @@ func (c *wsConn) auth(m message) {
 			<-sub.done
 			sub.sub.Close()
 			delete(c.subs, id)
-			c.send(c.ctx, errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
+			c.send(c.ctx, errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
 		}
 	}
 	c.caller, c.db = caller, p.Database
