@@ -314,10 +314,7 @@ func (c *wsConn) auth(m message) {
 	// credential expires.
 	if caller.UID != c.caller.UID || caller.Admin != c.caller.Admin {
 		for id, sub := range c.subs {
-			sub.cancel()
-			<-sub.done
-			sub.sub.Close()
-			delete(c.subs, id)
+			c.endSub(id, sub)
 			c.send(c.ctx, errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
 		}
 	}
