@@ -17,7 +17,9 @@ package server_test
 //     POST /auth/v1/refresh {"refresh_token"} (sdk/syntrix-client-ts/src/internal/auth/provider.ts
 //     @ 0ecdf490, per /work/notes/issue16-research.md);
 //   - Syntrix's Go integration tests: tests/integration/realtime_test.go
-//     @ 12bf5081dbe5e7fcb1ca44dc246c8c30cc2c3d23, with the message structs
+//     @ 12bf5081dbe5e7fcb1ca44dc246c8c30cc2c3d23 and
+//     tests/integration/multidatabase_test.go
+//     @ ae43ecf59ad0ddb7ee90a4e883250dd6fd72f33b, with the message structs
 //     and the ConnectWebSocket / AuthenticateWebSocket helpers of
 //     tests/integration/env_helper_test.go (newest indexed version, index
 //     id 38777596745, no commit given).
@@ -434,7 +436,7 @@ func TestSyntrixRealtime_UnauthenticatedMessagesSayUnauthorized(t *testing.T) {
 func syntrixITRules(t testing.TB) *rules.Set {
 	t.Helper()
 	src := rules.DefaultSource()
-	for _, c := range []string{"realtime_test_col", "sse_test_col", "stream_test_col", "realtime_filter_test"} {
+	for _, c := range []string{"realtime_test_col", "sse_test_col", "stream_test_col", "realtime_filter_test", "live_updates"} {
 		src += fmt.Sprintf("\n[[rule]]\nmatch = %q\nallow = [\"read\", \"write\"]\nif = \"request.auth != null\"\n", c+"/{id}")
 	}
 	rs, err := rules.Parse([]byte(src), "syntrix-it.toml")
@@ -929,5 +931,72 @@ func TestSyntrixRealtime_SDKSSEExpiry(t *testing.T) {
 	var p struct{ Code, Message string }
 	if m.Type != "error" || json.Unmarshal(m.Payload, &p) != nil || p.Code != "UNAUTHENTICATED" || !strings.Contains(strings.ToLower(p.Message), "unauthor") {
 		t.Fatalf("got %s %s", m.Type, m.Payload)
+	}
+}
+
+// readUntilType of multidatabase_test.go: the first message of that type;
+// an error message fails.
+func (c *sxConn) readUntilType(typ string) sxBaseMessage {
+	c.t.Helper()
+	for {
+		m := c.read()
+		if m.Type == typ {
+			return m
+		}
+		if m.Type == "error" {
+			c.t.Fatalf("Received error from server: %s", m.Payload)
+		}
+	}
+}
+
+// TestMultiDatabase_RealtimeIsolation of multidatabase_test.go. A Syntrix
+// token names its database; a Loom token does not, so each client names
+// its database in the auth payload ({token, database}, as newer SDKs send
+// it). Where the test waits 500 ms for silence on A, the port writes one
+// more document to A's database: A's next event must be that one.
+func TestSyntrixIT_MultiDatabaseRealtimeIsolation(t *testing.T) {
+	env := newAuthEnv(t, server.Config{Rules: syntrixITRules(t)})
+	a, b := env.signup(t, "user-a"), env.signup(t, "user-b")
+	collection := "live_updates"
+	subscribe := func(c *sxConn, subID string) {
+		c.write(sxBaseMessage{ID: subID, Type: "subscribe", Payload: sxMarshal(sxSubscribePayload{
+			Query: sxQuery{Collection: collection}, IncludeData: true,
+		})})
+		c.readUntilType("subscribe_ack")
+	}
+	wsA := env.sxConnect(t)
+	wsA.write(sxBaseMessage{ID: "auth-" + t.Name(), Type: "auth", Payload: sxMarshal(map[string]string{"token": a.Access, "database": "database-a"})})
+	wsA.readUntilType("auth_ack")
+	subscribe(wsA, "sub-a")
+	wsB := env.sxConnect(t)
+	wsB.write(sxBaseMessage{ID: "auth-" + t.Name(), Type: "auth", Payload: sxMarshal(map[string]string{"token": b.Access, "database": "database-b"})})
+	wsB.readUntilType("auth_ack")
+	subscribe(wsB, "sub-b")
+
+	post := func(u user, db, msg string) {
+		t.Helper()
+		if r := env.Do(t, "POST", "/api/v1/databases/"+db+"/documents/"+collection, `{"msg":"`+msg+`"}`, u.h()); r.Status != http.StatusCreated {
+			t.Fatalf("create in %s: %d %s", db, r.Status, r.Body)
+		}
+	}
+	eventMsg := func(c *sxConn) any {
+		t.Helper()
+		var p sxEventPayload
+		if err := json.Unmarshal(c.readUntilType("event").Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Delta.Document["msg"]
+	}
+	post(a, "database-a", "Hello Database A")
+	if got := eventMsg(wsA); got != "Hello Database A" {
+		t.Fatalf("A got %v", got)
+	}
+	post(b, "database-b", "Hello Database B")
+	if got := eventMsg(wsB); got != "Hello Database B" {
+		t.Fatalf("B got %v", got)
+	}
+	post(a, "database-a", "marker")
+	if got := eventMsg(wsA); got != "marker" {
+		t.Fatalf("A got %v, want the marker (nothing of database B)", got)
 	}
 }
