@@ -105,6 +105,7 @@ func openAuth(ctx context.Context, cfg config.Config, store collections.Store, b
 			UserFailures:    cfg.Auth.LoginUserFailures,
 		},
 		MaxConcurrentHashes: cfg.Auth.MaxConcurrentHashes,
+		MinPasswordLength:   cfg.Auth.MinPasswordLength,
 		Registerer:          reg,
 		Logger:              logger.With("component", "auth"),
 	})
@@ -201,6 +202,7 @@ func serverConfig(cfg config.Config) server.Config {
 		MaxBodyBytesInFlight: cfg.Limits.MaxBodyBytesInFlight,
 		ReadTimeout:          cfg.Limits.ReadTimeout.Duration,
 		IdleTimeout:          cfg.Limits.IdleTimeout.Duration,
+		SyntrixCompat:        cfg.Compat.Syntrix,
 	}
 }
 

@@ -57,8 +57,11 @@ func (s *Server) requireAdmin(c *gin.Context) {
 	c.Next()
 }
 
-// authBody reads a small JSON object whose fields are all strings, and
-// checks that exactly the wanted fields are present.
+// authBody reads a small JSON object (at most maxAuthBody bytes) and checks
+// that exactly the wanted fields are present, each a string. Under [compat]
+// syntrix other fields, of any JSON type, are ignored, as Syntrix's server
+// ignores them: its SDK's login sends "database", its tests' signup
+// "tenant". Without it they are refused, so a typo is not silently lost.
 func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, error) {
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxAuthBody)
 	m, err := s.readObject(c)
@@ -72,6 +75,9 @@ func (s *Server) authBody(c *gin.Context, fields ...string) (map[string]string, 
 			known = known || f == k
 		}
 		if !known {
+			if s.syntrix {
+				continue
+			}
 			return nil, errorf(http.StatusBadRequest, codeBadRequest, "Unknown field %q.", truncate(k, 64))
 		}
 		str, ok := v.(string)
@@ -100,7 +106,7 @@ func (s *Server) limitIP(c *gin.Context) bool {
 // 429s, and the hashing that does happen is bounded by the auth service.
 func (s *Server) signup(c *gin.Context) {
 	s.tokenEndpoint(c, []string{"username", "password"}, func(ctx context.Context, b map[string]string) (auth.Tokens, error) {
-		if err := auth.CheckSignup(b["username"], b["password"]); err != nil {
+		if err := s.auth.CheckSignup(b["username"], b["password"]); err != nil {
 			return auth.Tokens{}, err
 		}
 		if wait := s.signups.reserve(s.clientAddr(c), time.Now()); wait > 0 {

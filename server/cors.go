@@ -17,7 +17,7 @@ import (
 const (
 	corsAllowMethods  = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 	corsAllowHeaders  = "Authorization, Content-Type, If-Match, X-API-Key, X-Request-Id, Last-Event-ID"
-	corsExposeHeaders = "ETag, Location, Retry-After, X-Request-Id"
+	corsExposeHeaders = "ETag, Location, Retry-After, X-Next-Cursor, X-Request-Id"
 )
 
 // originAllowed reports whether a browser origin may use the API: an exact

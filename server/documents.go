@@ -205,7 +205,13 @@ func (s *Server) writeWrapped(c *gin.Context, typ collections.WriteType) {
 	}
 	if res.Created {
 		c.Header("Location", documentURL(db, p))
-		s.writeDoc(c, http.StatusCreated, res.Doc)
+		// Syntrix answers an upsert 200 whether or not it created
+		// ([compat] syntrix).
+		status := http.StatusCreated
+		if s.syntrix {
+			status = http.StatusOK
+		}
+		s.writeDoc(c, status, res.Doc)
 		return
 	}
 	s.writeDoc(c, http.StatusOK, res.Doc)

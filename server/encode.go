@@ -58,10 +58,34 @@ func (s *Server) writeDoc(c *gin.Context, status int, d *collections.Document) {
 	sendJSON(c, status, buf.Bytes())
 }
 
-// writeDocs sends {"docs":[...],"nextCursor":"..."|null}.
+// headerNextCursor carries a query's next cursor under [compat] syntrix,
+// where the body is a bare array (absent on the last page).
+const headerNextCursor = "X-Next-Cursor"
+
+// writeDocs sends {"docs":[...],"nextCursor":"..."|null}; under [compat]
+// syntrix, the bare array [...] with the cursor in X-Next-Cursor, as
+// Syntrix's server and its clients' decoders have it.
 func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 	buf := getBuf()
 	defer putBuf(buf)
+	if s.syntrix {
+		buf.WriteByte('[')
+		for i, d := range res.Docs {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := d.AppendJSON(buf); err != nil {
+				s.writeError(c, err)
+				return
+			}
+		}
+		buf.WriteByte(']')
+		if res.NextCursor != "" {
+			c.Writer.Header()[headerNextCursor] = []string{res.NextCursor}
+		}
+		sendJSON(c, 200, buf.Bytes())
+		return
+	}
 	buf.WriteString(`{"docs":[`)
 	for i, d := range res.Docs {
 		if i > 0 {

@@ -56,6 +56,19 @@ type apiError struct {
 	cause error
 	// retryAfter is sent as Retry-After on 429s.
 	retryAfter time.Duration
+	// fieldMsg is what is wrong with details.field (an invalid document
+	// field), for the "errors" list of the Syntrix format.
+	fieldMsg string
+	// fieldErrors is that list, [{"field","message"}]: set by wire under
+	// [compat] syntrix only.
+	fieldErrors []fieldError
+}
+
+// fieldError is one entry of a Syntrix error body's "errors" (its SDK's
+// ValidationError).
+type fieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -119,6 +132,7 @@ func classify(err error) *apiError {
 		e := errorf(http.StatusBadRequest, codeBadRequest, "Invalid document %s: %s.", iw.Path, strings.TrimSuffix(invalidWriteMsg(iw), "."))
 		if iw.Field != "" {
 			e.withDetail("field", iw.Field)
+			e.fieldMsg = iw.Msg
 		}
 		return e
 	case errors.Is(err, access.ErrSystemWrite):
@@ -139,7 +153,11 @@ func classify(err error) *apiError {
 	case errors.Is(err, auth.ErrInvalidUsername):
 		return errorf(http.StatusBadRequest, codeBadRequest, "The username must be 3 to 64 characters of letters, digits and _ . @ -.")
 	case errors.Is(err, auth.ErrWeakPassword):
-		return errorf(http.StatusBadRequest, codeBadRequest, "The password must be at least 10 characters (and at most 72 bytes).")
+		min, max := auth.DefaultMinPasswordLength, auth.MaxPasswordBytes
+		if wpe := (*auth.WeakPasswordError)(nil); errors.As(err, &wpe) {
+			min, max = wpe.Min, wpe.Max
+		}
+		return errorf(http.StatusBadRequest, codeBadRequest, "The password must be at least %d characters (and at most %d bytes).", min, max)
 	case errors.Is(err, auth.ErrInvalidCredentials):
 		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: invalid username or password.")
 	case errors.Is(err, auth.ErrServiceKeyExists):
@@ -217,9 +235,62 @@ func cloneDetails(d map[string]any) map[string]any {
 	return out
 }
 
+// rxdbPathPrefix is the URL prefix of the RxDB replication routes
+// (routeRxDB), whose errors keep Loom's codes under [compat] syntrix.
+const rxdbPathPrefix = "/replication/rxdb/"
+
+// Syntrix's names for Loom's error codes ([compat] syntrix): the codes its
+// server sends (internal/gateway/rest/handler.go) and its TS SDK tests
+// (sdk/syntrix-client-ts/src/api/errors.ts, ErrorCodes). Codes not listed
+// keep their name: NOT_FOUND, CONFLICT, PRECONDITION_FAILED,
+// REQUEST_TOO_LARGE, RATE_LIMITED and BAD_REQUEST are the same in both;
+// UNAVAILABLE, METHOD_NOT_ALLOWED, SLOW_CONSUMER and the like have no
+// Syntrix equivalent.
+var syntrixCodes = map[string]string{
+	codeUnauthenticated:  "UNAUTHORIZED",
+	codePermissionDenied: "FORBIDDEN",
+	codeAlreadyExists:    codeConflict,
+	codeInvalidPath:      codeBadRequest,
+	codeInvalidQuery:     codeBadRequest,
+	codeInvalidJSON:      codeBadRequest,
+	codeDocumentTooLarge: codeRequestTooLarge,
+	codeInternal:         "INTERNAL_ERROR",
+}
+
+// wire is the one place where an error takes the form this server sends,
+// REST bodies and realtime error payloads alike. Without [compat] syntrix
+// it is ae unchanged. With it, a code Syntrix names differently is renamed
+// and Loom's own, finer code moves to details.code; an invalid document
+// field is also listed as "errors": [{"field","message"}], which Syntrix's
+// SDK reads for its validation errors. ae is never modified. The status
+// never changes. RxDB replication keeps Loom's codes (see writeError):
+// its clients key on the status and on "error": true.
+func (s *Server) wire(ae *apiError) *apiError {
+	if !s.syntrix {
+		return ae
+	}
+	out := *ae
+	if name, ok := syntrixCodes[ae.Code]; ok {
+		out.Details = cloneDetails(ae.Details)
+		out.Details["code"] = ae.Code
+		out.Code = name
+	}
+	if f, ok := ae.Details["field"].(string); ok && f != "" && out.Code == codeBadRequest {
+		msg := ae.fieldMsg
+		if msg == "" {
+			msg = ae.Message
+		}
+		out.fieldErrors = []fieldError{{Field: f, Message: msg}}
+	}
+	return &out
+}
+
 // writeError sends err as the JSON error body and aborts the gin chain.
 func (s *Server) writeError(c *gin.Context, err error) {
 	ae := toAPIError(err)
+	if !strings.HasPrefix(c.Request.URL.Path, rxdbPathPrefix) {
+		ae = s.wire(ae)
+	}
 	if ae.Status >= 500 {
 		s.log.ErrorContext(c.Request.Context(), "request failed",
 			"method", c.Request.Method, "path", c.Request.URL.Path,
@@ -268,6 +339,10 @@ func encodeError(buf *bytes.Buffer, ae *apiError) {
 			encodeDetail(buf, ae.Details[k])
 		}
 		buf.WriteByte('}')
+	}
+	if len(ae.fieldErrors) > 0 {
+		buf.WriteString(`,"errors":`)
+		encodeDetail(buf, ae.fieldErrors)
 	}
 	buf.WriteByte('}')
 }

@@ -40,7 +40,15 @@ func (s *Server) query(c *gin.Context) {
 // normalized; its startAfter is a sealed client cursor): access.Service.Query
 // makes the path-level check, the rules check on the collection, and reads
 // a page of readable documents with a sealed nextCursor.
+//
+// Under [compat] syntrix a missing (or 0) limit is the maximum page
+// (collections.MaxLimit): Syntrix's clients do not page by default, and
+// its server's default is unlimited, so a smaller page would silently
+// drop documents; later pages still come through X-Next-Cursor.
 func (s *Server) serveQuery(c *gin.Context, q collections.Query) {
+	if s.syntrix && q.Limit == 0 {
+		q.Limit = collections.MaxLimit
+	}
 	res, err := s.access.Query(c.Request.Context(), callerOf(c), c.Param("db"), q)
 	if err != nil {
 		s.writeError(c, err)

@@ -439,11 +439,20 @@ type errorPayload struct {
 	Message     string `json:"message"`
 	SubID       string `json:"subId,omitempty"`
 	ResumeToken string `json:"resumeToken,omitempty"`
+	// Details carries only Loom's own code when [compat] syntrix renamed
+	// it ({"code": "UNAUTHENTICATED"}); absent otherwise.
+	Details map[string]string `json:"details,omitempty"`
 }
 
-func errorMessage(id, subID string, err error) []byte {
-	ae := toAPIError(err)
-	return encodeMessage(msgError, id, errorPayload{Code: ae.Code, Message: ae.Message, SubID: subID})
+// errorMessage is the realtime error message (WebSocket and SSE) for err,
+// its code as REST would send it (Server.wire).
+func (s *Server) errorMessage(id, subID string, err error) []byte {
+	ae := s.wire(toAPIError(err))
+	p := errorPayload{Code: ae.Code, Message: ae.Message, SubID: subID}
+	if c, ok := ae.Details["code"].(string); ok {
+		p.Details = map[string]string{"code": c}
+	}
+	return encodeMessage(msgError, id, p)
 }
 
 func token(seq int64) string { return strconv.FormatInt(seq, 10) }
@@ -451,7 +460,7 @@ func token(seq int64) string { return strconv.FormatInt(seq, 10) }
 // endMessage is the message that reports why a subscription's stream ended
 // (nil for a quiet end: unsubscribed or connection closing), and whether it
 // was a slow consumer.
-func endMessage(subID string, err error) (msg []byte, slow bool) {
+func (s *Server) endMessage(subID string, err error) (msg []byte, slow bool) {
 	var se *realtime.SlowConsumerError
 	switch {
 	case errors.As(err, &se):
@@ -469,7 +478,7 @@ func endMessage(subID string, err error) (msg []byte, slow bool) {
 	case errors.Is(err, realtime.ErrClosed), errors.Is(err, context.Canceled):
 		return nil, false
 	}
-	return errorMessage(subID, subID, err), false
+	return s.errorMessage(subID, subID, err), false
 }
 
 // appendEvent encodes an event or snapshot message. The documents' JSON is

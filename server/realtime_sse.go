@@ -198,7 +198,7 @@ func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, r *http.Re
 			delivered.Inc()
 		case <-hb.C:
 			if err := s.recheckCredential(r, caller); err != nil {
-				writeSSEData(w, &buf, errorMessage("", sseSubID, err))
+				writeSSEData(w, &buf, s.errorMessage("", sseSubID, err))
 				return
 			}
 			if _, err := w.WriteString(": heartbeat\n\n"); err != nil {
@@ -206,7 +206,7 @@ func (s *Server) streamSSE(ctx context.Context, w gin.ResponseWriter, r *http.Re
 			}
 			w.Flush()
 		case <-expiry.C:
-			writeSSEData(w, &buf, errorMessage("", sseSubID, errTokenExpired))
+			writeSSEData(w, &buf, s.errorMessage("", sseSubID, errTokenExpired))
 			return
 		case <-rt.stop:
 			return
@@ -238,7 +238,7 @@ func (s *Server) endSSE(ctx context.Context, w gin.ResponseWriter, buf *bytes.Bu
 	if ctx.Err() != nil {
 		return
 	}
-	msg, slow := endMessage(sseSubID, err)
+	msg, slow := s.endMessage(sseSubID, err)
 	if slow {
 		s.rt.slow.WithLabelValues("sse").Inc()
 	}

@@ -230,7 +230,7 @@ func (c *wsConn) readMessage(typ int, rd io.Reader) bool {
 		if _, err := io.Copy(io.Discard, rd); err != nil {
 			return false
 		}
-		c.send(c.ctx, errorMessage("", "", bodyBusy()))
+		c.send(c.ctx, c.s.errorMessage("", "", bodyBusy()))
 	case len(data) > maxWSMessage:
 		if _, err := io.Copy(io.Discard, rd); err != nil {
 			return false
@@ -247,7 +247,7 @@ func (c *wsConn) readMessage(typ int, rd io.Reader) bool {
 // reject answers a bad message; too many of them close the connection.
 func (c *wsConn) reject(id string, err error) {
 	c.bad++
-	c.send(c.ctx, errorMessage(id, "", err))
+	c.send(c.ctx, c.s.errorMessage(id, "", err))
 	if c.bad >= maxBadMessages {
 		c.close(websocket.ClosePolicyViolation, "too many invalid messages")
 	}
@@ -305,7 +305,7 @@ func (c *wsConn) auth(m message) {
 	r.Header = http.Header{"Authorization": {"Bearer " + p.Token}}
 	caller, err := c.s.resolveCaller(r)
 	if err != nil {
-		c.send(c.ctx, errorMessage(m.ID, "", err))
+		c.send(c.ctx, c.s.errorMessage(m.ID, "", err))
 		return
 	}
 	// Existing subscriptions keep the identity they were opened with, so a
@@ -315,7 +315,7 @@ func (c *wsConn) auth(m message) {
 	if caller.UID != c.caller.UID || caller.Admin != c.caller.Admin {
 		for id, sub := range c.subs {
 			c.endSub(id, sub)
-			c.send(c.ctx, errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
+			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
 		}
 	}
 	c.caller, c.db = caller, p.Database
@@ -382,12 +382,12 @@ func (c *wsConn) subscribe(m message) {
 		}
 	}
 	if len(c.subs) >= c.rt.cfg.MaxSubscriptions {
-		c.send(c.ctx, errorMessage(id, id, errorf(http.StatusBadRequest, codeBadRequest, "At most %d subscriptions per connection.", c.rt.cfg.MaxSubscriptions)))
+		c.send(c.ctx, c.s.errorMessage(id, id, errorf(http.StatusBadRequest, codeBadRequest, "At most %d subscriptions per connection.", c.rt.cfg.MaxSubscriptions)))
 		return
 	}
 	sub, err := c.s.openSubscription(c.ctx, c.caller, subKey(c.caller, c.addr), params)
 	if err != nil {
-		c.send(c.ctx, errorMessage(id, id, err))
+		c.send(c.ctx, c.s.errorMessage(id, id, err))
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
@@ -409,7 +409,7 @@ func (c *wsConn) subscribe(m message) {
 func (c *wsConn) resubscribe(id string, old *wsSub) {
 	if err := c.s.subscribeAllowed(c.caller, old.params); err != nil {
 		c.endSub(id, old)
-		c.send(c.ctx, errorMessage(id, id, err))
+		c.send(c.ctx, c.s.errorMessage(id, id, err))
 		return
 	}
 	c.send(c.ctx, encodeMessage(msgSubscribeAck, id, map[string]string{"subId": id, "resumeToken": token(old.sub.Start())}))
@@ -450,7 +450,7 @@ func (c *wsConn) unsubscribe(m message) {
 	}
 	sub, ok := c.subs[p.ID]
 	if !ok {
-		c.send(c.ctx, errorMessage(m.ID, p.ID, errorf(http.StatusNotFound, codeNotFound, "No subscription %q.", truncate(p.ID, 40))))
+		c.send(c.ctx, c.s.errorMessage(m.ID, p.ID, errorf(http.StatusNotFound, codeNotFound, "No subscription %q.", truncate(p.ID, 40))))
 		return
 	}
 	// Stop the forwarder first: no event of the subscription follows the
@@ -483,7 +483,7 @@ func (c *wsConn) forward(ctx context.Context, id string, ws *wsSub, includeData 
 			if ctx.Err() != nil {
 				return
 			}
-			msg, slow := endMessage(id, err)
+			msg, slow := c.s.endMessage(id, err)
 			if slow {
 				c.rt.slow.WithLabelValues("ws").Inc()
 			}
@@ -590,7 +590,7 @@ func (c *wsConn) keep() {
 		case <-hb.C:
 			cur := c.cred.Load()
 			if err := c.s.recheckCredential(cur.r, cur.caller); err != nil {
-				c.send(c.ctx, errorMessage("", "", err))
+				c.send(c.ctx, c.s.errorMessage("", "", err))
 				c.close(websocket.ClosePolicyViolation, "credential revoked")
 				return
 			}
@@ -604,7 +604,7 @@ func (c *wsConn) keep() {
 				expiry.Reset(d) // re-authenticated meanwhile
 				continue
 			}
-			c.send(c.ctx, errorMessage("", "", errTokenExpired))
+			c.send(c.ctx, c.s.errorMessage("", "", errTokenExpired))
 			c.close(websocket.ClosePolicyViolation, "token expired")
 			return
 		case <-c.rt.stop:

@@ -144,6 +144,14 @@ type Config struct {
 	// refused by another. Nil: a random key per process (cursors do not
 	// survive a restart).
 	CursorKey []byte
+	// SyntrixCompat ([compat] syntrix) answers as Syntrix where Loom's
+	// wire format differs, for Syntrix's unchanged clients: error codes
+	// renamed (Loom's code in details.code; not on /replication/rxdb), a
+	// query answers a bare array with the next cursor in X-Next-Cursor and
+	// a missing limit means the maximum, a PUT that creates answers 200,
+	// and /auth/v1 bodies may carry unknown fields (docs/syntrix.md, "The
+	// compatibility switch"). Off: Loom's formats, exactly.
+	SyntrixCompat bool
 	// Access is the rules-pinned read/write protocol the server uses. Nil:
 	// one built from Rules and CursorKey. The composition root passes the
 	// one it shares with the agent runtime's in-process path, so a rules
@@ -181,6 +189,8 @@ type Server struct {
 	webhooks        http.Handler
 	agentsAdmin     http.Handler
 	engine          *gin.Engine
+	// syntrix is Config.SyntrixCompat.
+	syntrix bool
 }
 
 // New builds a Server. It registers the server's metrics on cfg.Registry; it
@@ -222,6 +232,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		metricsAuth:     cfg.MetricsRequireKey,
 		limits:          requestLimiters(cfg),
 		signups:         signupLimiters(cfg),
+		syntrix:         cfg.SyntrixCompat,
 	}
 	s.access = cfg.Access
 	if s.access == nil {

@@ -88,6 +88,11 @@ type Config struct {
 	JWKSURL, Issuer, Audience string
 	// LoginLimit bounds failed logins (see Limit).
 	LoginLimit Limit
+	// MinPasswordLength is the shortest password, in characters, a signup
+	// accepts (0: DefaultMinPasswordLength; else LowestMinPasswordLength
+	// to MaxPasswordBytes). Login never checks it, so lowering or raising
+	// it leaves existing passwords working.
+	MinPasswordLength int
 	// MaxConcurrentHashes bounds the bcrypt hashes and comparisons running
 	// at once (default: half of GOMAXPROCS, at least 1): a flood of signups
 	// or logins queues here instead of taking every CPU from other
@@ -162,8 +167,10 @@ type Service struct {
 	accessTTL  time.Duration
 	refreshTTL time.Duration
 	cost       int
-	now        func() time.Time
-	log        *slog.Logger
+	// minPassword is the shortest password a signup accepts (characters).
+	minPassword int
+	now         func() time.Time
+	log         *slog.Logger
 
 	// dummyHash is compared against for unknown users, so a login costs
 	// one bcrypt comparison whether or not the user exists.
@@ -205,6 +212,12 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 	if cfg.BcryptCost < bcrypt.MinCost || cfg.BcryptCost > bcrypt.MaxCost {
 		return nil, fmt.Errorf("auth: bcrypt cost %d outside [%d, %d]", cfg.BcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
 	}
+	if cfg.MinPasswordLength == 0 {
+		cfg.MinPasswordLength = DefaultMinPasswordLength
+	}
+	if cfg.MinPasswordLength < LowestMinPasswordLength || cfg.MinPasswordLength > MaxPasswordBytes {
+		return nil, fmt.Errorf("auth: the minimum password length must be between %d and %d, got %d", LowestMinPasswordLength, MaxPasswordBytes, cfg.MinPasswordLength)
+	}
 	if cfg.LoginLimit.Failures == 0 {
 		cfg.LoginLimit.Failures = DefaultLoginFailures
 	}
@@ -240,17 +253,18 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		return nil, err
 	}
 	s := &Service{
-		store:      store,
-		db:         cfg.DB,
-		secret:     append([]byte(nil), cfg.Secret...),
-		accessTTL:  cfg.AccessTTL,
-		refreshTTL: cfg.RefreshTTL,
-		cost:       cfg.BcryptCost,
-		now:        cfg.Now,
-		log:        cfg.Logger.With("component", "auth"),
-		dummyHash:  dummy,
-		limiter:    newLoginLimiter(cfg.LoginLimit),
-		hashes:     gate,
+		store:       store,
+		db:          cfg.DB,
+		secret:      append([]byte(nil), cfg.Secret...),
+		accessTTL:   cfg.AccessTTL,
+		refreshTTL:  cfg.RefreshTTL,
+		cost:        cfg.BcryptCost,
+		minPassword: cfg.MinPasswordLength,
+		now:         cfg.Now,
+		log:         cfg.Logger.With("component", "auth"),
+		dummyHash:   dummy,
+		limiter:     newLoginLimiter(cfg.LoginLimit),
+		hashes:      gate,
 	}
 	s.access = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),

@@ -287,6 +287,50 @@ func TestService_SignupInvalid(t *testing.T) {
 	}
 }
 
+// Config.MinPasswordLength moves the signup minimum (8..72 characters;
+// the error names it); login is never affected, so a password set under
+// an older, longer minimum keeps working and a short one set under a lower
+// minimum keeps working after it is raised.
+func TestService_MinPasswordLength(t *testing.T) {
+	ctx := context.Background()
+	s, st, _ := MustNew(t, func(c *auth.Config) { c.MinPasswordLength = 8 })
+	if got := s.MinPasswordLength(); got != 8 {
+		t.Fatalf("MinPasswordLength()=%d, want 8", got)
+	}
+	if _, err := s.Signup(ctx, "eight", "12345678"); err != nil {
+		t.Fatalf("8-character password under minimum 8: %v", err)
+	}
+	_, err := s.Signup(ctx, "seven", "1234567")
+	var we *auth.WeakPasswordError
+	if !errors.As(err, &we) || !errors.Is(err, auth.ErrWeakPassword) || we.Min != 8 || we.Max != auth.MaxPasswordBytes {
+		t.Fatalf("7-character password: err=%v, want *WeakPasswordError{Min: 8}", err)
+	}
+	if err := s.CheckSignup("seven", "1234567"); !errors.As(err, &we) || we.Min != 8 {
+		t.Fatalf("CheckSignup: err=%v, want minimum 8", err)
+	}
+	// The same store under the default minimum: the 8-character password
+	// still logs in, a new one is refused naming 10.
+	s10, err := auth.New(ctx, st, auth.Config{Secret: testSecret, BcryptCost: bcrypt.MinCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s10.Close()
+	if s10.MinPasswordLength() != auth.DefaultMinPasswordLength {
+		t.Fatalf("default MinPasswordLength()=%d", s10.MinPasswordLength())
+	}
+	if _, err := s10.Login(ctx, "eight", "12345678", "198.51.100.1"); err != nil {
+		t.Fatalf("login with an 8-character password under minimum 10: %v", err)
+	}
+	if _, err := s10.Signup(ctx, "nine", "123456789"); !errors.As(err, &we) || we.Min != 10 {
+		t.Fatalf("9 characters under the default: err=%v, want minimum 10", err)
+	}
+	for _, n := range []int{-1, 7, 73} {
+		if _, err := auth.New(ctx, st, auth.Config{Secret: testSecret, BcryptCost: bcrypt.MinCost, MinPasswordLength: n}); err == nil {
+			t.Errorf("MinPasswordLength %d: New succeeded, want an error", n)
+		}
+	}
+}
+
 func TestService_LoginInvalidCredentials(t *testing.T) {
 	s, _, _ := MustNew(t, nil)
 	ctx := context.Background()

@@ -11,9 +11,11 @@ import (
 var (
 	// ErrInvalidUsername: not 3–64 characters of [A-Za-z0-9_.@-].
 	ErrInvalidUsername = errors.New("auth: invalid username")
-	// ErrWeakPassword: shorter than 10 characters, or longer than the 72
-	// bytes bcrypt can hash.
-	ErrWeakPassword = errors.New("auth: password must be 10 to 72 bytes long")
+	// ErrWeakPassword: shorter than the configured minimum
+	// (Config.MinPasswordLength characters), or longer than the 72 bytes
+	// bcrypt can hash. Signup returns it as a *WeakPasswordError, which
+	// names the bounds.
+	ErrWeakPassword = errors.New("auth: password too short or too long")
 	// ErrUserExists: the username is taken (compared case-insensitively).
 	ErrUserExists = errors.New("auth: username already exists")
 	// ErrInvalidCredentials is the one answer for an unknown user and a wrong
@@ -30,6 +32,18 @@ var (
 	// ErrServiceKeyExists: CreateServiceKey with a name already in use.
 	ErrServiceKeyExists = errors.New("auth: service key name already exists")
 )
+
+// WeakPasswordError is a password outside the length policy: at least Min
+// characters, at most Max bytes. It wraps ErrWeakPassword.
+type WeakPasswordError struct {
+	Min, Max int
+}
+
+func (e *WeakPasswordError) Error() string {
+	return fmt.Sprintf("auth: the password must be at least %d characters (and at most %d bytes)", e.Min, e.Max)
+}
+
+func (e *WeakPasswordError) Unwrap() error { return ErrWeakPassword }
 
 // RateLimitError is returned by Login when too many logins failed recently for
 // the (username, client address) pair or the client address (see Limit). RetryAfter is how long until an attempt is

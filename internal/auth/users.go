@@ -16,7 +16,11 @@ import (
 const (
 	MinUsernameLength = 3
 	MaxUsernameLength = 64
-	MinPasswordLength = 10 // characters
+	// DefaultMinPasswordLength is the shortest password (in characters) a
+	// signup accepts unless Config.MinPasswordLength says otherwise, which
+	// may be LowestMinPasswordLength to MaxPasswordBytes.
+	DefaultMinPasswordLength = 10
+	LowestMinPasswordLength  = 8
 	// MaxPasswordBytes is bcrypt's input limit; longer passwords would be
 	// silently truncated, so they are refused.
 	MaxPasswordBytes = 72
@@ -88,32 +92,36 @@ func usernameKey(name string) string {
 	return b.String()
 }
 
-func checkPassword(pw string) error {
-	if utf8.RuneCountInString(pw) < MinPasswordLength {
-		return fmt.Errorf("%w: use at least %d characters", ErrWeakPassword, MinPasswordLength)
-	}
-	if len(pw) > MaxPasswordBytes {
-		return fmt.Errorf("%w: use at most %d bytes", ErrWeakPassword, MaxPasswordBytes)
+// checkPassword enforces the password length policy: at least min
+// characters and at most MaxPasswordBytes bytes.
+func checkPassword(pw string, min int) error {
+	if utf8.RuneCountInString(pw) < min || len(pw) > MaxPasswordBytes {
+		return &WeakPasswordError{Min: min, Max: MaxPasswordBytes}
 	}
 	return nil
 }
 
-// CheckSignup validates a signup's username and password without touching
-// the store: what a server checks before it charges the signup to the
-// client's address (a typo or a weak password costs no hashing, so it
-// should not use up the client's signups either).
-func CheckSignup(username, password string) error {
+// CheckSignup validates a signup's username and password (against this
+// service's minimum password length) without touching the store: what a
+// server checks before it charges the signup to the client's address (a
+// typo or a weak password costs no hashing, so it should not use up the
+// client's signups either).
+func (s *Service) CheckSignup(username, password string) error {
 	if !validUsername(username) {
 		return fmt.Errorf("%w: use %d to %d characters of A-Z a-z 0-9 _ . @ -", ErrInvalidUsername, MinUsernameLength, MaxUsernameLength)
 	}
-	return checkPassword(password)
+	return checkPassword(password, s.minPassword)
 }
+
+// MinPasswordLength is the shortest password (in characters) a signup
+// accepts.
+func (s *Service) MinPasswordLength() int { return s.minPassword }
 
 // Signup creates a user with the default roles and logs it in. Usernames are
 // unique case-insensitively; the one who commits first wins a race and the
 // others get ErrUserExists. ErrBusy means no hashing slot freed in time.
 func (s *Service) Signup(ctx context.Context, username, password string) (Tokens, error) {
-	if err := CheckSignup(username, password); err != nil {
+	if err := s.CheckSignup(username, password); err != nil {
 		return Tokens{}, err
 	}
 	nameDoc := docPath(colUsernames, usernameKey(username))

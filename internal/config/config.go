@@ -62,6 +62,7 @@ type Config struct {
 	Changes  Changes             `toml:"changes"`
 	Metrics  Metrics             `toml:"metrics"`
 	Mongo    Mongo               `toml:"mongo"`
+	Compat   Compat              `toml:"compat"`
 	Indexes  []collections.Index `toml:"index"`
 
 	// More process settings (env or flags only), and what loading found.
@@ -112,6 +113,25 @@ type Auth struct {
 	LoginAddressFailures int      `toml:"login_address_failures"`
 	LoginUserFailures    int      `toml:"login_user_failures"`
 	LoginWindow          Duration `toml:"login_window"`
+	// MinPasswordLength is the shortest password (in characters) a signup
+	// accepts: 0 = the default (10), else MinPasswordLengthLow to
+	// MaxPasswordLength. Login is never affected.
+	MinPasswordLength int `toml:"min_password_length"`
+}
+
+// The range of [auth] min_password_length (72: bcrypt's input limit, in
+// bytes, which is also the longest password accepted).
+const (
+	MinPasswordLengthLow = 8
+	MaxPasswordLength    = 72
+)
+
+// Compat switches on wire formats of other servers for their unchanged
+// clients ([compat]).
+type Compat struct {
+	// Syntrix answers as Syntrix does where Loom's format differs
+	// (docs/syntrix.md, "The compatibility switch"); LOOM_COMPAT_SYNTRIX.
+	Syntrix bool `toml:"syntrix"`
 }
 
 // Security configures security rules.
@@ -447,6 +467,13 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 	set(&cfg.WebhookSecret, flags.WebhookSecret, "LOOM_WEBHOOK_SECRET")
 	set(&cfg.Remote.URL, flags.LoomURL, "LOOM_URL")
 	set(&cfg.Remote.APIKey, flags.APIKey, "LOOM_API_KEY")
+	if v := getenv("LOOM_COMPAT_SYNTRIX"); v != "" {
+		b, err := parseEnvBool(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: LOOM_COMPAT_SYNTRIX %q: use 1, true, 0 or false", v)
+		}
+		cfg.Compat.Syntrix = b
+	}
 	if cfg.Mongo.URI != "" && cfg.Engine != "mongo" {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("a MongoDB URI is set but the engine is %s: it is ignored (use --engine mongo or LOOM_ENGINE=mongo)", cfg.Engine))
 	}
@@ -456,6 +483,18 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 		}
 	}
 	return cfg, cfg.Validate()
+}
+
+// parseEnvBool reads an on/off environment setting: 1/true/yes/on or
+// 0/false/no/off, any case.
+func parseEnvBool(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, errors.New("not a boolean")
 }
 
 // fileConfig is what loom.toml decodes into: the configuration and the
@@ -544,6 +583,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Auth.MaxConcurrentHashes < 0 || c.Auth.SignupBurst < 0 {
 		return fmt.Errorf("config: [auth] max_concurrent_hashes and signup_burst must not be negative")
+	}
+	if n := c.Auth.MinPasswordLength; n != 0 && (n < MinPasswordLengthLow || n > MaxPasswordLength) {
+		return fmt.Errorf("config: [auth] min_password_length must be between %d and %d (0: the default, 10), got %d", MinPasswordLengthLow, MaxPasswordLength, n)
 	}
 	if err := c.Agents.validateRules(); err != nil {
 		return err

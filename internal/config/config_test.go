@@ -480,3 +480,45 @@ token_budget = 4000
 		}
 	}
 }
+
+// [compat] syntrix and [auth] min_password_length (docs/syntrix.md): the
+// switch comes from the file or LOOM_COMPAT_SYNTRIX (which wins), and a
+// password minimum outside 8..72 refuses to start, naming the key.
+func TestLoad_CompatAndPasswordLength(t *testing.T) {
+	p := writeFile(t, "[compat]\nsyntrix = true\n[auth]\nmin_password_length = 8\n")
+	cfg, err := config.Load(config.Flags{Config: p}, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Compat.Syntrix || cfg.Auth.MinPasswordLength != 8 {
+		t.Fatalf("compat=%+v min_password_length=%d", cfg.Compat, cfg.Auth.MinPasswordLength)
+	}
+	for v, want := range map[string]bool{"1": true, "true": true, "TRUE": true, "on": true, "0": false, "false": false, "off": false} {
+		cfg, err := config.Load(config.Flags{Config: p}, env(map[string]string{"LOOM_COMPAT_SYNTRIX": v}))
+		if err != nil || cfg.Compat.Syntrix != want {
+			t.Errorf("LOOM_COMPAT_SYNTRIX=%s: syntrix=%v err=%v, want %v", v, cfg.Compat.Syntrix, err, want)
+		}
+	}
+	if _, err := config.Load(config.Flags{Config: p}, env(map[string]string{"LOOM_COMPAT_SYNTRIX": "maybe"})); err == nil || !strings.Contains(err.Error(), "LOOM_COMPAT_SYNTRIX") {
+		t.Errorf("LOOM_COMPAT_SYNTRIX=maybe: err=%v, want an error naming it", err)
+	}
+	t.Chdir(t.TempDir())
+	def, err := config.Load(config.Flags{}, env(nil))
+	if err != nil || def.Compat.Syntrix || def.Auth.MinPasswordLength != 0 {
+		t.Errorf("defaults: compat=%+v min=%d err=%v, want off and 0", def.Compat, def.Auth.MinPasswordLength, err)
+	}
+	for _, n := range []string{"7", "73", "-1", "1"} {
+		_, err := config.Load(config.Flags{Config: writeFile(t, "[auth]\nmin_password_length = "+n+"\n")}, env(nil))
+		if err == nil || !strings.Contains(err.Error(), "[auth] min_password_length") {
+			t.Errorf("min_password_length = %s: err=%v, want an error naming the key", n, err)
+		}
+	}
+	for _, n := range []string{"0", "8", "72"} {
+		if _, err := config.Load(config.Flags{Config: writeFile(t, "[auth]\nmin_password_length = "+n+"\n")}, env(nil)); err != nil {
+			t.Errorf("min_password_length = %s: %v", n, err)
+		}
+	}
+	if _, err := config.Load(config.Flags{Config: writeFile(t, "[compat]\nsyntrx = true\n")}, env(nil)); err == nil || !strings.Contains(err.Error(), "compat.syntrx") {
+		t.Errorf("unknown [compat] key: err=%v", err)
+	}
+}

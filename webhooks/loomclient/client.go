@@ -306,11 +306,11 @@ func (c *Client) Query(ctx context.Context, q collections.Query) ([]*collections
 		if err != nil {
 			return nil, fmt.Errorf("loomclient: query: encode: %w", err)
 		}
-		resp, err := c.do(ctx, http.MethodPost, "query "+q.Collection, u, b, nil)
+		resp, h, err := c.doHeader(ctx, http.MethodPost, "query "+q.Collection, u, b, nil)
 		if err != nil {
 			return nil, err
 		}
-		docs, next, err := decodePage(resp)
+		docs, next, err := decodePage(resp, h)
 		if err != nil {
 			return nil, err
 		}
@@ -345,13 +345,19 @@ func (c *Client) docURL(path string) string {
 // do sends one request and returns the body of a 2xx answer, or an
 // *HTTPError.
 func (c *Client) do(ctx context.Context, method, what, u string, body []byte, h http.Header) ([]byte, error) {
+	b, _, err := c.doHeader(ctx, method, what, u, body, h)
+	return b, err
+}
+
+// doHeader is do that also returns the answer's headers.
+func (c *Client) doHeader(ctx context.Context, method, what, u string, body []byte, h http.Header) ([]byte, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
-		return nil, fmt.Errorf("loomclient: %s %s: %w", method, what, err)
+		return nil, nil, fmt.Errorf("loomclient: %s %s: %w", method, what, err)
 	}
 	for k, v := range h {
 		req.Header[k] = v
@@ -366,22 +372,22 @@ func (c *Client) do(ctx context.Context, method, what, u string, body []byte, h 
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-			return nil, fmt.Errorf("loomclient: %s %s: %w (%v)", method, what, ctxErr, err)
+			return nil, nil, fmt.Errorf("loomclient: %s %s: %w (%v)", method, what, ctxErr, err)
 		}
-		return nil, fmt.Errorf("loomclient: %s %s: %w", method, what, err)
+		return nil, nil, fmt.Errorf("loomclient: %s %s: %w", method, what, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("loomclient: %s %s: read response: %w", method, what, err)
+		return nil, nil, fmt.Errorf("loomclient: %s %s: read response: %w", method, what, err)
 	}
 	if len(b) > maxResponseBytes {
-		return nil, fmt.Errorf("loomclient: %s %s: response larger than %d bytes", method, what, maxResponseBytes)
+		return nil, nil, fmt.Errorf("loomclient: %s %s: response larger than %d bytes", method, what, maxResponseBytes)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return b, nil
+		return b, resp.Header, nil
 	}
-	return nil, newHTTPError(method, what, resp, b)
+	return nil, nil, newHTTPError(method, what, resp, b)
 }
 
 func newHTTPError(method, what string, resp *http.Response, body []byte) *HTTPError {
@@ -389,9 +395,17 @@ func newHTTPError(method, what string, resp *http.Response, body []byte) *HTTPEr
 	var eb struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		Details struct {
+			Code string `json:"code"`
+		} `json:"details"`
 	}
 	if json.Unmarshal(body, &eb) == nil && eb.Code != "" {
 		e.Code, e.Message = eb.Code, eb.Message
+		// A server with [compat] syntrix sends Syntrix's code names and
+		// Loom's own code in details.code: go by Loom's.
+		if eb.Details.Code != "" {
+			e.Code = eb.Details.Code
+		}
 	} else {
 		msg := strings.TrimSpace(string(body))
 		if len(msg) > 200 {
@@ -441,14 +455,30 @@ func decodeDoc(b []byte) (*collections.Document, error) {
 	return envelope(m)
 }
 
-func decodePage(b []byte) ([]*collections.Document, string, error) {
-	m, err := collections.DecodeObject(b)
-	if err != nil {
-		return nil, "", fmt.Errorf("loomclient: decode query page: %w", err)
-	}
-	raw, ok := m["docs"].([]any)
-	if !ok && m["docs"] != nil {
-		return nil, "", errors.New("loomclient: decode query page: \"docs\" is not an array")
+// decodePage decodes a query answer: {"docs", "nextCursor"}, or, from a
+// server with [compat] syntrix, a bare array with the next cursor in the
+// X-Next-Cursor header.
+func decodePage(b []byte, h http.Header) ([]*collections.Document, string, error) {
+	var raw []any
+	var next string
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '[' {
+		v, err := collections.DecodeJSON(b)
+		if err != nil {
+			return nil, "", fmt.Errorf("loomclient: decode query page: %w", err)
+		}
+		raw, _ = v.([]any)
+		next = h.Get("X-Next-Cursor")
+	} else {
+		m, err := collections.DecodeObject(b)
+		if err != nil {
+			return nil, "", fmt.Errorf("loomclient: decode query page: %w", err)
+		}
+		var ok bool
+		raw, ok = m["docs"].([]any)
+		if !ok && m["docs"] != nil {
+			return nil, "", errors.New("loomclient: decode query page: \"docs\" is not an array")
+		}
+		next, _ = m["nextCursor"].(string)
 	}
 	docs := make([]*collections.Document, 0, len(raw))
 	for i, x := range raw {
@@ -462,7 +492,6 @@ func decodePage(b []byte) ([]*collections.Document, string, error) {
 		}
 		docs = append(docs, d)
 	}
-	next, _ := m["nextCursor"].(string)
 	return docs, next, nil
 }
 

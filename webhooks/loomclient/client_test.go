@@ -43,6 +43,12 @@ type env struct {
 // service (service keys) and the given rules (nil: the defaults).
 func newEnv(t *testing.T, rs *rules.Set) *env {
 	t.Helper()
+	return newEnvWith(t, rs, false)
+}
+
+// newEnvWith is newEnv with [compat] syntrix on or off.
+func newEnvWith(t *testing.T, rs *rules.Set, syntrixCompat bool) *env {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "loom.db")})
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
@@ -57,7 +63,7 @@ func newEnv(t *testing.T, rs *rules.Set) *env {
 		t.Fatalf("auth.New: %v", err)
 	}
 	t.Cleanup(func() { as.Close() })
-	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: as, Rules: rs, RateLimit: -1})
+	srv, err := server.New(st, server.Config{AdminKey: adminKey, Auth: as, Rules: rs, RateLimit: -1, SyntrixCompat: syntrixCompat})
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -596,5 +602,41 @@ if    = "request.auth != null && 'service' in request.auth.roles && resource.dat
 	}
 	if len(docs) != 0 {
 		t.Fatalf("got %d docs before the hidden run, want 0", len(docs))
+	}
+}
+
+// Against a server with [compat] syntrix (Syntrix's error code names with
+// Loom's in details.code, bare-array query pages with X-Next-Cursor) the
+// client works as against Loom's own formats: `loom agents` may talk to
+// such a server.
+func TestSyntrixCompatServer(t *testing.T) {
+	e := newEnvWith(t, nil, true)
+	seed(t, e, 300)
+	ctx := context.Background()
+	c := e.client(t, adminKey, 100)
+
+	docs, err := c.Query(ctx, collections.Query{Collection: "users/u1/items", OrderBy: []collections.Order{{Field: "n"}}, Limit: 250})
+	if err != nil || len(docs) != 250 {
+		t.Fatalf("Query: %d docs, %v; want 250", len(docs), err)
+	}
+	for i, d := range docs {
+		if n, _ := d.Data["n"].(json.Number).Int64(); n != int64(i) {
+			t.Fatalf("docs[%d].n = %d: pages overlap or skip", i, n)
+		}
+	}
+	if _, err := c.Create(ctx, "users/u1/items/i000", map[string]any{"n": 1}); !errors.Is(err, collections.ErrAlreadyExists) {
+		t.Errorf("Create over a live document: %v, want ErrAlreadyExists", err)
+	} else if loomclient.Retryable(err) {
+		t.Errorf("ALREADY_EXISTS (CONFLICT under the switch) must not be retryable")
+	}
+	if _, err := c.Get(ctx, "users/u1/items/missing"); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("Get missing: %v, want ErrNotFound", err)
+	}
+	if _, err := c.Query(ctx, collections.Query{Collection: "users/u1/items", Filters: []collections.Filter{{Field: "n", Op: "~", Value: 1}}}); !errors.Is(err, collections.ErrInvalidQuery) {
+		t.Errorf("bad op: %v, want ErrInvalidQuery", err)
+	}
+	bad := e.client(t, "wrong-key", 0)
+	if _, err := bad.Get(ctx, "users/u1/items/i000"); !errors.Is(err, loomclient.ErrUnauthorized) {
+		t.Errorf("wrong key: %v, want ErrUnauthorized", err)
 	}
 }
