@@ -1000,3 +1000,64 @@ func TestSyntrixIT_MultiDatabaseRealtimeIsolation(t *testing.T) {
 		t.Fatalf("A got %v, want the marker (nothing of database B)", got)
 	}
 }
+
+// Under [compat] syntrix the realtime error codes take Syntrix's names
+// (Loom's in details.code) while the messages, and so the SDK's refresh,
+// stay the same; the SDK's session works the same way.
+func TestSyntrixRealtime_CompatSDKSession(t *testing.T) {
+	env := newAuthEnv(t, server.Config{SyntrixCompat: true})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	notes := "users/" + alice.UID + "/notes"
+	sub := sdkSubscribe("sub-1", sdkQuery(notes, ""), true, false)
+
+	w := env.dialWS(t, "", anon)
+	w.sendText(sdkAuth("auth-init", tamper(alice.Access)))
+	bad := w.expect("error")
+	d, _ := bad.Payload["details"].(map[string]any)
+	if bad.str("code") != "UNAUTHORIZED" || d["code"] != "UNAUTHENTICATED" || !sdkSeesRefresh(bad) {
+		t.Fatalf("bad token under compat: %s", bad)
+	}
+	w.sendText(sdkAuth("auth-retry", alice.Access))
+	w.expect("auth_ack")
+	w.sendText(sub)
+	w.expect("subscribe_ack")
+	w.sendText(sub)
+	w.expect("subscribe_ack")
+	w.sendText(sdkSubscribe("sub-1", sdkQuery(notes, `[{"field":"x","op":"==","value":1}]`), true, false))
+	if m := w.expect("error"); m.str("code") != "BAD_REQUEST" || m.ID != "sub-1" {
+		t.Fatalf("other query under a live id: %s", m)
+	}
+	// Another user's notes: FORBIDDEN, Loom's PERMISSION_DENIED in details.
+	w.sendText(sdkSubscribe("sub-2", sdkQuery("users/"+bob.UID+"/notes", ""), true, false))
+	m := w.expect("error")
+	d, _ = m.Payload["details"].(map[string]any)
+	if m.str("code") != "FORBIDDEN" || d["code"] != "PERMISSION_DENIED" || m.str("subId") != "sub-2" {
+		t.Fatalf("subscribe to another user's notes: %s", m)
+	}
+	env.postDoc(t, alice.h(), notes, `{"id":"n1","title":"n1"}`)
+	if m := w.read(); !eventOf(m, "sub-1", "title", "n1") {
+		t.Fatalf("got %s, want the n1 event", m)
+	}
+	w.quiet("after the one event")
+
+	// The SDK's SSE path: refusals are answered before the stream opens.
+	for _, c := range []struct {
+		what, collection, token, code, detail string
+		status                                int
+	}{
+		{"bad token", notes, tamper(alice.Access), "UNAUTHORIZED", "UNAUTHENTICATED", http.StatusUnauthorized},
+		{"another user's notes", "users/" + bob.UID + "/notes", alice.Access, "FORBIDDEN", "PERMISSION_DENIED", http.StatusForbidden},
+	} {
+		r := sdkSSE(t, env, "default", c.collection, c.token, "")
+		var body struct {
+			Code, Message string
+			Details       map[string]any
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.StatusCode != c.status || body.Code != c.code || body.Details["code"] != c.detail {
+			t.Errorf("SSE %s: %d %+v (%v)", c.what, r.StatusCode, body, err)
+		}
+		if c.status == http.StatusUnauthorized && !strings.HasPrefix(body.Message, "Unauthorized: ") {
+			t.Errorf("SSE %s: message %q", c.what, body.Message)
+		}
+	}
+}
