@@ -921,7 +921,9 @@ func TestSyntrixRealtime_SSEPathDatabase(t *testing.T) {
 // An SSE stream on the SDK's path whose token expires ends with an error
 // envelope whose payload.message (what the SDK reports) says Unauthorized.
 func TestSyntrixRealtime_SDKSSEExpiry(t *testing.T) {
-	env := newShortTokenEnv(t, time.Second)
+	// Expiry has one-second resolution: a 3 s token lives 2–3 s, enough
+	// to open the stream with it.
+	env := newShortTokenEnv(t, 3*time.Second)
 	u := env.signup(t, "sseexp")
 	res := sdkSSE(t, env, "default", "users/"+u.UID+"/notes", u.Access, "")
 	if res.StatusCode != http.StatusOK {
