@@ -40,6 +40,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -1000,6 +1002,43 @@ func TestSyntrixIT_MultiDatabaseRealtimeIsolation(t *testing.T) {
 	post(a, "database-a", "marker")
 	if got := eventMsg(wsA); got != "marker" {
 		t.Fatalf("A got %v, want the marker (nothing of database B)", got)
+	}
+}
+
+// A repeated subscribe is checked against the rules of now: once they no
+// longer let the user list the collection, the repeat ends the live
+// subscription with the error instead of confirming it.
+func TestSyntrixRealtime_ResubscribeRechecksRules(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.toml")
+	write := func(match string) {
+		t.Helper()
+		src := fmt.Sprintf("[[rule]]\nmatch = %q\nallow = [\"read\", \"write\"]\nif = \"request.auth != null\"\n", match)
+		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("boards/{board}/posts/{post}")
+	env := newAuthEnv(t, server.Config{RulesFile: file})
+	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
+	alice := env.signup(t, "alice")
+	sub := sdkSubscribe("sub-1", sdkQuery("boards/b1/posts", ""), true, false)
+
+	w := env.dialWS(t, "", anon)
+	w.sendText(sdkAuth("auth-init", alice.Access))
+	w.expect("auth_ack")
+	w.sendText(sub)
+	w.expect("subscribe_ack")
+	w.sendText(sub)
+	w.expect("subscribe_ack")
+
+	write("other/{id}")
+	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
+	w.sendText(sub)
+	if m := w.expect("error"); m.ID != "sub-1" || m.str("subId") != "sub-1" || m.str("code") != "PERMISSION_DENIED" {
+		t.Fatalf("repeat after the rules closed the collection: %s", m)
+	}
+	if n := env.liveSubscriptions(t); n != 0 {
+		t.Fatalf("%d live subscriptions, want 0: the repeat ends the subscription", n)
 	}
 }
 
