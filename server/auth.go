@@ -26,7 +26,12 @@ func untilExpiry(exp time.Time) time.Duration {
 }
 
 // errTokenExpired ends realtime streams whose token expired.
-var errTokenExpired = errorf(http.StatusUnauthorized, codeUnauthenticated, "The token expired: reconnect with a fresh token and resume from your last resumeToken (on WebSocket, send auth with a fresh token before it expires).")
+//
+// Every UNAUTHENTICATED message starts with "Unauthorized: ": Syntrix's
+// TypeScript SDK refreshes its token and re-authenticates only when a
+// realtime error message contains "unauthor" (docs/syntrix.md, "Realtime:
+// WebSocket and SSE").
+var errTokenExpired = errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: the token expired; reconnect with a fresh token and resume from your last resumeToken (on WebSocket, send auth with a fresh token before it expires).")
 
 // rateKey identifies the caller for rate limiting: the uid, or the client
 // address (see clientAddr) when anonymous.
@@ -145,7 +150,7 @@ func (s *Server) resolveCaller(r *http.Request) (*access.Caller, error) {
 			return nil, err
 		}
 	}
-	return nil, errorf(http.StatusUnauthorized, codeUnauthenticated, "The credential is not valid or has expired.")
+	return nil, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: the credential is not valid or has expired.")
 }
 
 func callerOf(c *gin.Context) *access.Caller {

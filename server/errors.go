@@ -124,7 +124,7 @@ func classify(err error) *apiError {
 	case errors.As(err, &de):
 		// Anonymous callers may gain access by authenticating.
 		if de.Anonymous {
-			return errorf(http.StatusUnauthorized, codeUnauthenticated, "Authentication required to %s.", de.What)
+			return errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: authentication required to %s.", de.What)
 		}
 		return errorf(http.StatusForbidden, codePermissionDenied, "Security rules do not allow you to %s.", de.What)
 	case errors.As(err, &iw):
@@ -159,13 +159,13 @@ func classify(err error) *apiError {
 		}
 		return errorf(http.StatusBadRequest, codeBadRequest, "The password must be at least %d characters (and at most %d bytes).", min, max)
 	case errors.Is(err, auth.ErrInvalidCredentials):
-		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Invalid username or password.")
+		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: invalid username or password.")
 	case errors.Is(err, auth.ErrServiceKeyExists):
 		return errorf(http.StatusConflict, codeAlreadyExists, "A service key with that name exists.")
 	case errors.Is(err, auth.ErrInvalidServiceKey):
 		return errorf(http.StatusBadRequest, codeBadRequest, "%s.", strings.TrimPrefix(err.Error(), "auth: "))
 	case errors.Is(err, auth.ErrInvalidToken):
-		return errorf(http.StatusUnauthorized, codeUnauthenticated, "The token is not valid or has expired.")
+		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: the token is not valid or has expired.")
 	case errors.As(err, &rle):
 		e := errorf(http.StatusTooManyRequests, codeRateLimited, "Too many attempts; retry later.")
 		e.retryAfter = rle.RetryAfter

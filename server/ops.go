@@ -52,7 +52,7 @@ func (s *Server) metricsAccess(c *gin.Context) {
 		return
 	}
 	if caller.Kind == access.KindAnonymous {
-		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "/metrics requires the admin key or a key with the %q role.", roleMetrics))
+		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: /metrics requires the admin key or a key with the %q role.", roleMetrics))
 		return
 	}
 	if !caller.Admin && !slices.Contains(caller.Roles, roleMetrics) {

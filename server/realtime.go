@@ -326,7 +326,13 @@ func (rt *realtimeServer) enter() bool {
 func (s *Server) realtimeRoutes(r *gin.Engine) {
 	r.GET("/realtime/ws", s.serveWS)
 	r.GET("/realtime/sse", s.serveSSE)
+	// The SSE path of Syntrix's TypeScript SDK (RealtimeSSEClient): the
+	// same stream, the database from the path.
+	r.GET(routeSSEDatabase, s.serveSSE)
 }
+
+// routeSSEDatabase is /realtime/sse with the database in the path.
+const routeSSEDatabase = "/realtime/v1/databases/:db/sse"
 
 // subParams is a parsed subscribe request.
 type subParams struct {
@@ -345,13 +351,7 @@ type subParams struct {
 // and subscribes; key is subKey's. Closing the result counts it out of
 // the bounds. Errors are mapped by toAPIError.
 func (s *Server) openSubscription(ctx context.Context, caller *access.Caller, key string, p subParams) (*heldSub, error) {
-	if !collections.ValidDatabase(p.db) {
-		return nil, errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.db, 80))
-	}
-	if err := access.Authorize(caller, access.ActionList, p.query.Collection); err != nil {
-		return nil, err
-	}
-	if err := s.access.CheckList(caller, p.query.Collection); err != nil {
+	if err := s.subscribeAllowed(caller, p); err != nil {
 		return nil, err
 	}
 	if err := s.rt.subs.acquire(key); err != nil {
@@ -375,6 +375,18 @@ func (s *Server) openSubscription(ctx context.Context, caller *access.Caller, ke
 		return nil, toAPIError(err)
 	}
 	return &heldSub{Subscription: sub, release: release}, nil
+}
+
+// subscribeAllowed is the check of a subscribe request before anything is
+// held: a valid database, and a collection the caller may list.
+func (s *Server) subscribeAllowed(caller *access.Caller, p subParams) error {
+	if !collections.ValidDatabase(p.db) {
+		return errorf(http.StatusBadRequest, codeBadRequest, "Invalid database name %q.", truncate(p.db, 80))
+	}
+	if err := access.Authorize(caller, access.ActionList, p.query.Collection); err != nil {
+		return err
+	}
+	return s.access.CheckList(caller, p.query.Collection)
 }
 
 // parseToken parses a resume token: a change-log seq in decimal.

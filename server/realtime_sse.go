@@ -44,7 +44,7 @@ func (s *Server) serveSSE(c *gin.Context) {
 		return
 	}
 	defer done()
-	p, err := sseParams(r)
+	p, err := sseParams(r, c.Param("db"))
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -77,11 +77,19 @@ func (s *Server) serveSSE(c *gin.Context) {
 
 // sseParams reads the subscription from the query: database (default
 // "default"), collection, filters (a JSON array), includeData, and the
-// resume token from Last-Event-ID (or ?lastEventId=). Errors are *apiError
-// or the query's own validation errors.
-func sseParams(r *http.Request) (subParams, error) {
+// resume token from Last-Event-ID (or ?lastEventId=). pathDB is the
+// database of /realtime/v1/databases/:db/sse ("" on /realtime/sse); a
+// ?database= that names another one is refused rather than silently
+// ignored. Errors are *apiError or the query's own validation errors.
+func sseParams(r *http.Request, pathDB string) (subParams, error) {
 	qs := r.URL.Query()
 	p := subParams{db: qs.Get("database"), includeData: qs.Get("includeData") != "false"}
+	if pathDB != "" {
+		if p.db != "" && p.db != pathDB {
+			return p, errorf(http.StatusBadRequest, codeBadRequest, "The database is %q in the path but %q in ?database=; leave the parameter out.", truncate(pathDB, 80), truncate(p.db, 80))
+		}
+		p.db = pathDB
+	}
 	if p.db == "" {
 		p.db = "default"
 	}

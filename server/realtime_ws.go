@@ -69,6 +69,9 @@ type wsSub struct {
 	sub    *heldSub
 	cancel context.CancelFunc
 	done   chan struct{}
+	// params are the subscription's as it was asked for: a subscribe with
+	// the same id and the same params is acknowledged again (wsConn.resubscribe).
+	params subParams
 }
 
 // serveWS upgrades GET /realtime/ws to a WebSocket connection that carries
@@ -311,11 +314,8 @@ func (c *wsConn) auth(m message) {
 	// credential expires.
 	if caller.UID != c.caller.UID || caller.Admin != c.caller.Admin {
 		for id, sub := range c.subs {
-			sub.cancel()
-			<-sub.done
-			sub.sub.Close()
-			delete(c.subs, id)
-			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
+			c.endSub(id, sub)
+			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
 		}
 	}
 	c.caller, c.db = caller, p.Database
@@ -338,20 +338,6 @@ func (c *wsConn) subscribe(m message) {
 	id := m.ID
 	if id == "" || len(id) > maxSubIDLen {
 		c.reject(m.ID, errorf(http.StatusBadRequest, codeBadRequest, "A subscribe message needs an id of 1 to %d characters: it is the subscription id.", maxSubIDLen))
-		return
-	}
-	if old, ok := c.subs[id]; ok {
-		select {
-		case <-old.done: // ended on its own (slow consumer, reset): the id is free
-			old.sub.Close()
-			delete(c.subs, id)
-		default:
-			c.reject(id, errorf(http.StatusBadRequest, codeBadRequest, "Subscription %q exists; unsubscribe first.", truncate(id, 40)))
-			return
-		}
-	}
-	if len(c.subs) >= c.rt.cfg.MaxSubscriptions {
-		c.send(c.ctx, c.s.errorMessage(id, id, errorf(http.StatusBadRequest, codeBadRequest, "At most %d subscriptions per connection.", c.rt.cfg.MaxSubscriptions)))
 		return
 	}
 	if len(p.Query) == 0 {
@@ -381,18 +367,77 @@ func (c *wsConn) subscribe(m message) {
 		}
 		params.resume = true
 	}
+	if old, ok := c.subs[id]; ok {
+		select {
+		case <-old.done: // ended on its own (slow consumer, reset): the id is free
+			old.sub.Close()
+			delete(c.subs, id)
+		default:
+			if sameStream(old.params, params) {
+				c.resubscribe(id, old)
+				return
+			}
+			c.reject(id, errorf(http.StatusBadRequest, codeBadRequest, "Subscription %q exists with other parameters; unsubscribe first.", truncate(id, 40)))
+			return
+		}
+	}
+	if len(c.subs) >= c.rt.cfg.MaxSubscriptions {
+		c.send(c.ctx, c.s.errorMessage(id, id, errorf(http.StatusBadRequest, codeBadRequest, "At most %d subscriptions per connection.", c.rt.cfg.MaxSubscriptions)))
+		return
+	}
 	sub, err := c.s.openSubscription(c.ctx, c.caller, subKey(c.caller, c.addr), params)
 	if err != nil {
 		c.send(c.ctx, c.s.errorMessage(id, id, err))
 		return
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	ws := &wsSub{sub: sub, cancel: cancel, done: make(chan struct{})}
+	ws := &wsSub{sub: sub, cancel: cancel, done: make(chan struct{}), params: params}
 	c.subs[id] = ws
 	// The ack is queued before the forwarder starts, so it precedes the
 	// subscription's first event.
 	c.send(c.ctx, encodeMessage(msgSubscribeAck, id, map[string]string{"subId": id, "resumeToken": token(sub.Start())}))
 	go c.forward(ctx, id, ws, params.includeData)
+}
+
+// resubscribe answers a subscribe whose id is live with the same params:
+// Syntrix's TypeScript SDK sends every subscription again, with its id, on
+// every auth_ack (also the one of its own first auth). The live
+// subscription goes on untouched (no second snapshot, no event twice, no
+// gap) and the ack is repeated with its start token. The connection's
+// current credential must still be allowed to subscribe; if it is not,
+// the subscription ends with the error.
+func (c *wsConn) resubscribe(id string, old *wsSub) {
+	if err := c.s.subscribeAllowed(c.caller, old.params); err != nil {
+		c.endSub(id, old)
+		c.send(c.ctx, c.s.errorMessage(id, id, err))
+		return
+	}
+	c.send(c.ctx, encodeMessage(msgSubscribeAck, id, map[string]string{"subId": id, "resumeToken": token(old.sub.Start())}))
+}
+
+// endSub stops a subscription's forwarder (no event of it follows) and
+// ends it.
+func (c *wsConn) endSub(id string, sub *wsSub) {
+	sub.cancel()
+	<-sub.done
+	sub.sub.Close()
+	delete(c.subs, id)
+}
+
+// sameStream reports whether two subscribe requests ask for the same
+// stream: the same database, collection, filters, includeData, snapshot
+// and resume position. Order, limit, cursor and showDeleted do not shape a
+// stream (realtime.Request) and are not compared. Filters compare by their
+// JSON (DecodeQuery keeps numbers as written), so 20 and 20.0 differ.
+func sameStream(a, b subParams) bool {
+	if a.db != b.db || a.includeData != b.includeData || a.snapshot != b.snapshot ||
+		a.resume != b.resume || a.after != b.after || a.ownRules != b.ownRules ||
+		a.query.Collection != b.query.Collection || len(a.query.Filters) != len(b.query.Filters) {
+		return false
+	}
+	fa, errA := json.Marshal(a.query.Filters)
+	fb, errB := json.Marshal(b.query.Filters)
+	return errA == nil && errB == nil && bytes.Equal(fa, fb)
 }
 
 func (c *wsConn) unsubscribe(m message) {
@@ -410,10 +455,7 @@ func (c *wsConn) unsubscribe(m message) {
 	}
 	// Stop the forwarder first: no event of the subscription follows the
 	// ack.
-	sub.cancel()
-	<-sub.done
-	sub.sub.Close()
-	delete(c.subs, p.ID)
+	c.endSub(p.ID, sub)
 	c.send(c.ctx, encodeMessage(msgUnsubscribeAck, m.ID, map[string]string{"subId": p.ID}))
 }
 

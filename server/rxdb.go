@@ -169,7 +169,7 @@ func (s *Server) rxdbResolve(c *gin.Context, write bool) (*rxdbTarget, bool) {
 	}
 	caller := callerOf(c)
 	if caller.Kind == access.KindAnonymous {
-		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Replication requires an Authorization header."))
+		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: replication requires an Authorization header."))
 		return nil, false
 	}
 	if version < s.rxdb.MinSchemaVersion {

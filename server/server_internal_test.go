@@ -48,7 +48,7 @@ func TestToAPIError(t *testing.T) {
 		{"own error in a batch", &collections.WriteError{Index: 7, Err: errorf(403, codePermissionDenied, "no")}, 403, codePermissionDenied, `"details":{"index":7}`, ""},
 		// Package access's errors: the wire bytes they had when the server
 		// built them itself.
-		{"denied anonymous", &access.Denied{Anonymous: true, What: "read rooms/r1"}, 401, codeUnauthenticated, `{"code":"UNAUTHENTICATED","message":"Authentication required to read rooms/r1."}`, ""},
+		{"denied anonymous", &access.Denied{Anonymous: true, What: "read rooms/r1"}, 401, codeUnauthenticated, `{"code":"UNAUTHENTICATED","message":"Unauthorized: authentication required to read rooms/r1."}`, ""},
 		{"denied", &access.Denied{What: "list rooms"}, 403, codePermissionDenied, `{"code":"PERMISSION_DENIED","message":"Security rules do not allow you to list rooms."}`, ""},
 		{"denied in a batch", &collections.WriteError{Index: 3, Path: "rooms/r1", Err: &access.Denied{What: "update rooms/r1"}}, 403, codePermissionDenied, `{"code":"PERMISSION_DENIED","message":"Security rules do not allow you to update rooms/r1.","details":{"index":3}}`, ""},
 		{"system write", access.ErrSystemWrite, 403, codePermissionDenied, `{"code":"PERMISSION_DENIED","message":"System collections cannot be written through the document API."}`, ""},
