@@ -173,8 +173,8 @@ func compile(def Trigger, expand Expander) (*Compiled, error) {
 // headers, retry policy, enabled) and fills in Enabled.
 func ownCopy(def Trigger) Trigger {
 	def.Events = append([]string(nil), def.Events...)
-	if def.TokenScope != nil {
-		def.TokenScope = append([]string(nil), def.TokenScope...)
+	if def.TokenScope != nil { // an empty list stays one: compileFormat refuses it
+		def.TokenScope = append(make([]string, 0, len(def.TokenScope)), def.TokenScope...)
 	}
 	if def.Headers != nil {
 		def.Headers = maps.Clone(def.Headers)
