@@ -142,6 +142,9 @@ func (c *Compiled) tokenScope(params map[string]string, collection string) ([]st
 		if !p.HasRest() && p.Segments()%2 != 0 {
 			return nil, fmt.Errorf("token scope %q names no document", s)
 		}
+		if collections.IsSystemPath(s) {
+			return nil, fmt.Errorf("token scope %q is a system collection", s)
+		}
 	}
 	return out, nil
 }
