@@ -130,6 +130,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		pollInterval: opts.TriggerPollInterval,
 		drainTimeout: opts.DeliveryDrainTimeout,
 		version:      opts.Version,
+		auth:         a.Auth,
 	}, a.Logger, a.Registry); err != nil {
 		return nil, err
 	}

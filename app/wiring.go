@@ -123,6 +123,9 @@ type triggerOptions struct {
 	pollInterval time.Duration // 0: the triggers default
 	drainTimeout time.Duration // 0: the triggers default
 	version      string
+	// auth signs the preIssuedToken of triggers with "format": "syntrix"
+	// (nil: such triggers are refused).
+	auth *auth.Service
 }
 
 // openTriggers loads the triggers (a bad file refuses to start; see
@@ -173,12 +176,29 @@ func openTriggers(ctx context.Context, cfg config.Config, store collections.Stor
 		Registerer:       reg,
 		Logger:           logger,
 		Version:          opts.version,
+		IssueToken:       triggerTokenIssuer(opts.auth),
 	})
 	if err != nil {
 		return nil, err
 	}
 	logger.Info("triggers loaded", "file", triggersName(file, shipped), "triggers", svc.Len())
 	return svc, nil
+}
+
+// triggerTokenIssuer mints the preIssuedToken of Syntrix-format webhooks
+// with svc (internal/auth/triggertoken.go); nil without one.
+func triggerTokenIssuer(svc *auth.Service) func(triggers.TokenRequest) (string, error) {
+	if svc == nil {
+		return nil
+	}
+	return func(r triggers.TokenRequest) (string, error) {
+		return svc.IssueTriggerToken(auth.TriggerGrant{
+			TriggerID: r.TriggerID,
+			Database:  r.Database,
+			Scope:     r.Scope,
+			Delivery:  r.Delivery,
+		}, r.TTL)
+	}
 }
 
 // serverConfig is the part of server.Config that comes from the

@@ -112,6 +112,9 @@ var errUnchanged = errors.New("unchanged")
 // signing secret (shown this once).
 func (r *registry) register(ctx context.Context, def Trigger) (Info, string, error) {
 	c, err := Compile(def, r.cfg.Expand)
+	if err == nil {
+		err = r.cfg.admit(c)
+	}
 	if err != nil {
 		return Info{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -169,6 +172,9 @@ func (r *registry) redefine(ctx context.Context, id string, def Trigger) (Info, 
 		return Info{}, fmt.Errorf("%w: triggerId %q in the body does not match the path (%q)", ErrInvalid, def.ID, id)
 	}
 	c, err := Compile(def, r.cfg.Expand)
+	if err == nil {
+		err = r.cfg.admit(c)
+	}
 	if err != nil {
 		return Info{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}

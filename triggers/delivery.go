@@ -197,15 +197,28 @@ func signingKeys(e *entry, now time.Time) ([][]byte, error) {
 func (dv *deliverer) post(ctx context.Context, e *entry, d *Delivery, keys [][]byte) (Attempt, time.Duration) {
 	start := time.Now()
 	a := Attempt{At: ms(start)}
-	body, err := json.Marshal(map[string]any{
-		"id":        d.EventID,
-		"type":      "document." + str(d.event["type"]),
-		"triggerId": d.TriggerID,
-		"database":  d.event["database"],
-		"timestamp": d.event["timestamp"],
-		"attempt":   len(d.Attempts) + 1,
-		"event":     d.event,
-	})
+	var (
+		body  []byte
+		err   error
+		token string // the preIssuedToken (format "syntrix"): minted now, never stored
+	)
+	if e.c.Def.Format == FormatSyntrix {
+		if token, err = dv.syntrixToken(e, d); err != nil {
+			a.Error = "preIssuedToken: " + err.Error()
+			return a, 0
+		}
+		body, err = syntrixBody(e, d, token)
+	} else {
+		body, err = json.Marshal(map[string]any{
+			"id":        d.EventID,
+			"type":      "document." + str(d.event["type"]),
+			"triggerId": d.TriggerID,
+			"database":  d.event["database"],
+			"timestamp": d.event["timestamp"],
+			"attempt":   len(d.Attempts) + 1,
+			"event":     d.event,
+		})
+	}
 	if err != nil {
 		a.Error = "encode body: " + err.Error()
 		return a, 0
@@ -245,7 +258,7 @@ func (dv *deliverer) post(ctx context.Context, e *entry, d *Delivery, keys [][]b
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 	a.Status = resp.StatusCode
-	a.Response = truncateUTF8(b)
+	a.Response = truncateUTF8([]byte(redactToken(string(b), token)))
 	return a, retryAfter(resp.Header.Get("Retry-After"), time.Now())
 }
 

@@ -30,6 +30,10 @@ func FuzzParseFile(f *testing.F) {
 		`[{"triggerId":"a","collection":"**","events":["create"],"url":"https://e.com","deliverAt":"event.timestamp","orderingKey":"event.id"}]`,
 		`[{"triggerId":"a","collection":"**","events":["create"],"url":"https://e.com","deliverAt":"event.timestamp > 0"}]`,
 		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"},{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com"}]`,
+		`[{"triggerId":"a","collection":"users/{u}/chats/{c}/m","events":["create"],"url":"https://e.com","format":"syntrix","tokenScope":["users/{u}/**","audit/{c}","x/*"]}]`,
+		`[{"triggerId":"a","collection":"a/{x=**}","events":["create"],"url":"https://e.com","format":"syntrix","tokenScope":["b/{x}/**"]}]`,
+		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com","format":"loom","tokenScope":["c/**"]}]`,
+		`[{"triggerId":"a","collection":"c","events":["create"],"url":"https://e.com","format":"syntrix","tokenScope":[]}]`,
 	}
 	for _, s := range seeds {
 		f.Add(s)
@@ -59,6 +63,14 @@ func FuzzParseFile(f *testing.F) {
 			seen[c.Def.ID] = true
 			if c.Def.DeliverAt != "" && c.Def.OrderingKey != "" {
 				t.Fatalf("accepted deliverAt with orderingKey: %+v", c.Def)
+			}
+			switch c.Def.Format {
+			case "", triggers.FormatLoom, triggers.FormatSyntrix:
+			default:
+				t.Fatalf("accepted format %q", c.Def.Format)
+			}
+			if c.Def.TokenScope != nil && (c.Def.Format != triggers.FormatSyntrix || len(c.Def.TokenScope) == 0 || len(c.Def.TokenScope) > triggers.MaxTokenScope) {
+				t.Fatalf("accepted tokenScope %v with format %q", c.Def.TokenScope, c.Def.Format)
 			}
 			if c.MaxAttempts() < 1 || c.MaxAttempts() > 100 {
 				t.Fatalf("MaxAttempts=%d", c.MaxAttempts())

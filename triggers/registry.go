@@ -103,6 +103,9 @@ func (r *registry) load(ctx context.Context, fileTriggers []*Compiled, head int6
 			continue
 		}
 		c, err := Compile(*sd.st.Def, r.cfg.Expand)
+		if err == nil {
+			err = r.cfg.admit(c)
+		}
 		if err != nil {
 			r.log.Error("registered trigger does not compile; it stays disabled", "trigger", id, "err", err)
 			continue
@@ -391,6 +394,9 @@ func (r *registry) applyLocked(id string, st *state, ver int64) bool {
 			ne.c = cur.c // the definition did not change (a switch, a counter flush)
 		} else {
 			c, err := Compile(*st.Def, r.cfg.Expand)
+			if err == nil {
+				err = r.cfg.admit(c)
+			}
 			if err != nil {
 				r.log.Error("registered trigger does not compile on this node; it stays disabled here", "trigger", id, "err", err)
 				if cur != nil && cur.source == SourceAPI {

@@ -99,9 +99,14 @@ type Config struct {
 	// DrainTimeout is how long Run, once its context ends, lets requests
 	// in flight finish and record their outcome (default 10 s).
 	DrainTimeout time.Duration
-	Registerer   prometheus.Registerer
-	Logger       *slog.Logger
-	Version      string
+	// IssueToken mints the preIssuedToken of each attempt of a trigger
+	// with "format": "syntrix" (syntrixformat.go); the composition root
+	// wires it to the auth service. Nil: such triggers are refused (at
+	// load, reload and registration).
+	IssueToken func(TokenRequest) (string, error)
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Version    string
 }
 
 // ErrNotFound: no trigger or delivery with that id.
@@ -209,9 +214,18 @@ func setDefault[T int | time.Duration](v *T, def T) {
 func (c *Config) fileTriggers() ([]*Compiled, error) {
 	switch {
 	case c.File != "":
-		return LoadFile(c.File, c.Expand)
+		list, err := LoadFile(c.File, c.Expand)
+		if err == nil {
+			if err = c.admitAll(list); err != nil {
+				err = fmt.Errorf("triggers: %s: %w", c.File, err)
+			}
+		}
+		return list, err
 	case c.Builtin != nil:
 		list, err := ParseFile(c.Builtin, c.Expand)
+		if err == nil {
+			err = c.admitAll(list)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("built-in triggers: %w", err)
 		}
@@ -292,6 +306,9 @@ func (s *Service) Reload(ctx context.Context) error {
 		return fmt.Errorf("%w: no triggers file configured", ErrConflict)
 	}
 	list, err := LoadFile(s.cfg.File, s.cfg.Expand)
+	if err == nil {
+		err = s.cfg.admitAll(list)
+	}
 	if err == nil {
 		var head int64
 		if head, err = s.cfg.Store.Head(ctx); err == nil {

@@ -65,6 +65,14 @@ type Trigger struct {
 	// the delivery: its first attempt is made then (see MaxDeliverAhead).
 	DeliverAt string `json:"deliverAt,omitempty"`
 	Enabled   *bool  `json:"enabled,omitempty"` // default true
+	// Format is the webhook body: "" or "loom" (the default, Loom's event
+	// body) or "syntrix" (the body Syntrix's TriggerHandler reads, with a
+	// preIssuedToken; see syntrixformat.go).
+	Format string `json:"format,omitempty"`
+	// TokenScope (format "syntrix" only) are the path patterns the
+	// preIssuedToken may touch, captures bound from the event's params;
+	// default: the event's collection and everything below it.
+	TokenScope []string `json:"tokenScope,omitempty"`
 }
 
 // RetryPolicy replaces the default retry schedule with exponential backoff.
@@ -81,11 +89,13 @@ type Compiled struct {
 	Def     Trigger
 	Timeout time.Duration
 
-	pat      *pathpattern.Pattern
-	ops      opMask
-	cond     cel.Program // nil: always true
-	key      cel.Program // nil: no ordering key
-	at       cel.Program // nil: delivered at once
+	pat  *pathpattern.Pattern
+	ops  opMask
+	cond cel.Program // nil: always true
+	key  cel.Program // nil: no ordering key
+	at   cel.Program // nil: delivered at once
+	// scope is the compiled tokenScope (nil: the default scope).
+	scope    []*pathpattern.Pattern
 	attempts int
 	// exponential is false for the default schedule.
 	exponential          bool
@@ -146,6 +156,9 @@ func compile(def Trigger, expand Expander) (*Compiled, error) {
 	if err := c.compileCEL(&def); err != nil {
 		return nil, err
 	}
+	if err := c.compileFormat(&def); err != nil {
+		return nil, err
+	}
 	if err := expandTarget(&def, expand); err != nil {
 		return nil, err
 	}
@@ -160,6 +173,9 @@ func compile(def Trigger, expand Expander) (*Compiled, error) {
 // headers, retry policy, enabled) and fills in Enabled.
 func ownCopy(def Trigger) Trigger {
 	def.Events = append([]string(nil), def.Events...)
+	if def.TokenScope != nil { // an empty list stays one: compileFormat refuses it
+		def.TokenScope = append(make([]string, 0, len(def.TokenScope)), def.TokenScope...)
+	}
 	if def.Headers != nil {
 		def.Headers = maps.Clone(def.Headers)
 	}

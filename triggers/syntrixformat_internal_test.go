@@ -1,0 +1,64 @@
+package triggers
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/internal/pathpattern"
+)
+
+// FuzzTokenScope: whatever tokenScope a trigger was accepted with, and
+// whatever document it fires on, the scope of the token is concrete (no
+// capture left), never a system collection, names documents, and the
+// default scope covers the event's own document.
+func FuzzTokenScope(f *testing.F) {
+	for _, s := range [][3]string{
+		{"users/{u}/chats/{c}/m", `["users/{u}/**","audit/{c}"]`, "users/u1/chats/c1/m/d1"},
+		{"a/{x=**}", `["b/{x}/**"]`, "a/p/q/r/d"},
+		{"*", `["*/**"]`, "top/d"},
+		{"users/{u}/inbox", `null`, "users/u.1/inbox/m-1"},
+		{"users/{u}/inbox", `["users/{u}/notes/{u}"]`, "users/u1/inbox/m"},
+		{"{a}/inbox", `["{a}/**"]`, "_users/inbox/m"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, collection, scopeJSON, docPath string) {
+		var scope []string
+		if json.Unmarshal([]byte(scopeJSON), &scope) != nil {
+			return
+		}
+		c, err := Compile(Trigger{ID: "f", Collection: collection, Events: []string{"create"}, URL: "https://e.com", Format: FormatSyntrix, TokenScope: scope}, nil)
+		if err != nil || collections.ValidateDocPath(docPath) != nil {
+			return
+		}
+		coll, _ := collections.SplitDocPath(docPath)
+		params, ok := c.Match("default", collections.OpCreate, coll)
+		if !ok {
+			return
+		}
+		out, err := c.tokenScope(params, coll)
+		if err != nil && collections.IsSystemPath(docPath) {
+			return // refused: system documents have no events, and get no token
+		}
+		if err != nil {
+			t.Fatalf("accepted trigger %q %v: binding for %s failed: %v", collection, scope, docPath, err)
+		}
+		for _, s := range out {
+			p, err := pathpattern.Compile(s)
+			if err != nil {
+				t.Fatalf("bound scope %q does not compile: %v", s, err)
+			}
+			if len(p.Names()) != 0 || strings.HasPrefix(s, "_") || (!p.HasRest() && p.Segments()%2 != 0) {
+				t.Fatalf("bound scope %q: captures, system or no documents", s)
+			}
+		}
+		if scope == nil {
+			p, _ := pathpattern.Compile(out[0])
+			if _, ok := p.Match(docPath, pathpattern.Split(nil, docPath), nil); !ok {
+				t.Fatalf("default scope %q does not cover %s", out[0], docPath)
+			}
+		}
+	})
+}
