@@ -258,7 +258,7 @@ func (dv *deliverer) post(ctx context.Context, e *entry, d *Delivery, keys [][]b
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // let the connection be reused
 	a.Status = resp.StatusCode
-	a.Response = truncateUTF8([]byte(redactToken(string(b), token)))
+	a.Response = loggedResponse(b, token)
 	return a, retryAfter(resp.Header.Get("Retry-After"), time.Now())
 }
 
@@ -430,6 +430,13 @@ func truncate(s string, n int) string {
 }
 
 // truncateUTF8 keeps a response body as text, cut at a rune boundary.
+// loggedResponse is a receiver's answer b as the delivery log keeps it:
+// the token (if any) redacted, valid UTF-8, at most maxResponse bytes. It
+// copies b once (the string).
+func loggedResponse(b []byte, token string) string {
+	return truncateUTF8(redactToken(b, token))
+}
+
 func truncateUTF8(b []byte) string {
 	s := strings.ToValidUTF8(string(b), "\uFFFD")
 	if len(s) > maxResponse {

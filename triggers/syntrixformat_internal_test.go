@@ -62,3 +62,22 @@ func FuzzTokenScope(f *testing.F) {
 		}
 	})
 }
+
+// TestLoggedResponse: the receiver's answer kept in the delivery log has
+// the preIssuedToken redacted, and without a token (every delivery not in
+// the Syntrix format) it costs one copy, as before that format existed
+// (redacting through string conversions cost two more copies of up to
+// 4 KiB per attempt).
+func TestLoggedResponse(t *testing.T) {
+	const tok = "eyJhbGciOiJIUzI1NiJ9.eyJ0eXAiOiJ0cmlnZ2VyIn0.c2ln"
+	if got, want := loggedResponse([]byte(`{"echo":"`+tok+`","again":"`+tok+`"}`), tok), `{"echo":"[preIssuedToken]","again":"[preIssuedToken]"}`; got != want {
+		t.Errorf("loggedResponse = %s, want %s", got, want)
+	}
+	if got := loggedResponse([]byte("ok "+tok), ""); got != "ok "+tok {
+		t.Errorf("without a token: %q", got)
+	}
+	body := []byte(strings.Repeat("x", maxResponse))
+	if n := testing.AllocsPerRun(100, func() { _ = loggedResponse(body, "") }); n > 1 {
+		t.Errorf("loggedResponse without a token: %v allocations, want 1 (the string)", n)
+	}
+}
