@@ -56,12 +56,11 @@ type apiError struct {
 	cause error
 	// retryAfter is sent as Retry-After on 429s.
 	retryAfter time.Duration
-	// fieldMsg is what is wrong with details.field (an invalid document
-	// field), for the "errors" list of the Syntrix format.
-	fieldMsg string
-	// fieldErrors is that list, [{"field","message"}]: set by wire under
-	// [compat] syntrix only.
-	fieldErrors []fieldError
+	// fieldErr is the one entry of the "errors" list of the Syntrix
+	// format, [{"field","message"}]: set by wire under [compat] syntrix
+	// only. A pointer, so that apiError keeps its 80-byte size class
+	// (every error response allocates one).
+	fieldErr *fieldError
 }
 
 // fieldError is one entry of a Syntrix error body's "errors" (its SDK's
@@ -132,7 +131,6 @@ func classify(err error) *apiError {
 		e := errorf(http.StatusBadRequest, codeBadRequest, "Invalid document %s: %s.", iw.Path, strings.TrimSuffix(invalidWriteMsg(iw), "."))
 		if iw.Field != "" {
 			e.withDetail("field", iw.Field)
-			e.fieldMsg = iw.Msg
 		}
 		return e
 	case errors.Is(err, access.ErrSystemWrite):
@@ -262,10 +260,11 @@ var syntrixCodes = map[string]string{
 // it is ae unchanged. With it, a code Syntrix names differently is renamed
 // and Loom's own, finer code moves to details.code; an invalid document
 // field is also listed as "errors": [{"field","message"}], which Syntrix's
-// SDK reads for its validation errors. ae is never modified. The status
-// never changes. RxDB replication keeps Loom's codes (see writeError):
-// its clients key on the status and on "error": true.
-func (s *Server) wire(ae *apiError) *apiError {
+// SDK reads for its validation errors (its message is what is wrong with
+// the field, from err, which ae was made of). ae is never modified. The
+// status never changes. RxDB replication keeps Loom's codes (see
+// writeError): its clients key on the status and on "error": true.
+func (s *Server) wire(ae *apiError, err error) *apiError {
 	if !s.syntrix {
 		return ae
 	}
@@ -276,11 +275,11 @@ func (s *Server) wire(ae *apiError) *apiError {
 		out.Code = name
 	}
 	if f, ok := ae.Details["field"].(string); ok && f != "" && out.Code == codeBadRequest {
-		msg := ae.fieldMsg
-		if msg == "" {
-			msg = ae.Message
+		msg := ae.Message
+		if iw := (*access.InvalidWrite)(nil); errors.As(err, &iw) && iw.Field == f && iw.Msg != "" {
+			msg = iw.Msg
 		}
-		out.fieldErrors = []fieldError{{Field: f, Message: msg}}
+		out.fieldErr = &fieldError{Field: f, Message: msg}
 	}
 	return &out
 }
@@ -289,7 +288,7 @@ func (s *Server) wire(ae *apiError) *apiError {
 func (s *Server) writeError(c *gin.Context, err error) {
 	ae := toAPIError(err)
 	if !strings.HasPrefix(c.Request.URL.Path, rxdbPathPrefix) {
-		ae = s.wire(ae)
+		ae = s.wire(ae, err)
 	}
 	if ae.Status >= 500 {
 		s.log.ErrorContext(c.Request.Context(), "request failed",
@@ -340,9 +339,9 @@ func encodeError(buf *bytes.Buffer, ae *apiError) {
 		}
 		buf.WriteByte('}')
 	}
-	if len(ae.fieldErrors) > 0 {
+	if ae.fieldErr != nil {
 		buf.WriteString(`,"errors":`)
-		encodeDetail(buf, ae.fieldErrors)
+		encodeDetail(buf, []fieldError{*ae.fieldErr})
 	}
 	buf.WriteByte('}')
 }

@@ -447,7 +447,7 @@ type errorPayload struct {
 // errorMessage is the realtime error message (WebSocket and SSE) for err,
 // its code as REST would send it (Server.wire).
 func (s *Server) errorMessage(id, subID string, err error) []byte {
-	ae := s.wire(toAPIError(err))
+	ae := s.wire(toAPIError(err), err)
 	p := errorPayload{Code: ae.Code, Message: ae.Message, SubID: subID}
 	if c, ok := ae.Details["code"].(string); ok {
 		p.Details = map[string]string{"code": c}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"testing/quick"
+	"unsafe"
 
 	"github.com/gin-gonic/gin"
 
@@ -217,5 +218,14 @@ func TestServer_PanicGivesBackBodyBudget(t *testing.T) {
 	}
 	if used := s.bodies.used.Load(); used != 0 {
 		t.Errorf("body bytes in flight after the panic=%d, want 0", used)
+	}
+}
+
+// TestAPIErrorSize: every error response allocates an apiError; issue 16's
+// Syntrix fields (a string and a slice) took it from the 80-byte size
+// class to 112 bytes, +32 B on every error with [compat] syntrix off.
+func TestAPIErrorSize(t *testing.T) {
+	if n := unsafe.Sizeof(apiError{}); n > 80 {
+		t.Errorf("apiError is %d bytes, want at most 80 (its size class before issue 16)", n)
 	}
 }
