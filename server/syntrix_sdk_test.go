@@ -392,7 +392,9 @@ func randomUUID(t *testing.T) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-func versionIs(v int) map[string]any { return map[string]any{"field": "version", "op": "==", "value": v} }
+func versionIs(v int) map[string]any {
+	return map[string]any{"field": "version", "op": "==", "value": v}
+}
 
 // TestSyntrixSDK_RestFlow is a typical app on the SDK, with and without
 // [compat] syntrix: login, add, get, set and update with ifMatch (a failing
