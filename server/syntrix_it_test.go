@@ -226,3 +226,47 @@ func TestSyntrixIT_Authz(t *testing.T) {
 	// "Admin Access Admin Token": the admin key (the env's default headers).
 	env.MustDo(t, http.StatusOK, "GET", docs+"admin/doc1", "")
 }
+
+// TestReplication_Delete of tests/integration/replication_delete_test.go
+// @ 87f42b3febb0b75f1fd4d9aeea5f68cc4b129dfe (its push URL, then
+// /replication/v1/push?collection=..., is now
+// /replication/v1/databases/{db}/push): push doc-1 at version 0, push its
+// delete at version 1, then a pull from checkpoint 0 returns doc-1 once,
+// "deleted": true, with no "data".
+func TestSyntrixIT_ReplicationDelete(t *testing.T) {
+	env := newSyntrixEnv(t, syntrixOpts{compat: true})
+	token := env.sxToken(t, "user1")
+	collectionName := "replication_delete_test"
+	pushURL := "/replication/v1/databases/default/push?collection=" + collectionName
+
+	r := env.sxDo(t, "POST", pushURL, replicaPushRequest{Collection: collectionName, Changes: []replicaChange{
+		{Doc: map[string]any{"id": "doc-1", "msg": "to be deleted", "version": float64(0)}},
+	}}, token)
+	sxWant(t, "push", r, http.StatusOK)
+	r = env.sxDo(t, "POST", pushURL, replicaPushRequest{Collection: collectionName, Changes: []replicaChange{
+		{Action: "delete", Doc: map[string]any{"id": "doc-1", "version": float64(1)}},
+	}}, token)
+	sxWant(t, "push delete", r, http.StatusOK)
+
+	r = env.sxDo(t, "GET", "/replication/v1/databases/default/pull?collection="+collectionName+"&checkpoint=0", nil, token)
+	sxWant(t, "pull", r, http.StatusOK)
+	var pullResult struct {
+		Documents  []map[string]any `json:"documents"`
+		Checkpoint string           `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(r.Body, &pullResult); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, doc := range pullResult.Documents {
+		if doc["id"] == "doc-1" {
+			found++
+			if deleted, ok := doc["deleted"].(bool); !ok || !deleted || doc["data"] != nil {
+				t.Errorf("doc-1 %v: want deleted true and no data", doc)
+			}
+		}
+	}
+	if found != 1 {
+		t.Fatalf("pull %s: doc-1 %d times, want once", r.Body, found)
+	}
+}
