@@ -348,7 +348,9 @@ func (c *sdkClient) query(q sdkRefQuery) ([]map[string]any, *sdkError) {
 }
 
 // queryUpdate and queryDelete are QueryImpl.update / QueryImpl.delete:
-// the query, then one request per document that has an id.
+// the query, then one request per document that has an id (the SDK sends
+// them at once with Promise.all; one after the other here, which the
+// server cannot tell apart for distinct documents).
 func (c *sdkClient) queryUpdate(q sdkRefQuery, data map[string]any) *sdkError {
 	c.t.Helper()
 	docs, err := c.query(q)
