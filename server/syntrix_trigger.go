@@ -373,7 +373,8 @@ func syntrixWrite(item any) {
 // {"docs":[...],"documents":[...],"nextCursor":...}: docs is what the TS
 // SDK's TriggerClient.query reads, documents the name of the get answer.
 // Unlike /query under [compat] syntrix, never a bare array: no Syntrix
-// client that calls this route reads one (docs/syntrix.md).
+// client that calls this route reads one (docs/syntrix.md). A missing
+// limit is 1000, the maximum page, switch or not.
 func (s *Server) triggerQuery(c *gin.Context) {
 	if err := s.access.CheckMay(callerOf(c), "", "query documents", rules.OpList); err != nil {
 		s.writeError(c, err)
@@ -402,6 +403,12 @@ func (s *Server) triggerQuery(c *gin.Context) {
 	if err := checkScope(c, q.Collection, true); err != nil {
 		s.writeError(c, err)
 		return
+	}
+	// The SDK's TriggerClient.query (and its QueryImpl.update/delete) never
+	// pages and Syntrix's server has no default limit: a missing or 0 limit
+	// is the maximum page, as /query answers under [compat] syntrix.
+	if q.Limit == 0 {
+		q.Limit = collections.MaxLimit
 	}
 	res, err := s.access.Query(c.Request.Context(), callerOf(c), c.Param("db"), q)
 	if err != nil {
