@@ -59,6 +59,13 @@ func (s *Server) authenticateTrigger(c *gin.Context) {
 	key, ok := credential(c.Request)
 	if ok && s.auth != nil && key != "" {
 		if g, err := s.auth.VerifyTriggerToken(key); err == nil {
+			// The token lives its lifetime only while its trigger still
+			// sends such tokens (a node without the triggers service
+			// cannot tell, and relies on the expiry alone).
+			if s.triggers != nil && !s.triggers.IssuesTokens(g.TriggerID, g.Database) {
+				s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: the trigger of this token was deleted or disabled, or no longer sends Syntrix webhooks to this database."))
+				return
+			}
 			scope := &triggerScope{triggerID: g.TriggerID, db: g.Database}
 			for _, src := range g.Scope {
 				p, err := pathpattern.Compile(src)

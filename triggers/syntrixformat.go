@@ -300,12 +300,24 @@ func bareURL(u string) string {
 
 // redactToken removes the token from a receiver's answer before it is
 // stored in the delivery log (a receiver echoing its request would
-// otherwise put a live credential there).
+// otherwise put a live credential there). The answer is read up to
+// maxResponse bytes, and a document's size moves the token in an echoed
+// body: an answer cut off inside the token ends with a prefix of it, which
+// goes too (all of it but a few characters of the signature would be a
+// credential for a few guesses). A prefix shorter than minTokenPrefix is
+// left: a JWT starts with the same few characters as any other.
 func redactToken(s, token string) string {
+	const minTokenPrefix = 16
 	if token == "" {
 		return s
 	}
-	return strings.ReplaceAll(s, token, "[preIssuedToken]")
+	s = strings.ReplaceAll(s, token, "[preIssuedToken]")
+	for n := min(len(token)-1, len(s)); n >= minTokenPrefix; n-- {
+		if strings.HasSuffix(s, token[:n]) {
+			return s[:len(s)-n] + "[preIssuedToken]"
+		}
+	}
+	return s
 }
 
 // admit refuses a trigger this service cannot deliver: format "syntrix"
