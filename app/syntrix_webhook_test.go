@@ -310,6 +310,23 @@ func TestSyntrixWebhook_RegisteredThroughTheAPI(t *testing.T) {
 	h := apptest.Bearer(r.Body["preIssuedToken"].(string))
 	wantCode(t, "sibling", s.Do(t, "POST", "/trigger/v1/databases/default/write", `{"writes":[{"type":"set","path":"users/u9/notes/n1","data":{"a":1}}]}`, h), 200, "")
 	wantCode(t, "other user", s.Do(t, "POST", "/trigger/v1/databases/default/write", `{"writes":[{"type":"set","path":"users/u8/notes/n1","data":{"a":1}}]}`, h), 403, "PERMISSION_DENIED")
+
+	// The token is honoured only while its trigger still sends such
+	// tokens: not once it is disabled, redefined to another format or
+	// deleted, though the token has not expired.
+	get := func() *apptest.Response {
+		return s.Do(t, "POST", "/trigger/v1/databases/default/get", `{"path":"users/u9/notes/n1"}`, h)
+	}
+	s.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/api-sx/disable", "")
+	wantCode(t, "trigger disabled", get(), 401, "UNAUTHENTICATED")
+	s.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/api-sx/enable", "")
+	wantCode(t, "trigger enabled again", get(), 200, "")
+	s.MustDo(t, http.StatusOK, "PUT", "/admin/v1/triggers/api-sx", strings.Replace(strings.Replace(def, `"syntrix"`, `"loom"`, 1), `,"tokenScope":["users/{userId}/**"]`, "", 1))
+	wantCode(t, "trigger now in Loom's format", get(), 401, "UNAUTHENTICATED")
+	s.MustDo(t, http.StatusOK, "PUT", "/admin/v1/triggers/api-sx", def)
+	wantCode(t, "trigger in Syntrix's format again", get(), 200, "")
+	s.MustDo(t, http.StatusNoContent, "DELETE", "/admin/v1/triggers/api-sx", "")
+	wantCode(t, "trigger deleted", get(), 401, "UNAUTHENTICATED")
 }
 
 func wantCode(t *testing.T, what string, r *apptest.Response, status int, code string) {

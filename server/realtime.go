@@ -434,6 +434,11 @@ func encodeMessage(typ, id string, payload any) []byte {
 	return b
 }
 
+// syntrixRealtimeUnauthorized is the code Syntrix's realtime server gives
+// an authentication failure (error {code: "unauthorized", message: "invalid
+// token"}), used under [compat] syntrix.
+const syntrixRealtimeUnauthorized = "unauthorized"
+
 type errorPayload struct {
 	Code        string `json:"code"`
 	Message     string `json:"message"`
@@ -445,9 +450,16 @@ type errorPayload struct {
 }
 
 // errorMessage is the realtime error message (WebSocket and SSE) for err,
-// its code as REST would send it (Server.wire).
+// its code as REST would send it (Server.wire), but one: under [compat]
+// syntrix an authentication failure is "unauthorized", in lower case, the
+// code of Syntrix's realtime protocol (its REST code is UNAUTHORIZED). The
+// newest RealtimeClient of Syntrix's SDK (realtime.ts, docs/syntrix.md)
+// refreshes its token and re-sends auth only on that exact code.
 func (s *Server) errorMessage(id, subID string, err error) []byte {
 	ae := s.wire(toAPIError(err), err)
+	if s.syntrix && ae.Code == syntrixCodes[codeUnauthenticated] {
+		ae.Code = syntrixRealtimeUnauthorized
+	}
 	p := errorPayload{Code: ae.Code, Message: ae.Message, SubID: subID}
 	if c, ok := ae.Details["code"].(string); ok {
 		p.Details = map[string]string{"code": c}

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
+	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 )
 
@@ -190,5 +193,59 @@ func TestRealtime_StreamsPerAddressAreLimited(t *testing.T) {
 			t.Fatalf("the place of a closed stream was not freed: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Re-authenticating as the same user with other roles ends the
+// subscriptions the old roles opened: the subscribe Syntrix's SDK repeats
+// on every auth_ack then opens a new one under the current roles, instead
+// of being acknowledged on a stream that still reads with the old ones.
+func TestRealtime_WSReauthWithOtherRolesEndsSubscriptions(t *testing.T) {
+	set, err := rules.Parse([]byte(rules.DefaultSource()+`
+[[rule]]
+match = "secret/{id}"
+allow = ["read"]
+if    = "request.auth != null && ('reader' in request.auth.roles || resource.data.public == true)"
+`), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newAuthEnvWith(t, func(c *auth.Config) { c.AccessTTL = time.Hour }, server.Config{Rules: set})
+	u := e.signup(t, "demoted")
+	setRoles := func(roles ...any) {
+		t.Helper()
+		// An operator editing the user's roles in the store (Loom has no
+		// API for it).
+		w := collections.Write{Type: collections.WriteUpdate, Path: "_users/" + u.UID, Data: map[string]any{"roles": roles}}
+		if _, err := e.Store.Commit(context.Background(), "default", []collections.Write{w}, collections.CommitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setRoles("user", "reader")
+	sub := sdkSubscribe("sub-1", sdkQuery("secret", ""), true, false)
+	w := e.dialWS(t, "", anon)
+	w.sendText(sdkAuth("auth-init", e.freshToken(t, "demoted")))
+	w.expect("auth_ack")
+	w.sendText(sub)
+	w.expect("subscribe_ack")
+
+	// The role is taken away; the SDK authenticates with a fresh token and
+	// repeats its subscribe.
+	setRoles("user")
+	w.sendText(sdkAuth("auth-retry", e.freshToken(t, "demoted")))
+	if m := w.expect("error"); m.str("subId") != "sub-1" || !sdkSeesRefresh(m) {
+		t.Fatalf("after re-authenticating with other roles: %s, want sub-1 ended", m)
+	}
+	w.expect("auth_ack")
+	w.sendText(sub)
+	w.expect("subscribe_ack")
+
+	// The hidden document, then a public one: only the public one arrives.
+	e.MustDo(t, http.StatusCreated, "PUT", api+"/documents/secret/hidden", `{"doc":{"public":false}}`)
+	e.MustDo(t, http.StatusCreated, "PUT", api+"/documents/secret/open", `{"doc":{"public":true}}`)
+	for _, m := range w.readUntil(func(m wsMsg) bool { return eventOf(m, "sub-1", "id", "open") }) {
+		if m.Type == "event" && !eventOf(m, "sub-1", "id", "open") {
+			t.Fatalf("event the current roles may not read: %s", m)
+		}
 	}
 }

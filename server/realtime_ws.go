@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -311,17 +313,48 @@ func (c *wsConn) auth(m message) {
 	// Existing subscriptions keep the identity they were opened with, so a
 	// switch to another identity ends them (the new credential must not
 	// extend the old one's streams); the connection lives on until the new
-	// credential expires.
+	// credential expires. The same user with other roles or claims is
+	// another identity to the rules: a credential issued after a role was
+	// taken away must not keep the streams that role opened (a repeated
+	// subscribe would otherwise acknowledge them).
 	if caller.UID != c.caller.UID || caller.Admin != c.caller.Admin {
 		for id, sub := range c.subs {
 			c.endSub(id, sub)
 			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
+		}
+	} else if !sameGrant(caller, c.caller) {
+		for id, sub := range c.subs {
+			c.endSub(id, sub)
+			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the new credential has other roles or claims; subscribe again.", truncate(id, 40))))
 		}
 	}
 	c.caller, c.db = caller, p.Database
 	c.cred.Store(&wsCred{r: r, caller: caller})
 	c.setExpiry(caller)
 	c.send(c.ctx, encodeMessage(msgAuthAck, m.ID, nil))
+}
+
+// perToken are the claims every token of one credential has its own
+// value of; sameGrant ignores them.
+var perToken = []string{"exp", "iat", "nbf", "jti", "auth_time"}
+
+// sameGrant reports whether two callers get the same answers from the
+// security rules: the same kind, username, roles (in order) and claims,
+// those that change with every token (perToken) aside.
+func sameGrant(a, b *access.Caller) bool {
+	if a.Kind != b.Kind || a.Username != b.Username || !slices.Equal(a.Roles, b.Roles) {
+		return false
+	}
+	strip := func(m map[string]any) map[string]any {
+		out := make(map[string]any, len(m))
+		for k, v := range m {
+			if !slices.Contains(perToken, k) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	return reflect.DeepEqual(strip(a.Claims), strip(b.Claims))
 }
 
 func (c *wsConn) subscribe(m message) {

@@ -1055,7 +1055,7 @@ func TestSyntrixRealtime_CompatSDKSession(t *testing.T) {
 	w.sendText(sdkAuth("auth-init", tamper(alice.Access)))
 	bad := w.expect("error")
 	d, _ := bad.Payload["details"].(map[string]any)
-	if bad.str("code") != "UNAUTHORIZED" || d["code"] != "UNAUTHENTICATED" || !sdkSeesRefresh(bad) {
+	if bad.str("code") != "unauthorized" || d["code"] != "UNAUTHENTICATED" || !sdkSeesRefresh(bad) {
 		t.Fatalf("bad token under compat: %s", bad)
 	}
 	w.sendText(sdkAuth("auth-retry", alice.Access))
@@ -1100,5 +1100,64 @@ func TestSyntrixRealtime_CompatSDKSession(t *testing.T) {
 		if c.status == http.StatusUnauthorized && !strings.HasPrefix(body.Message, "Unauthorized: ") {
 			t.Errorf("SSE %s: message %q", c.what, body.Message)
 		}
+	}
+}
+
+// The newest RealtimeClient in the search index
+// (sdk/syntrix-client-ts/src/replication/realtime.ts, index id 69360185822,
+// no commit given) sends auth {token, database}, sends its subscribes only
+// after the auth_ack that answers its own auth id, and refreshes its token
+// (then auth-retry) only when the error answering that auth has
+// payload.code === 'unauthorized', the code Syntrix's realtime server
+// sends (docs: error {code: "unauthorized", message: "invalid token"}).
+// Under [compat] syntrix Loom's realtime authentication errors carry that
+// code (Loom's UNAUTHENTICATED in details.code); without the switch the
+// code is Loom's and that SDK reports the error instead of refreshing.
+func TestSyntrixRealtime_NewestSDKRefreshesOnCode(t *testing.T) {
+	for _, compat := range []bool{false, true} {
+		t.Run(fmt.Sprintf("compat=%v", compat), func(t *testing.T) {
+			env := newAuthEnv(t, server.Config{SyntrixCompat: compat})
+			alice := env.signup(t, "alice")
+			notes := "users/" + alice.UID + "/notes"
+			auth := func(id, tok string) []byte {
+				return []byte(`{"id":"` + id + `","type":"auth","payload":{"token":` + strconv.Quote(tok) + `,"database":"default"}}`)
+			}
+			w := env.dialWS(t, "", anon)
+			w.sendText(auth("auth-init", tamper(alice.Access)))
+			bad := w.expect("error")
+			d, _ := bad.Payload["details"].(map[string]any)
+			if !compat {
+				if bad.ID != "auth-init" || bad.str("code") != "UNAUTHENTICATED" || d != nil {
+					t.Fatalf("bad token: %s", bad)
+				}
+				return
+			}
+			// msg.id === attempt.authId && msg.payload.code === 'unauthorized'
+			if bad.ID != "auth-init" || bad.str("code") != "unauthorized" || d["code"] != "UNAUTHENTICATED" || !strings.HasPrefix(bad.str("message"), "Unauthorized: ") {
+				t.Fatalf("bad token under compat: %s, want id auth-init, code unauthorized", bad)
+			}
+			// tokenProvider.refreshToken(), then auth-retry with it.
+			r := env.Do(t, "POST", "/auth/v1/refresh", `{"refresh_token":`+strconv.Quote(alice.Refresh)+`}`, anon)
+			wantStatus(t, "refresh", r, http.StatusOK)
+			fresh, _ := r.JSON(t)["access_token"].(string)
+			w.sendText(auth("auth-retry", fresh))
+			if m := w.expect("auth_ack"); m.ID != "auth-retry" {
+				t.Fatalf("auth_ack %s, want id auth-retry", m)
+			}
+			// Subscribes go out after the ack, once each.
+			w.sendText(sdkSubscribe("sub-1", sdkQuery(notes, ""), true, false))
+			if m := w.expect("subscribe_ack"); m.ID != "sub-1" {
+				t.Fatalf("subscribe_ack %s", m)
+			}
+			env.postDoc(t, alice.h(), notes, `{"id":"n1","title":"n1"}`)
+			if m := w.read(); !eventOf(m, "sub-1", "title", "n1") {
+				t.Fatalf("got %s, want the n1 event for payload.subId sub-1", m)
+			}
+			// Other realtime errors keep the names of the REST table.
+			w.sendText(sdkSubscribe("sub-2", sdkQuery("users/someone-else/notes", ""), true, false))
+			if m := w.expect("error"); m.ID != "sub-2" || m.str("code") != "FORBIDDEN" {
+				t.Fatalf("forbidden subscribe: %s", m)
+			}
+		})
 	}
 }

@@ -43,6 +43,13 @@ const (
 	MaxSyntrixPullLimit     = 1000
 )
 
+// MaxSyntrixPullScan bounds the documents one pull examines. Past that
+// many hidden by the rules, the pull answers the readable ones found so
+// far (possibly none) with the checkpoint moved past all it examined, so
+// one request's work is bounded whatever the rules hide, and the next pull
+// goes on from there.
+const MaxSyntrixPullScan = 4 * MaxSyntrixPullLimit
+
 // MaxSyntrixPushChanges bounds the changes of one push, which is one commit
 // (the same bound as /batch).
 const MaxSyntrixPushChanges = MaxBatchWrites
@@ -183,7 +190,9 @@ func (s *Server) syntrixPull(c *gin.Context) {
 // each engine: the writes of one commit get consecutive seqs), so no two
 // documents share one and an integer checkpoint never splits a position:
 // the next pull from it neither repeats nor skips a document. A page is
-// short only at the end of the collection.
+// short at the end of the collection, or when MaxSyntrixPullScan documents
+// were examined (the rules hid most of them): then the checkpoint has
+// moved, and the next pull continues.
 func (s *Server) syntrixChanges(ctx context.Context, caller *access.Caller, db, collection string, after int64, limit int) ([]*collections.Document, int64, error) {
 	if after == math.MaxInt64 {
 		return nil, after, nil
@@ -193,12 +202,17 @@ func (s *Server) syntrixChanges(ctx context.Context, caller *access.Caller, db, 
 	scan := collections.Checkpoint{Seq: after + 1}
 	last := after
 	var docs []*collections.Document
+	examined := 0
 	for {
 		page, err := s.store.ChangedSince(ctx, db, collection, scan, limit)
 		if err != nil {
 			return nil, after, err
 		}
 		for _, d := range page {
+			if examined == MaxSyntrixPullScan {
+				return docs, last, nil
+			}
+			examined++
 			scan = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
 			ok, err := s.access.Readable(ctx, caller, db, rules.OpList, d)
 			if err != nil {

@@ -414,7 +414,8 @@ func TestSyntrixReplication_CheckpointPaging(t *testing.T) {
 }
 
 // Documents the rules hide are skipped without stalling: the checkpoint
-// moves past them, and a page is short only at the end.
+// moves past them, and (with fewer than MaxSyntrixPullScan hidden) a page
+// is short only at the end.
 func TestSyntrixReplication_PullSkipsHiddenDocuments(t *testing.T) {
 	env := newReplicationEnv(t, server.Config{})
 	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
@@ -440,6 +441,33 @@ func TestSyntrixReplication_PullSkipsHiddenDocuments(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "a0,a1,a2,a3,a4,a5" {
 		t.Fatalf("alice pulled %v, want a0..a5 in order", got)
+	}
+}
+
+// One pull examines at most MaxSyntrixPullScan documents: behind that many
+// the rules hide, it answers a short (here empty) page with the checkpoint
+// moved past them, and the next pull goes on from there; nothing is
+// skipped.
+func TestSyntrixReplication_PullScanIsBounded(t *testing.T) {
+	env := newReplicationEnv(t, server.Config{})
+	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
+	hidden := server.MaxSyntrixPullScan + 1
+	for n := 0; n < hidden; {
+		var ws []string
+		for ; n < hidden && len(ws) < server.MaxBatchWrites; n++ {
+			ws = append(ws, fmt.Sprintf(`{"type":"create","path":"shared/b%d","data":{"owner":%q}}`, n, bob.UID))
+		}
+		env.MustDo(t, http.StatusOK, "POST", api+"/batch", `{"writes":[`+strings.Join(ws, ",")+`]}`)
+	}
+	syntrixPush(t, env, alice.h(), "shared", replicaChange{Doc: doc("a0", "owner", alice.UID)})
+
+	p := syntrixPull(t, env, alice.h(), "shared", "0", 10)
+	if len(p.Documents) != 0 || mustInt(t, p.Checkpoint) <= 0 {
+		t.Fatalf("first pull behind %d hidden documents: %d documents, checkpoint %s; want none and a moved checkpoint", hidden, len(p.Documents), p.Checkpoint)
+	}
+	p = syntrixPull(t, env, alice.h(), "shared", p.Checkpoint, 10)
+	if len(p.Documents) != 1 || p.Documents[0]["id"] != "a0" {
+		t.Fatalf("second pull: %v, want alice's a0", p.Documents)
 	}
 }
 

@@ -59,6 +59,13 @@ func (s *Server) authenticateTrigger(c *gin.Context) {
 	key, ok := credential(c.Request)
 	if ok && s.auth != nil && key != "" {
 		if g, err := s.auth.VerifyTriggerToken(key); err == nil {
+			// The token lives its lifetime only while its trigger still
+			// sends such tokens (a node without the triggers service
+			// cannot tell, and relies on the expiry alone).
+			if s.triggers != nil && !s.triggers.IssuesTokens(g.TriggerID, g.Database) {
+				s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: the trigger of this token was deleted or disabled, or no longer sends Syntrix webhooks to this database."))
+				return
+			}
 			scope := &triggerScope{triggerID: g.TriggerID, db: g.Database}
 			for _, src := range g.Scope {
 				p, err := pathpattern.Compile(src)
@@ -373,7 +380,8 @@ func syntrixWrite(item any) {
 // {"docs":[...],"documents":[...],"nextCursor":...}: docs is what the TS
 // SDK's TriggerClient.query reads, documents the name of the get answer.
 // Unlike /query under [compat] syntrix, never a bare array: no Syntrix
-// client that calls this route reads one (docs/syntrix.md).
+// client that calls this route reads one (docs/syntrix.md). A missing
+// limit is 1000, the maximum page, switch or not.
 func (s *Server) triggerQuery(c *gin.Context) {
 	if err := s.access.CheckMay(callerOf(c), "", "query documents", rules.OpList); err != nil {
 		s.writeError(c, err)
@@ -402,6 +410,12 @@ func (s *Server) triggerQuery(c *gin.Context) {
 	if err := checkScope(c, q.Collection, true); err != nil {
 		s.writeError(c, err)
 		return
+	}
+	// The SDK's TriggerClient.query (and its QueryImpl.update/delete) never
+	// pages and Syntrix's server has no default limit: a missing or 0 limit
+	// is the maximum page, as /query answers under [compat] syntrix.
+	if q.Limit == 0 {
+		q.Limit = collections.MaxLimit
 	}
 	res, err := s.access.Query(c.Request.Context(), callerOf(c), c.Param("db"), q)
 	if err != nil {

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/loomdb/loom/rules"
@@ -242,4 +244,35 @@ func TestSyntrixTrigger_BadRequests(t *testing.T) {
 		big += `,"api/x"`
 	}
 	wantStatus(t, "too many paths", env.Do(t, "POST", triggerAPI+"/get", big+`]}`, svc), 400)
+}
+
+// TriggerClient.query and its QueryImpl.update/delete
+// (sdk/syntrix-client-ts/src/trigger/trigger-client.ts @ 94d49901,
+// trigger-client-query.test.ts @ a394804d: "limit: undefined") never page:
+// they read res.data.docs and ignore nextCursor, and Syntrix's server has
+// no default limit. So a query without a limit answers the maximum page
+// (1000), as /query does under [compat] syntrix, not Loom's 100.
+func TestSyntrixTrigger_QueryWithoutLimitIsTheMaximum(t *testing.T) {
+	env, svc := newTriggerAPIEnv(t)
+	const n = 150
+	var writes []string
+	for i := range n {
+		writes = append(writes, fmt.Sprintf(`{"type":"create","path":"api/d%03d","data":{"n":%d}}`, i, i))
+	}
+	wantStatus(t, "seed", env.Do(t, "POST", triggerAPI+"/write", `{"writes":[`+strings.Join(writes, ",")+`]}`, svc), http.StatusOK)
+	for _, body := range []string{
+		`{"collection":"api","filters":[{"field":"n","op":">=","value":0}],"orderBy":[]}`, // limit undefined
+		`{"collection":"api","filters":[],"orderBy":[],"limit":0}`,
+	} {
+		r := env.Do(t, "POST", triggerAPI+"/query", body, svc)
+		wantStatus(t, "query", r, http.StatusOK)
+		if docs, m := triggerDocs(t, r), r.JSON(t); len(docs) != n || m["nextCursor"] != nil {
+			t.Fatalf("query %s: %d documents, nextCursor %v; want all %d, no cursor", body, len(docs), m["nextCursor"], n)
+		}
+	}
+	// An explicit limit still pages.
+	r := env.Do(t, "POST", triggerAPI+"/query", `{"collection":"api","limit":100}`, svc)
+	if docs, m := triggerDocs(t, r), r.JSON(t); len(docs) != 100 || m["nextCursor"] == nil {
+		t.Fatalf("limit 100: %d documents, nextCursor %v", len(docs), m["nextCursor"])
+	}
 }

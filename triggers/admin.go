@@ -258,6 +258,16 @@ func (s *Service) Get(ctx context.Context, id string) (Info, string, error) {
 	return s.reg.get(ctx, id)
 }
 
+// IssuesTokens reports whether trigger id exists, is enabled and sends
+// Syntrix-format webhooks for database db: what a preIssuedToken it signed
+// still needs to be honoured. A token of a trigger deleted, disabled, moved
+// to another database or switched to another format is refused from then
+// on, not only once it expires. Lock-free (the published snapshot).
+func (s *Service) IssuesTokens(id, db string) bool {
+	e := s.reg.entry(id)
+	return e != nil && e.c != nil && e.c.Def.Format == FormatSyntrix && e.c.Def.Database == db && e.enabled()
+}
+
 // Register adds an external webhook trigger and returns it with its
 // signing secret (shown this once).
 func (s *Service) Register(ctx context.Context, def Trigger) (Info, string, error) {

@@ -300,13 +300,26 @@ func bareURL(u string) string {
 
 // redactToken removes the token from a receiver's answer before it is
 // stored in the delivery log (a receiver echoing its request would
-// otherwise put a live credential there). Without a token (every format
-// but "syntrix") b is returned as is: no copy.
+// otherwise put a live credential there). The answer is read up to
+// maxResponse bytes, and a document's size moves the token in an echoed
+// body: an answer cut off inside the token ends with a prefix of it, which
+// goes too (all of it but a few characters of the signature would be a
+// credential for a few guesses). A prefix shorter than minTokenPrefix is
+// left: a JWT starts with the same few characters as any other. Without a
+// token (every format but "syntrix") b is returned as is: no copy.
 func redactToken(b []byte, token string) []byte {
+	const minTokenPrefix = 16
 	if token == "" {
 		return b
 	}
-	return bytes.ReplaceAll(b, []byte(token), []byte("[preIssuedToken]"))
+	tok, mark := []byte(token), []byte("[preIssuedToken]")
+	b = bytes.ReplaceAll(b, tok, mark) // a copy: b is ours from here
+	for n := min(len(tok)-1, len(b)); n >= minTokenPrefix; n-- {
+		if bytes.HasSuffix(b, tok[:n]) {
+			return append(b[:len(b)-n], mark...)
+		}
+	}
+	return b
 }
 
 // admit refuses a trigger this service cannot deliver: format "syntrix"

@@ -81,3 +81,21 @@ func TestLoggedResponse(t *testing.T) {
 		t.Errorf("loggedResponse without a token: %v allocations, want 1 (the string)", n)
 	}
 }
+
+// A receiver's answer is stored without the token, also when the answer
+// was cut off inside it (an echo whose token straddles maxResponse): what
+// is left of a cut token goes too.
+func TestRedactToken(t *testing.T) {
+	tok := "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJ0eXAiOiJ0cmlnZ2VyIn0.c2lnbmF0dXJlLW9mLXRoZS10cmlnZ2VyLXRva2VuLXh4eA"
+	for _, c := range []struct{ in, want string }{
+		{`{"preIssuedToken":"` + tok + `","x":1}`, `{"preIssuedToken":"[preIssuedToken]","x":1}`},
+		{`{"preIssuedToken":"` + tok[:len(tok)-2], `{"preIssuedToken":"[preIssuedToken]`},
+		{`{"preIssuedToken":"` + tok[:40], `{"preIssuedToken":"[preIssuedToken]`},
+		{`{"a":"` + tok[:8], `{"a":"` + tok[:8]}, // a JWT's first characters are anyone's
+		{"plain answer", "plain answer"},
+	} {
+		if got := string(redactToken([]byte(c.in), tok)); got != c.want {
+			t.Errorf("redactToken(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

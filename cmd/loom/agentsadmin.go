@@ -68,7 +68,7 @@ func (g *remoteAdmin) wrap(next http.Handler) http.Handler {
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
-			adminJSON(w, http.StatusUnauthorized, "UNAUTHENTICATED", "Authentication required: an admin credential of the Loom server.")
+			adminJSON(w, http.StatusUnauthorized, "UNAUTHENTICATED", "Unauthorized: authentication required: an admin credential of the Loom server.")
 			return
 		}
 		switch status := g.check(r.Context(), token); status {
@@ -76,7 +76,7 @@ func (g *remoteAdmin) wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		case http.StatusUnauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="loom"`)
-			adminJSON(w, http.StatusUnauthorized, "UNAUTHENTICATED", "The Loom server does not accept this credential.")
+			adminJSON(w, http.StatusUnauthorized, "UNAUTHENTICATED", "Unauthorized: the Loom server does not accept this credential.")
 		case http.StatusForbidden:
 			adminJSON(w, http.StatusForbidden, "PERMISSION_DENIED", "This credential is not an admin's on the Loom server.")
 		default:

@@ -64,6 +64,11 @@ func TestRemoteAdmin(t *testing.T) {
 		if code != http.StatusTeapot && !strings.Contains(body, `"code"`) {
 			t.Errorf("%q: body %s, want the error shape", tt.auth, body)
 		}
+		// Every UNAUTHENTICATED message starts "Unauthorized: ", as the
+		// server's do (docs/syntrix.md: Syntrix's SDK refreshes on it).
+		if code == http.StatusUnauthorized && !strings.Contains(body, `"message":"Unauthorized: `) {
+			t.Errorf("%q: body %s, want a message starting \"Unauthorized: \"", tt.auth, body)
+		}
 	}
 	before := probes.Load()
 	if code, _ := call("Bearer admin"); code != http.StatusTeapot || probes.Load() != before {
