@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,20 @@ func requestOn(t *testing.T, rc *apptest.Receiver, path string) apptest.Request 
 	t.Helper()
 	for _, r := range rc.WaitFor(t, "a delivery to "+path, onPath(path)) {
 		if r.Path == path {
+			return r
+		}
+	}
+	return apptest.Request{}
+}
+
+// requestFor is the first delivery to path of a change in collection
+// (the body's "collection"): with documents in several collections, the
+// deliveries arrive in any order.
+func requestFor(t *testing.T, rc *apptest.Receiver, path, collection string) apptest.Request {
+	t.Helper()
+	match := func(r apptest.Request) bool { return r.Path == path && r.Body["collection"] == collection }
+	for _, r := range rc.WaitFor(t, "a delivery to "+path+" for "+collection, func(rs []apptest.Request) bool { return slices.ContainsFunc(rs, match) }) {
+		if match(r) {
 			return r
 		}
 	}
@@ -173,7 +188,8 @@ func TestSyntrixWebhook_TokenUse(t *testing.T) {
 	s := sxStack(t, rc)
 	s.Put(t, "users/u1/inbox/m1", `{"text":"hi"}`)
 	s.Put(t, "users/u2/inbox/x", `{"text":"other"}`)
-	tok := requestOn(t, rc, "/sx").Body["preIssuedToken"].(string)
+	// u1's delivery: u2's, scoped to users/u2/inbox, may arrive first.
+	tok := requestFor(t, rc, "/sx", "users/u1/inbox").Body["preIssuedToken"].(string)
 	h := apptest.Bearer(tok)
 	const tv1 = "/trigger/v1/databases/default"
 
