@@ -68,42 +68,42 @@ const headerNextCursor = "X-Next-Cursor"
 func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 	buf := getBuf()
 	defer putBuf(buf)
+	if !s.syntrix {
+		buf.WriteString(`{"docs":`)
+	}
+	if err := appendDocs(buf, res.Docs); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	if s.syntrix {
-		buf.WriteByte('[')
-		for i, d := range res.Docs {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := d.AppendJSON(buf); err != nil {
-				s.writeError(c, err)
-				return
-			}
-		}
-		buf.WriteByte(']')
 		if res.NextCursor != "" {
 			c.Writer.Header()[headerNextCursor] = []string{res.NextCursor}
 		}
-		sendJSON(c, 200, buf.Bytes())
-		return
+	} else {
+		buf.WriteString(`,"nextCursor":`)
+		if res.NextCursor == "" {
+			buf.WriteString("null")
+		} else {
+			writeString(buf, res.NextCursor)
+		}
+		buf.WriteByte('}')
 	}
-	buf.WriteString(`{"docs":[`)
-	for i, d := range res.Docs {
+	sendJSON(c, 200, buf.Bytes())
+}
+
+// appendDocs appends docs as a JSON array of their wire envelopes.
+func appendDocs(buf *bytes.Buffer, docs []*collections.Document) error {
+	buf.WriteByte('[')
+	for i, d := range docs {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
 		if err := d.AppendJSON(buf); err != nil {
-			s.writeError(c, err)
-			return
+			return err
 		}
 	}
-	buf.WriteString(`],"nextCursor":`)
-	if res.NextCursor == "" {
-		buf.WriteString("null")
-	} else {
-		writeString(buf, res.NextCursor)
-	}
-	buf.WriteByte('}')
-	sendJSON(c, 200, buf.Bytes())
+	buf.WriteByte(']')
+	return nil
 }
 
 func etag(version int64) string {
