@@ -317,15 +317,17 @@ func (c *wsConn) auth(m message) {
 	// another identity to the rules: a credential issued after a role was
 	// taken away must not keep the streams that role opened (a repeated
 	// subscribe would otherwise acknowledge them).
-	if caller.UID != c.caller.UID || caller.Admin != c.caller.Admin {
+	var why string
+	switch {
+	case caller.UID != c.caller.UID || caller.Admin != c.caller.Admin:
+		why = "the connection authenticated as someone else"
+	case !sameGrant(caller, c.caller):
+		why = "the new credential has other roles or claims"
+	}
+	if why != "" {
 		for id, sub := range c.subs {
 			c.endSub(id, sub)
-			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the connection authenticated as someone else; subscribe again.", truncate(id, 40))))
-		}
-	} else if !sameGrant(caller, c.caller) {
-		for id, sub := range c.subs {
-			c.endSub(id, sub)
-			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: the new credential has other roles or claims; subscribe again.", truncate(id, 40))))
+			c.send(c.ctx, c.s.errorMessage("", id, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: subscription %q ended: %s; subscribe again.", truncate(id, 40), why)))
 		}
 	}
 	c.caller, c.db = caller, p.Database
