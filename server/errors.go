@@ -233,10 +233,6 @@ func cloneDetails(d map[string]any) map[string]any {
 	return out
 }
 
-// rxdbPathPrefix is the URL prefix of the RxDB replication routes
-// (routeRxDB), whose errors keep Loom's codes under [compat] syntrix.
-const rxdbPathPrefix = "/replication/rxdb/"
-
 // Syntrix's names for Loom's error codes ([compat] syntrix): the codes its
 // server sends (internal/gateway/rest/handler.go) and its TS SDK tests
 // (sdk/syntrix-client-ts/src/api/errors.ts, ErrorCodes). Codes not listed
@@ -287,7 +283,10 @@ func (s *Server) wire(ae *apiError, err error) *apiError {
 // writeError sends err as the JSON error body and aborts the gin chain.
 func (s *Server) writeError(c *gin.Context, err error) {
 	ae := toAPIError(err)
-	if !strings.HasPrefix(c.Request.URL.Path, rxdbPathPrefix) {
+	// The RxDB replication routes (routeRxDB) keep Loom's codes under
+	// [compat] syntrix: their group's first middleware, rxdbErrorFlag,
+	// installs the rxdbErrorWriter, so the writer tells them apart.
+	if _, rxdb := c.Writer.(*rxdbErrorWriter); !rxdb {
 		ae = s.wire(ae, err)
 	}
 	if ae.Status >= 500 {
