@@ -337,8 +337,12 @@ func (c *wsConn) auth(m message) {
 }
 
 // perToken are the claims every token of one credential has its own
-// value of; sameGrant ignores them.
-var perToken = []string{"exp", "iat", "nbf", "jti", "auth_time"}
+// value of; sameGrant ignores them. Besides the registered ones, OIDC
+// providers stamp each token with hashes, nonces and per-token ids (Entra's
+// uti/rh/aio): counting those would end a connection's subscriptions on
+// every refresh, and a client re-subscribing without a resume token would
+// miss the changes in between.
+var perToken = []string{"exp", "iat", "nbf", "jti", "auth_time", "at_hash", "c_hash", "s_hash", "nonce", "sid", "uti", "rh", "aio"}
 
 // sameGrant reports whether two callers get the same answers from the
 // security rules: the same kind, username, roles (in order) and claims,
