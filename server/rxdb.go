@@ -505,17 +505,29 @@ const maxPushAttempts = 4
 
 // rxdbPushRows applies a push: every row is checked with RxDB's
 // masterWrite rule against its master (see rxdbPlanRow), and the rows that
-// do not conflict are written in one commit that checks the rules of every
-// write before any is applied — a denied row fails the whole push (403)
-// with nothing written. The writes are pinned to the masters' versions: when
-// a concurrent writer moves one, the whole push is planned again.
+// do not conflict are written in one commit (commitPlannedPush).
 func (s *Server) rxdbPushRows(ctx context.Context, t *rxdbTarget, rows []rxdbRow) ([]*collections.Document, error) {
+	return s.commitPlannedPush(ctx, t, len(rows), func(i int) (*collections.Write, *collections.Document, error) {
+		return s.rxdbPlanRow(ctx, t, rows[i])
+	})
+}
+
+// commitPlannedPush applies a replication push of n rows as one commit,
+// for /replication/rxdb and /replication/v1 alike. plan(i) decides row i
+// against its current master: the write to make, or the master when the
+// row conflicts (neither when there is nothing to do). Conflicting rows are
+// left out and their masters returned; the rest are written together in
+// one commit that checks the rules of every write before any is applied —
+// a denied row fails the whole push (403) with nothing written. The writes
+// are pinned to the masters' versions: when a concurrent writer moves one,
+// the whole push is planned again (at most maxPushAttempts times).
+func (s *Server) commitPlannedPush(ctx context.Context, t *rxdbTarget, n int, plan func(i int) (*collections.Write, *collections.Document, error)) ([]*collections.Document, error) {
 	for attempt := 1; ; attempt++ {
 		var conflicts []*collections.Document
 		var writes []collections.Write
 		var rowOf []int // row index of each write
-		for i, row := range rows {
-			w, master, err := s.rxdbPlanRow(ctx, t, row)
+		for i := range n {
+			w, master, err := plan(i)
 			if err != nil {
 				return nil, rowError(err, i)
 			}

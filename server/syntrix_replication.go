@@ -415,46 +415,12 @@ func parseSyntrixChange(x any, collection string) (syntrixChange, error) {
 }
 
 // syntrixPushChanges applies a push as one commit, like rxdbPushRows: each
-// change is planned against the document's current state (syntrixPlan);
-// conflicting changes are left out and their current documents returned;
-// the rest are written together, each pinned to the state it was planned
-// on, so a concurrent writer makes the whole push plan again. A write the
-// rules deny fails the whole push (403) with nothing written.
+// change is planned against the document's current state (syntrixPlan) and
+// committed by commitPlannedPush.
 func (s *Server) syntrixPushChanges(ctx context.Context, t *rxdbTarget, changes []syntrixChange) ([]*collections.Document, error) {
-	for attempt := 1; ; attempt++ {
-		var conflicts []*collections.Document
-		var writes []collections.Write
-		var changeOf []int // change index of each write
-		for i, ch := range changes {
-			w, current, err := s.syntrixPlan(ctx, t, ch)
-			if err != nil {
-				return nil, rowError(err, i)
-			}
-			switch {
-			case current != nil:
-				conflicts = append(conflicts, current)
-			case w != nil:
-				writes = append(writes, *w)
-				changeOf = append(changeOf, i)
-			}
-		}
-		if len(writes) == 0 {
-			return conflicts, nil
-		}
-		_, err := s.access.Commit(ctx, t.caller, t.db, writes)
-		if err == nil {
-			return conflicts, nil
-		}
-		lost := errors.Is(err, collections.ErrPreconditionFailed) || errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrNotFound)
-		if lost && attempt < maxPushAttempts {
-			continue
-		}
-		var we *collections.WriteError
-		if errors.As(err, &we) && we.Index >= 0 && we.Index < len(changeOf) {
-			return nil, rowError(we.Err, changeOf[we.Index])
-		}
-		return nil, err
-	}
+	return s.commitPlannedPush(ctx, t, len(changes), func(i int) (*collections.Write, *collections.Document, error) {
+		return s.syntrixPlan(ctx, t, changes[i])
+	})
 }
 
 // syntrixPlan decides one change against the document's current state
