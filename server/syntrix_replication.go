@@ -437,27 +437,13 @@ func (s *Server) syntrixPushChanges(ctx context.Context, t *rxdbTarget, changes 
 //	"update", no version                      → replace or create (last write wins)
 //	"" or "create", no version                → create; conflict if live
 //
-// The caller must be able to read the document: the stored one when there
-// is one, else the state pushed. A conflict hands the stored document over,
-// and a matching version would confirm a guess, so an unreadable one fails
-// the push (403) whatever the change; refusing an unreadable pushed state
-// over nothing as well makes that 403 independent of whether the id exists.
+// The caller must be able to read the document (readableMaster): an
+// unreadable one fails the push (403) whatever the change.
 func (s *Server) syntrixPlan(ctx context.Context, t *rxdbTarget, ch syntrixChange) (*collections.Write, *collections.Document, error) {
 	path := t.collection + "/" + ch.id
-	cur, err := s.rxdbMaster(ctx, t.db, t.collection, path, ch.id)
+	cur, err := s.readableMaster(ctx, t, ch.id, ch.data, ch.action == syntrixActionDelete)
 	if err != nil {
 		return nil, nil, err
-	}
-	seen := cur
-	if seen == nil {
-		seen = &collections.Document{Path: path, Collection: t.collection, ID: ch.id, Data: ch.data, Deleted: ch.action == syntrixActionDelete}
-	}
-	ok, err := s.access.Readable(ctx, t.caller, t.db, rules.OpGet, seen)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !ok {
-		return nil, nil, access.Deny(t.caller, "replicate "+path)
 	}
 	live := cur != nil && !cur.Deleted
 	create := &collections.Write{Type: collections.WriteCreate, Path: path, Data: ch.data}
