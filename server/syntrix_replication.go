@@ -203,15 +203,15 @@ func (s *Server) syntrixChanges(ctx context.Context, caller *access.Caller, db, 
 	last := after
 	var docs []*collections.Document
 	examined := 0
+	batch := limit // store page size
 	for {
-		page, err := s.store.ChangedSince(ctx, db, collection, scan, limit)
+		// Never read more than the scan budget left.
+		batch = min(batch, MaxSyntrixPullScan-examined)
+		page, err := s.store.ChangedSince(ctx, db, collection, scan, batch)
 		if err != nil {
 			return nil, after, err
 		}
 		for _, d := range page {
-			if examined == MaxSyntrixPullScan {
-				return docs, last, nil
-			}
 			examined++
 			scan = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
 			ok, err := s.access.Readable(ctx, caller, db, rules.OpList, d)
@@ -226,9 +226,13 @@ func (s *Server) syntrixChanges(ctx context.Context, caller *access.Caller, db, 
 				}
 			}
 		}
-		if len(page) < limit {
+		if len(page) < batch || examined == MaxSyntrixPullScan {
 			return docs, last, nil
 		}
+		// The rules hid part of a full page: read on in growing pages, so
+		// a small limit behind many hidden documents costs a few store
+		// reads rather than one per limit documents.
+		batch = min(2*batch, MaxSyntrixPullLimit)
 	}
 }
 
