@@ -164,17 +164,12 @@ func (s *Server) syntrixPull(c *gin.Context) {
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	buf.WriteString(`{"documents":[`)
-	for i, d := range docs {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.AppendJSON(buf); err != nil {
-			s.writeError(c, err)
-			return
-		}
+	buf.WriteString(`{"documents":`)
+	if err := appendDocArray(buf, docs); err != nil {
+		s.writeError(c, err)
+		return
 	}
-	buf.WriteString(`],"checkpoint":"`)
+	buf.WriteString(`,"checkpoint":"`)
 	buf.WriteString(strconv.FormatInt(next, 10))
 	buf.WriteString(`"}`)
 	sendJSON(c, http.StatusOK, buf.Bytes())
@@ -278,17 +273,12 @@ func (s *Server) syntrixPush(c *gin.Context) {
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	buf.WriteString(`{"conflicts":[`)
-	for i, d := range conflicts {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.AppendJSON(buf); err != nil {
-			s.writeError(c, err)
-			return
-		}
+	buf.WriteString(`{"conflicts":`)
+	if err := appendDocArray(buf, conflicts); err != nil {
+		s.writeError(c, err)
+		return
 	}
-	buf.WriteString(`]}`)
+	buf.WriteByte('}')
 	sendJSON(c, http.StatusOK, buf.Bytes())
 }
 
