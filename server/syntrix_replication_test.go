@@ -58,10 +58,11 @@ type syntrixEventPayload struct {
 
 const replicationTestCol = "replication_test_col"
 
-// replicationRules are the default rules plus Syntrix's integration-test
-// collection, readable and writable by any signed-in user (Syntrix's test
-// environment lets its "user" token do that).
-var replicationRules = rules.DefaultSource() + `
+// replicationRules are the default rules and the owner-only "shared"
+// collection of the RxDB tests (rxSharedRules), plus Syntrix's
+// integration-test collection, readable and writable by any signed-in user
+// (Syntrix's test environment lets its "user" token do that), and "pages".
+var replicationRules = rxSharedRules + `
 [[rule]]
 match = "replication_test_col/{id}"
 allow = ["read", "write"]
@@ -71,16 +72,6 @@ if    = "request.auth != null"
 match = "pages/{id}"
 allow = ["read", "write"]
 if    = "request.auth != null"
-
-[[rule]]
-match = "shared/{id}"
-allow = ["read", "delete"]
-if    = "request.auth != null && resource.data.owner == request.auth.uid"
-
-[[rule]]
-match = "shared/{id}"
-allow = ["create", "update"]
-if    = "request.auth != null && request.resource.data.owner == request.auth.uid"
 `
 
 func newReplicationEnv(t *testing.T, cfg server.Config) *testEnv {
