@@ -168,3 +168,19 @@ func writeString(buf *bytes.Buffer, s string) {
 	buf.WriteString(s[start:])
 	buf.WriteByte('"')
 }
+
+// appendDocArray writes docs as a JSON array of documents ("[]" when
+// there are none).
+func appendDocArray(buf *bytes.Buffer, docs []*collections.Document) error {
+	buf.WriteByte('[')
+	for i, d := range docs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := d.AppendJSON(buf); err != nil {
+			return err
+		}
+	}
+	buf.WriteByte(']')
+	return nil
+}

@@ -505,17 +505,29 @@ const maxPushAttempts = 4
 
 // rxdbPushRows applies a push: every row is checked with RxDB's
 // masterWrite rule against its master (see rxdbPlanRow), and the rows that
-// do not conflict are written in one commit that checks the rules of every
-// write before any is applied — a denied row fails the whole push (403)
-// with nothing written. The writes are pinned to the masters' versions: when
-// a concurrent writer moves one, the whole push is planned again.
+// do not conflict are written in one commit (commitPlannedPush).
 func (s *Server) rxdbPushRows(ctx context.Context, t *rxdbTarget, rows []rxdbRow) ([]*collections.Document, error) {
+	return s.commitPlannedPush(ctx, t, len(rows), func(i int) (*collections.Write, *collections.Document, error) {
+		return s.rxdbPlanRow(ctx, t, rows[i])
+	})
+}
+
+// commitPlannedPush applies a replication push of n rows as one commit,
+// for /replication/rxdb and /replication/v1 alike. plan(i) decides row i
+// against its current master: the write to make, or the master when the
+// row conflicts (neither when there is nothing to do). Conflicting rows are
+// left out and their masters returned; the rest are written together in
+// one commit that checks the rules of every write before any is applied —
+// a denied row fails the whole push (403) with nothing written. The writes
+// are pinned to the masters' versions: when a concurrent writer moves one,
+// the whole push is planned again (at most maxPushAttempts times).
+func (s *Server) commitPlannedPush(ctx context.Context, t *rxdbTarget, n int, plan func(i int) (*collections.Write, *collections.Document, error)) ([]*collections.Document, error) {
 	for attempt := 1; ; attempt++ {
 		var conflicts []*collections.Document
 		var writes []collections.Write
 		var rowOf []int // row index of each write
-		for i, row := range rows {
-			w, master, err := s.rxdbPlanRow(ctx, t, row)
+		for i := range n {
+			w, master, err := plan(i)
 			if err != nil {
 				return nil, rowError(err, i)
 			}
@@ -571,28 +583,9 @@ func rowError(err error, i int) error {
 // master's version (a create over nothing fails if someone creates first).
 func (s *Server) rxdbPlanRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*collections.Write, *collections.Document, error) {
 	path := t.collection + "/" + row.id
-	master, err := s.rxdbMaster(ctx, t.db, t.collection, path, row.id)
+	master, err := s.readableMaster(ctx, t, row.id, row.data, row.deleted)
 	if err != nil {
 		return nil, nil, err
-	}
-	// Replication needs read access to the document on the server: the
-	// master when there is one, else the state pushed. A conflict hands the
-	// master over, and even a matching assumedMasterState would confirm a
-	// guess of its content, so an unreadable master is refused outright;
-	// refusing an unreadable pushed state over no master as well means
-	// that pushing a state the caller could not read answers the same 403
-	// whether the id exists or not.
-	seen := master
-	if seen == nil {
-		_, id := collections.SplitDocPath(path)
-		seen = &collections.Document{Path: path, Collection: t.collection, ID: id, Data: row.data, Deleted: row.deleted}
-	}
-	ok, err := s.access.Readable(ctx, t.caller, t.db, rules.OpGet, seen)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !ok {
-		return nil, nil, access.Deny(t.caller, "replicate "+path)
 	}
 	switch {
 	case master != nil && (!row.hasAssum || !rxdbEqual(rxdbForm(master), row.assumed)):
@@ -610,6 +603,35 @@ func (s *Server) rxdbPlanRow(ctx context.Context, t *rxdbTarget, row rxdbRow) (*
 		return &collections.Write{Type: collections.WriteDelete, Path: path, IfMatch: pin}, nil, nil
 	}
 	return &collections.Write{Type: collections.WriteReplace, Path: path, Data: row.data, IfMatch: pin}, nil, nil
+}
+
+// readableMaster returns the master of collection/id (rxdbMaster) for a
+// push, once the caller is known to be able to read it. Replication needs
+// read access to the document on the server: the master when there is one,
+// else the state pushed (data, deleted). A conflict hands the master over,
+// and even a matching assumed state or version would confirm a guess of its
+// content, so an unreadable master is refused outright (403); refusing an
+// unreadable pushed state over no master as well means that pushing a state
+// the caller could not read answers the same 403 whether the id exists or
+// not.
+func (s *Server) readableMaster(ctx context.Context, t *rxdbTarget, id string, data map[string]any, deleted bool) (*collections.Document, error) {
+	path := t.collection + "/" + id
+	master, err := s.rxdbMaster(ctx, t.db, t.collection, path, id)
+	if err != nil {
+		return nil, err
+	}
+	seen := master
+	if seen == nil {
+		seen = &collections.Document{Path: path, Collection: t.collection, ID: id, Data: data, Deleted: deleted}
+	}
+	ok, err := s.access.Readable(ctx, t.caller, t.db, rules.OpGet, seen)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, access.Deny(t.caller, "replicate "+path)
+	}
+	return master, nil
 }
 
 // rxdbMaster returns the server's state of a document: the live document,

@@ -164,17 +164,12 @@ func (s *Server) syntrixPull(c *gin.Context) {
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	buf.WriteString(`{"documents":[`)
-	for i, d := range docs {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.AppendJSON(buf); err != nil {
-			s.writeError(c, err)
-			return
-		}
+	buf.WriteString(`{"documents":`)
+	if err := appendDocArray(buf, docs); err != nil {
+		s.writeError(c, err)
+		return
 	}
-	buf.WriteString(`],"checkpoint":"`)
+	buf.WriteString(`,"checkpoint":"`)
 	buf.WriteString(strconv.FormatInt(next, 10))
 	buf.WriteString(`"}`)
 	sendJSON(c, http.StatusOK, buf.Bytes())
@@ -203,15 +198,15 @@ func (s *Server) syntrixChanges(ctx context.Context, caller *access.Caller, db, 
 	last := after
 	var docs []*collections.Document
 	examined := 0
+	batch := limit // store page size
 	for {
-		page, err := s.store.ChangedSince(ctx, db, collection, scan, limit)
+		// Never read more than the scan budget left.
+		batch = min(batch, MaxSyntrixPullScan-examined)
+		page, err := s.store.ChangedSince(ctx, db, collection, scan, batch)
 		if err != nil {
 			return nil, after, err
 		}
 		for _, d := range page {
-			if examined == MaxSyntrixPullScan {
-				return docs, last, nil
-			}
 			examined++
 			scan = collections.Checkpoint{Seq: d.Seq, ID: d.ID}
 			ok, err := s.access.Readable(ctx, caller, db, rules.OpList, d)
@@ -226,9 +221,13 @@ func (s *Server) syntrixChanges(ctx context.Context, caller *access.Caller, db, 
 				}
 			}
 		}
-		if len(page) < limit {
+		if len(page) < batch || examined == MaxSyntrixPullScan {
 			return docs, last, nil
 		}
+		// The rules hid part of a full page: read on in growing pages, so
+		// a small limit behind many hidden documents costs a few store
+		// reads rather than one per limit documents.
+		batch = min(2*batch, MaxSyntrixPullLimit)
 	}
 }
 
@@ -274,17 +273,12 @@ func (s *Server) syntrixPush(c *gin.Context) {
 	}
 	buf := getBuf()
 	defer putBuf(buf)
-	buf.WriteString(`{"conflicts":[`)
-	for i, d := range conflicts {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.AppendJSON(buf); err != nil {
-			s.writeError(c, err)
-			return
-		}
+	buf.WriteString(`{"conflicts":`)
+	if err := appendDocArray(buf, conflicts); err != nil {
+		s.writeError(c, err)
+		return
 	}
-	buf.WriteString(`]}`)
+	buf.WriteByte('}')
 	sendJSON(c, http.StatusOK, buf.Bytes())
 }
 
@@ -415,46 +409,12 @@ func parseSyntrixChange(x any, collection string) (syntrixChange, error) {
 }
 
 // syntrixPushChanges applies a push as one commit, like rxdbPushRows: each
-// change is planned against the document's current state (syntrixPlan);
-// conflicting changes are left out and their current documents returned;
-// the rest are written together, each pinned to the state it was planned
-// on, so a concurrent writer makes the whole push plan again. A write the
-// rules deny fails the whole push (403) with nothing written.
+// change is planned against the document's current state (syntrixPlan) and
+// committed by commitPlannedPush.
 func (s *Server) syntrixPushChanges(ctx context.Context, t *rxdbTarget, changes []syntrixChange) ([]*collections.Document, error) {
-	for attempt := 1; ; attempt++ {
-		var conflicts []*collections.Document
-		var writes []collections.Write
-		var changeOf []int // change index of each write
-		for i, ch := range changes {
-			w, current, err := s.syntrixPlan(ctx, t, ch)
-			if err != nil {
-				return nil, rowError(err, i)
-			}
-			switch {
-			case current != nil:
-				conflicts = append(conflicts, current)
-			case w != nil:
-				writes = append(writes, *w)
-				changeOf = append(changeOf, i)
-			}
-		}
-		if len(writes) == 0 {
-			return conflicts, nil
-		}
-		_, err := s.access.Commit(ctx, t.caller, t.db, writes)
-		if err == nil {
-			return conflicts, nil
-		}
-		lost := errors.Is(err, collections.ErrPreconditionFailed) || errors.Is(err, collections.ErrAlreadyExists) || errors.Is(err, collections.ErrNotFound)
-		if lost && attempt < maxPushAttempts {
-			continue
-		}
-		var we *collections.WriteError
-		if errors.As(err, &we) && we.Index >= 0 && we.Index < len(changeOf) {
-			return nil, rowError(we.Err, changeOf[we.Index])
-		}
-		return nil, err
-	}
+	return s.commitPlannedPush(ctx, t, len(changes), func(i int) (*collections.Write, *collections.Document, error) {
+		return s.syntrixPlan(ctx, t, changes[i])
+	})
 }
 
 // syntrixPlan decides one change against the document's current state
@@ -471,27 +431,13 @@ func (s *Server) syntrixPushChanges(ctx context.Context, t *rxdbTarget, changes 
 //	"update", no version                      → replace or create (last write wins)
 //	"" or "create", no version                → create; conflict if live
 //
-// The caller must be able to read the document: the stored one when there
-// is one, else the state pushed. A conflict hands the stored document over,
-// and a matching version would confirm a guess, so an unreadable one fails
-// the push (403) whatever the change; refusing an unreadable pushed state
-// over nothing as well makes that 403 independent of whether the id exists.
+// The caller must be able to read the document (readableMaster): an
+// unreadable one fails the push (403) whatever the change.
 func (s *Server) syntrixPlan(ctx context.Context, t *rxdbTarget, ch syntrixChange) (*collections.Write, *collections.Document, error) {
 	path := t.collection + "/" + ch.id
-	cur, err := s.rxdbMaster(ctx, t.db, t.collection, path, ch.id)
+	cur, err := s.readableMaster(ctx, t, ch.id, ch.data, ch.action == syntrixActionDelete)
 	if err != nil {
 		return nil, nil, err
-	}
-	seen := cur
-	if seen == nil {
-		seen = &collections.Document{Path: path, Collection: t.collection, ID: ch.id, Data: ch.data, Deleted: ch.action == syntrixActionDelete}
-	}
-	ok, err := s.access.Readable(ctx, t.caller, t.db, rules.OpGet, seen)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !ok {
-		return nil, nil, access.Deny(t.caller, "replicate "+path)
 	}
 	live := cur != nil && !cur.Deleted
 	create := &collections.Write{Type: collections.WriteCreate, Path: path, Data: ch.data}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,9 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
 )
@@ -55,10 +58,11 @@ type syntrixEventPayload struct {
 
 const replicationTestCol = "replication_test_col"
 
-// replicationRules are the default rules plus Syntrix's integration-test
-// collection, readable and writable by any signed-in user (Syntrix's test
-// environment lets its "user" token do that).
-var replicationRules = rules.DefaultSource() + `
+// replicationRules are the default rules and the owner-only "shared"
+// collection of the RxDB tests (rxSharedRules), plus Syntrix's
+// integration-test collection, readable and writable by any signed-in user
+// (Syntrix's test environment lets its "user" token do that), and "pages".
+var replicationRules = rxSharedRules + `
 [[rule]]
 match = "replication_test_col/{id}"
 allow = ["read", "write"]
@@ -68,16 +72,6 @@ if    = "request.auth != null"
 match = "pages/{id}"
 allow = ["read", "write"]
 if    = "request.auth != null"
-
-[[rule]]
-match = "shared/{id}"
-allow = ["read", "delete"]
-if    = "request.auth != null && resource.data.owner == request.auth.uid"
-
-[[rule]]
-match = "shared/{id}"
-allow = ["create", "update"]
-if    = "request.auth != null && request.resource.data.owner == request.auth.uid"
 `
 
 func newReplicationEnv(t *testing.T, cfg server.Config) *testEnv {
@@ -449,7 +443,12 @@ func TestSyntrixReplication_PullSkipsHiddenDocuments(t *testing.T) {
 // moved past them, and the next pull goes on from there; nothing is
 // skipped.
 func TestSyntrixReplication_PullScanIsBounded(t *testing.T) {
-	env := newReplicationEnv(t, server.Config{})
+	set, err := rules.Parse([]byte(replicationRules), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &changedSinceCounter{Store: MustOpenStore(t)}
+	env := MustStartServer(t, store, server.Config{Rules: set, RateLimit: -1, Auth: MustAuth(t, store, nil)})
 	alice, bob := env.signup(t, "alice"), env.signup(t, "bob")
 	hidden := server.MaxSyntrixPullScan + 1
 	for n := 0; n < hidden; {
@@ -469,6 +468,32 @@ func TestSyntrixReplication_PullScanIsBounded(t *testing.T) {
 	if len(p.Documents) != 1 || p.Documents[0]["id"] != "a0" {
 		t.Fatalf("second pull: %v, want alice's a0", p.Documents)
 	}
+
+	// limit 1 behind the same hidden documents: the same answer, in a few
+	// store reads (growing pages), not one read per examined document.
+	before := store.calls.Load()
+	p = syntrixPull(t, env, alice.h(), "shared", "0", 1)
+	if len(p.Documents) != 0 || mustInt(t, p.Checkpoint) <= 0 {
+		t.Fatalf("limit 1 behind %d hidden documents: %d documents, checkpoint %s; want none and a moved checkpoint", hidden, len(p.Documents), p.Checkpoint)
+	}
+	if n := store.calls.Load() - before; n > 20 {
+		t.Fatalf("limit 1 behind %d hidden documents: %d ChangedSince reads, want at most 20", hidden, n)
+	}
+	p = syntrixPull(t, env, alice.h(), "shared", p.Checkpoint, 1)
+	if len(p.Documents) != 1 || p.Documents[0]["id"] != "a0" {
+		t.Fatalf("second pull with limit 1: %v, want alice's a0", p.Documents)
+	}
+}
+
+// changedSinceCounter counts the store's ChangedSince reads.
+type changedSinceCounter struct {
+	collections.Store
+	calls atomic.Int64
+}
+
+func (c *changedSinceCounter) ChangedSince(ctx context.Context, db, collection string, cp collections.Checkpoint, limit int) ([]*collections.Document, error) {
+	c.calls.Add(1)
+	return c.Store.ChangedSince(ctx, db, collection, cp, limit)
 }
 
 // A change whose version is not the stored one conflicts: the push answers
