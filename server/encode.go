@@ -91,7 +91,8 @@ func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 	sendJSON(c, 200, buf.Bytes())
 }
 
-// appendDocs appends docs as a JSON array of their wire envelopes.
+// appendDocs appends docs as a JSON array of their wire envelopes ("[]"
+// when there are none).
 func appendDocs(buf *bytes.Buffer, docs []*collections.Document) error {
 	buf.WriteByte('[')
 	for i, d := range docs {
@@ -167,20 +168,4 @@ func writeString(buf *bytes.Buffer, s string) {
 	}
 	buf.WriteString(s[start:])
 	buf.WriteByte('"')
-}
-
-// appendDocArray writes docs as a JSON array of documents ("[]" when
-// there are none).
-func appendDocArray(buf *bytes.Buffer, docs []*collections.Document) error {
-	buf.WriteByte('[')
-	for i, d := range docs {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.AppendJSON(buf); err != nil {
-			return err
-		}
-	}
-	buf.WriteByte(']')
-	return nil
 }

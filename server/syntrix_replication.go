@@ -165,7 +165,7 @@ func (s *Server) syntrixPull(c *gin.Context) {
 	buf := getBuf()
 	defer putBuf(buf)
 	buf.WriteString(`{"documents":`)
-	if err := appendDocArray(buf, docs); err != nil {
+	if err := appendDocs(buf, docs); err != nil {
 		s.writeError(c, err)
 		return
 	}
@@ -274,7 +274,7 @@ func (s *Server) syntrixPush(c *gin.Context) {
 	buf := getBuf()
 	defer putBuf(buf)
 	buf.WriteString(`{"conflicts":`)
-	if err := appendDocArray(buf, conflicts); err != nil {
+	if err := appendDocs(buf, conflicts); err != nil {
 		s.writeError(c, err)
 		return
 	}
