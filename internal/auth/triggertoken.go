@@ -105,11 +105,8 @@ func (s *Service) IssueTriggerToken(g TriggerGrant, ttl time.Duration) (string, 
 // signature, expiry, typ, and a well-formed grant. Anything else is
 // ErrInvalidToken.
 func (s *Service) VerifyTriggerToken(bearer string) (*TriggerGrant, error) {
-	tok := strings.TrimSpace(bearer)
-	if len(tok) > 7 && strings.EqualFold(tok[:7], "bearer ") {
-		tok = strings.TrimSpace(tok[7:])
-	}
-	if tok == "" || len(tok) > maxBearerLength {
+	tok, ok := bearerToken(bearer)
+	if !ok {
 		return nil, ErrInvalidToken
 	}
 	var claims triggerClaims
