@@ -313,39 +313,26 @@ func (s *Server) triggerWrite(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	var raw []any
-	for k, v := range m {
-		if k != "writes" {
-			s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Unknown field %q: the body is {\"writes\": [...]}.", truncate(k, 64)))
-			return
+	// Syntrix's write ops into /batch's shape; parseBatch does the rest.
+	if list, ok := m["writes"].([]any); ok {
+		for _, item := range list {
+			syntrixWrite(item)
 		}
-		list, ok := v.([]any)
-		if !ok {
-			s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "\"writes\" must be a list of writes."))
-			return
-		}
-		raw = list
 	}
-	if len(raw) == 0 {
+	writes, err := s.parseBatch(caller, m)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if len(writes) == 0 {
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "writes cannot be empty: the body is {\"writes\": [...]}."))
 		return
 	}
-	if len(raw) > MaxBatchWrites {
-		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "A trigger write has at most %d writes; this one has %d.", MaxBatchWrites, len(raw)))
-		return
-	}
-	writes := make([]collections.Write, len(raw))
-	for i, item := range raw {
-		syntrixWrite(item)
-		w, err := s.parseBatchWrite(caller, item)
-		if err == nil {
-			err = checkScope(c, w.Path, false)
-		}
-		if err != nil {
+	for i, w := range writes {
+		if err := checkScope(c, w.Path, false); err != nil {
 			s.writeError(c, &collections.WriteError{Index: i, Path: w.Path, Err: err})
 			return
 		}
-		writes[i] = w
 	}
 	if _, err := s.access.Commit(c.Request.Context(), caller, c.Param("db"), writes); err != nil {
 		s.writeError(c, err)
