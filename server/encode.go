@@ -70,14 +70,9 @@ func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 	defer putBuf(buf)
 	if s.syntrix {
 		buf.WriteByte('[')
-		for i, d := range res.Docs {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			if err := d.AppendJSON(buf); err != nil {
-				s.writeError(c, err)
-				return
-			}
+		if err := appendDocs(buf, res.Docs); err != nil {
+			s.writeError(c, err)
+			return
 		}
 		buf.WriteByte(']')
 		if res.NextCursor != "" {
@@ -87,14 +82,9 @@ func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 		return
 	}
 	buf.WriteString(`{"docs":[`)
-	for i, d := range res.Docs {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		if err := d.AppendJSON(buf); err != nil {
-			s.writeError(c, err)
-			return
-		}
+	if err := appendDocs(buf, res.Docs); err != nil {
+		s.writeError(c, err)
+		return
 	}
 	buf.WriteString(`],"nextCursor":`)
 	if res.NextCursor == "" {
@@ -104,6 +94,20 @@ func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 	}
 	buf.WriteByte('}')
 	sendJSON(c, 200, buf.Bytes())
+}
+
+// appendDocs appends docs to buf as JSON documents separated by commas
+// (the inside of an array).
+func appendDocs(buf *bytes.Buffer, docs []*collections.Document) error {
+	for i, d := range docs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := d.AppendJSON(buf); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func etag(version int64) string {

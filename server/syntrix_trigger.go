@@ -374,18 +374,7 @@ func (s *Server) triggerQuery(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if err := checkObject(body.Bytes()); err != nil {
-		putBuf(body)
-		s.writeError(c, err)
-		return
-	}
-	q, err := collections.DecodeQuery(body.Bytes())
-	putBuf(body)
+	q, err := s.readQuery(c)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -411,14 +400,9 @@ func (s *Server) triggerQuery(c *gin.Context) {
 	}
 	docs := getBuf()
 	defer putBuf(docs)
-	for i, d := range res.Docs {
-		if i > 0 {
-			docs.WriteByte(',')
-		}
-		if err := d.AppendJSON(docs); err != nil {
-			s.writeError(c, err)
-			return
-		}
+	if err := appendDocs(docs, res.Docs); err != nil {
+		s.writeError(c, err)
+		return
 	}
 	buf := getBuf()
 	defer putBuf(buf)
