@@ -172,6 +172,9 @@ type Service struct {
 	now         func() time.Time
 	log         *slog.Logger
 
+	// triggerSecret signs trigger tokens (triggerKey of secret).
+	triggerSecret []byte
+
 	// dummyHash is compared against for unknown users, so a login costs
 	// one bcrypt comparison whether or not the user exists.
 	dummyHash []byte
@@ -266,6 +269,7 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		limiter:     newLoginLimiter(cfg.LoginLimit),
 		hashes:      gate,
 	}
+	s.triggerSecret = triggerKey(s.secret)
 	s.access = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
