@@ -86,14 +86,19 @@ func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 		s.writeError(c, err)
 		return
 	}
+	writeNextCursor(buf, res.NextCursor)
+	sendJSON(c, 200, buf.Bytes())
+}
+
+// writeNextCursor ends a page: `],"nextCursor":<cursor or null>}`.
+func writeNextCursor(buf *bytes.Buffer, next string) {
 	buf.WriteString(`],"nextCursor":`)
-	if res.NextCursor == "" {
+	if next == "" {
 		buf.WriteString("null")
 	} else {
-		writeString(buf, res.NextCursor)
+		writeString(buf, next)
 	}
 	buf.WriteByte('}')
-	sendJSON(c, 200, buf.Bytes())
 }
 
 // appendDocs appends docs to buf as JSON documents separated by commas

@@ -403,13 +403,7 @@ func (s *Server) triggerQuery(c *gin.Context) {
 		return
 	}
 	repeatSince(buf, start, `],"documents":[`)
-	buf.WriteString(`],"nextCursor":`)
-	if res.NextCursor == "" {
-		buf.WriteString("null")
-	} else {
-		writeString(buf, res.NextCursor)
-	}
-	buf.WriteByte('}')
+	writeNextCursor(buf, res.NextCursor)
 	sendJSON(c, http.StatusOK, buf.Bytes())
 }
 
