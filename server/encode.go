@@ -80,15 +80,21 @@ func (s *Server) writeDocs(c *gin.Context, res collections.QueryResult) {
 			c.Writer.Header()[headerNextCursor] = []string{res.NextCursor}
 		}
 	} else {
-		buf.WriteString(`,"nextCursor":`)
-		if res.NextCursor == "" {
-			buf.WriteString("null")
-		} else {
-			writeString(buf, res.NextCursor)
-		}
-		buf.WriteByte('}')
+		writeNextCursor(buf, res.NextCursor)
 	}
 	sendJSON(c, 200, buf.Bytes())
+}
+
+// writeNextCursor ends a page after its docs array: `,"nextCursor":<cursor
+// or null>}`.
+func writeNextCursor(buf *bytes.Buffer, next string) {
+	buf.WriteString(`,"nextCursor":`)
+	if next == "" {
+		buf.WriteString("null")
+	} else {
+		writeString(buf, next)
+	}
+	buf.WriteByte('}')
 }
 
 // appendDocs appends docs as a JSON array of their wire envelopes ("[]"

@@ -17,23 +17,26 @@ func (s *Server) query(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if err := checkObject(body.Bytes()); err != nil {
-		putBuf(body)
-		s.writeError(c, err)
-		return
-	}
-	q, err := collections.DecodeQuery(body.Bytes())
-	putBuf(body)
+	q, err := s.readQuery(c)
 	if err != nil {
 		s.writeError(c, err)
 		return
 	}
 	s.serveQuery(c, q)
+}
+
+// readQuery reads the body as a query object, decoded strictly by
+// collections.DecodeQuery (not yet normalized).
+func (s *Server) readQuery(c *gin.Context) (collections.Query, error) {
+	body, err := s.readBody(c)
+	if err != nil {
+		return collections.Query{}, err
+	}
+	defer putBuf(body)
+	if err := checkObject(body.Bytes()); err != nil {
+		return collections.Query{}, err
+	}
+	return collections.DecodeQuery(body.Bytes())
 }
 
 // serveQuery answers a query or a collection listing (q decoded, not yet

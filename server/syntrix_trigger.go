@@ -221,9 +221,10 @@ func (s *Server) triggerGet(c *gin.Context) {
 			return
 		}
 	}
-	docs := getBuf()
-	defer putBuf(docs)
-	n := 0
+	buf := getBuf()
+	defer putBuf(buf)
+	buf.WriteString(`{"documents":[`)
+	start, n := buf.Len(), 0
 	for _, p := range paths {
 		d, err := s.access.Get(c.Request.Context(), caller, c.Param("db"), p)
 		var de *access.Denied
@@ -235,20 +236,15 @@ func (s *Server) triggerGet(c *gin.Context) {
 			return
 		}
 		if n > 0 {
-			docs.WriteByte(',')
+			buf.WriteByte(',')
 		}
-		if err := d.AppendJSON(docs); err != nil {
+		if err := d.AppendJSON(buf); err != nil {
 			s.writeError(c, err)
 			return
 		}
 		n++
 	}
-	buf := getBuf()
-	defer putBuf(buf)
-	buf.WriteString(`{"documents":[`)
-	buf.Write(docs.Bytes())
-	buf.WriteString(`],"docs":[`)
-	buf.Write(docs.Bytes())
+	repeatSince(buf, start, `],"docs":[`)
 	buf.WriteString(`]}`)
 	sendJSON(c, http.StatusOK, buf.Bytes())
 }
@@ -313,39 +309,26 @@ func (s *Server) triggerWrite(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	var raw []any
-	for k, v := range m {
-		if k != "writes" {
-			s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "Unknown field %q: the body is {\"writes\": [...]}.", truncate(k, 64)))
-			return
+	// Syntrix's write ops into /batch's shape; parseBatch does the rest.
+	if list, ok := m["writes"].([]any); ok {
+		for _, item := range list {
+			syntrixWrite(item)
 		}
-		list, ok := v.([]any)
-		if !ok {
-			s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "\"writes\" must be a list of writes."))
-			return
-		}
-		raw = list
 	}
-	if len(raw) == 0 {
+	writes, err := s.parseBatch(caller, m)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	if len(writes) == 0 {
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "writes cannot be empty: the body is {\"writes\": [...]}."))
 		return
 	}
-	if len(raw) > MaxBatchWrites {
-		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "A trigger write has at most %d writes; this one has %d.", MaxBatchWrites, len(raw)))
-		return
-	}
-	writes := make([]collections.Write, len(raw))
-	for i, item := range raw {
-		syntrixWrite(item)
-		w, err := s.parseBatchWrite(caller, item)
-		if err == nil {
-			err = checkScope(c, w.Path, false)
-		}
-		if err != nil {
+	for i, w := range writes {
+		if err := checkScope(c, w.Path, false); err != nil {
 			s.writeError(c, &collections.WriteError{Index: i, Path: w.Path, Err: err})
 			return
 		}
-		writes[i] = w
 	}
 	if _, err := s.access.Commit(c.Request.Context(), caller, c.Param("db"), writes); err != nil {
 		s.writeError(c, err)
@@ -387,18 +370,7 @@ func (s *Server) triggerQuery(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	body, err := s.readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	if err := checkObject(body.Bytes()); err != nil {
-		putBuf(body)
-		s.writeError(c, err)
-		return
-	}
-	q, err := collections.DecodeQuery(body.Bytes())
-	putBuf(body)
+	q, err := s.readQuery(c)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -422,33 +394,25 @@ func (s *Server) triggerQuery(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	docs := getBuf()
-	defer putBuf(docs)
-	for i, d := range res.Docs {
-		if i > 0 {
-			docs.WriteByte(',')
-		}
-		if err := d.AppendJSON(docs); err != nil {
-			s.writeError(c, err)
-			return
-		}
-	}
 	buf := getBuf()
 	defer putBuf(buf)
-	writeTriggerPage(buf, docs.Bytes(), res.NextCursor)
+	buf.WriteString(`{"docs":`)
+	start := buf.Len()
+	if err := appendDocs(buf, res.Docs); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	repeatSince(buf, start, `,"documents":`)
+	writeNextCursor(buf, res.NextCursor)
 	sendJSON(c, http.StatusOK, buf.Bytes())
 }
 
-func writeTriggerPage(buf *bytes.Buffer, docs []byte, next string) {
-	buf.WriteString(`{"docs":[`)
-	buf.Write(docs)
-	buf.WriteString(`],"documents":[`)
-	buf.Write(docs)
-	buf.WriteString(`],"nextCursor":`)
-	if next == "" {
-		buf.WriteString("null")
-	} else {
-		writeString(buf, next)
-	}
-	buf.WriteByte('}')
+// repeatSince appends sep and then a copy of what buf holds from start
+// on: the trigger routes answer one document array under two names, and
+// encode it once, in the response buffer itself. (If Write grows buf, it
+// copies from the old array, which still holds those bytes.)
+func repeatSince(buf *bytes.Buffer, start int, sep string) {
+	end := buf.Len()
+	buf.WriteString(sep)
+	buf.Write(buf.Bytes()[start:end])
 }

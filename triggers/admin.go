@@ -111,10 +111,7 @@ var errUnchanged = errors.New("unchanged")
 // register adds an external webhook trigger and returns it with its
 // signing secret (shown this once).
 func (r *registry) register(ctx context.Context, def Trigger) (Info, string, error) {
-	c, err := Compile(def, r.cfg.Expand)
-	if err == nil {
-		err = r.cfg.admit(c)
-	}
+	c, err := r.cfg.compile(def)
 	if err != nil {
 		return Info{}, "", fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -171,10 +168,7 @@ func (r *registry) redefine(ctx context.Context, id string, def Trigger) (Info, 
 	if def.ID != id {
 		return Info{}, fmt.Errorf("%w: triggerId %q in the body does not match the path (%q)", ErrInvalid, def.ID, id)
 	}
-	c, err := Compile(def, r.cfg.Expand)
-	if err == nil {
-		err = r.cfg.admit(c)
-	}
+	c, err := r.cfg.compile(def)
 	if err != nil {
 		return Info{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}

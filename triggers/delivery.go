@@ -429,7 +429,6 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// truncateUTF8 keeps a response body as text, cut at a rune boundary.
 // loggedResponse is a receiver's answer b as the delivery log keeps it:
 // the token (if any) redacted, valid UTF-8, at most maxResponse bytes. It
 // copies b once (the string).
@@ -437,6 +436,7 @@ func loggedResponse(b []byte, token string) string {
 	return truncateUTF8(redactToken(b, token))
 }
 
+// truncateUTF8 keeps a response body as text, cut at a rune boundary.
 func truncateUTF8(b []byte) string {
 	s := strings.ToValidUTF8(string(b), "\uFFFD")
 	if len(s) > maxResponse {

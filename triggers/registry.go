@@ -102,10 +102,7 @@ func (r *registry) load(ctx context.Context, fileTriggers []*Compiled, head int6
 		if !sd.st.registered() {
 			continue
 		}
-		c, err := Compile(*sd.st.Def, r.cfg.Expand)
-		if err == nil {
-			err = r.cfg.admit(c)
-		}
+		c, err := r.cfg.compile(*sd.st.Def)
 		if err != nil {
 			r.log.Error("registered trigger does not compile; it stays disabled", "trigger", id, "err", err)
 			continue
@@ -393,10 +390,7 @@ func (r *registry) applyLocked(id string, st *state, ver int64) bool {
 		if cur != nil && cur.source == SourceAPI && reflect.DeepEqual(cur.st.Def, st.Def) {
 			ne.c = cur.c // the definition did not change (a switch, a counter flush)
 		} else {
-			c, err := Compile(*st.Def, r.cfg.Expand)
-			if err == nil {
-				err = r.cfg.admit(c)
-			}
+			c, err := r.cfg.compile(*st.Def)
 			if err != nil {
 				r.log.Error("registered trigger does not compile on this node; it stays disabled here", "trigger", id, "err", err)
 				if cur != nil && cur.source == SourceAPI {

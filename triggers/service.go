@@ -305,10 +305,7 @@ func (s *Service) Reload(ctx context.Context) error {
 	if s.cfg.File == "" {
 		return fmt.Errorf("%w: no triggers file configured", ErrConflict)
 	}
-	list, err := LoadFile(s.cfg.File, s.cfg.Expand)
-	if err == nil {
-		err = s.cfg.admitAll(list)
-	}
+	list, err := s.cfg.fileTriggers()
 	if err == nil {
 		var head int64
 		if head, err = s.cfg.Store.Head(ctx); err == nil {

@@ -322,6 +322,19 @@ func redactToken(b []byte, token string) []byte {
 	return b
 }
 
+// compile is Compile with c.Expand, then admit: how a registered
+// definition becomes a trigger of this service.
+func (c *Config) compile(def Trigger) (*Compiled, error) {
+	t, err := Compile(def, c.Expand)
+	if err == nil {
+		err = c.admit(t)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
 // admit refuses a trigger this service cannot deliver: format "syntrix"
 // without IssueToken.
 func (c *Config) admit(t *Compiled) error {

@@ -172,6 +172,9 @@ type Service struct {
 	now         func() time.Time
 	log         *slog.Logger
 
+	// triggerSecret signs trigger tokens (triggerKey of secret).
+	triggerSecret []byte
+
 	// dummyHash is compared against for unknown users, so a login costs
 	// one bcrypt comparison whether or not the user exists.
 	dummyHash []byte
@@ -266,6 +269,7 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		limiter:     newLoginLimiter(cfg.LoginLimit),
 		hashes:      gate,
 	}
+	s.triggerSecret = triggerKey(s.secret)
 	s.access = jwt.NewParser(
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
@@ -298,17 +302,25 @@ func (s *Service) Close() error {
 	return nil
 }
 
+// bearerToken is the credential in bearer (with or without the "Bearer "
+// scheme), trimmed; false when it is empty or longer than maxBearerLength
+// (rejected unparsed).
+func bearerToken(bearer string) (string, bool) {
+	tok := strings.TrimSpace(bearer)
+	if len(tok) > 7 && strings.EqualFold(tok[:7], "bearer ") {
+		tok = strings.TrimSpace(tok[7:])
+	}
+	return tok, tok != "" && len(tok) <= maxBearerLength
+}
+
 // Authenticate resolves a bearer credential (with or without the "Bearer "
 // scheme) into an Identity: one of our access tokens, an OIDC token when a
 // JWK Set is configured, or a service key. Anything else — including refresh
 // tokens — is ErrInvalidToken. Other errors (a failing store) mean the
 // credential could not be checked.
 func (s *Service) Authenticate(ctx context.Context, bearer string) (*Identity, error) {
-	tok := strings.TrimSpace(bearer)
-	if len(tok) > 7 && strings.EqualFold(tok[:7], "bearer ") {
-		tok = strings.TrimSpace(tok[7:])
-	}
-	if tok == "" || len(tok) > maxBearerLength {
+	tok, ok := bearerToken(bearer)
+	if !ok {
 		return nil, ErrInvalidToken
 	}
 	switch {

@@ -66,8 +66,8 @@ type triggerClaims struct {
 
 // triggerKey is the HMAC key of trigger tokens: derived from the signing
 // secret, distinct from the key of access tokens.
-func (s *Service) triggerKey() []byte {
-	m := hmac.New(sha256.New, s.secret)
+func triggerKey(secret []byte) []byte {
+	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("loom trigger token v1"))
 	return m.Sum(nil)
 }
@@ -94,7 +94,7 @@ func (s *Service) IssueTriggerToken(g TriggerGrant, ttl time.Duration) (string, 
 			ID:        collections.NewID(),
 		},
 	}
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.triggerKey())
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.triggerSecret)
 	if err != nil {
 		return "", fmt.Errorf("auth: sign trigger token: %w", err)
 	}
@@ -105,15 +105,12 @@ func (s *Service) IssueTriggerToken(g TriggerGrant, ttl time.Duration) (string, 
 // signature, expiry, typ, and a well-formed grant. Anything else is
 // ErrInvalidToken.
 func (s *Service) VerifyTriggerToken(bearer string) (*TriggerGrant, error) {
-	tok := strings.TrimSpace(bearer)
-	if len(tok) > 7 && strings.EqualFold(tok[:7], "bearer ") {
-		tok = strings.TrimSpace(tok[7:])
-	}
-	if tok == "" || len(tok) > maxBearerLength {
+	tok, ok := bearerToken(bearer)
+	if !ok {
 		return nil, ErrInvalidToken
 	}
 	var claims triggerClaims
-	if _, err := s.access.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return s.triggerKey(), nil }); err != nil {
+	if _, err := s.access.ParseWithClaims(tok, &claims, func(*jwt.Token) (any, error) { return s.triggerSecret, nil }); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	if claims.Typ != tokenTypeTrigger {
