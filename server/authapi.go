@@ -183,6 +183,7 @@ func (s *Server) me(c *gin.Context) {
 // (no file) stay as they are.
 func (s *Server) reloadRules(c *gin.Context) {
 	if s.rulesBuiltin {
+		s.rulesReload.record(nil)
 		n := s.access.Rules().Len()
 		s.log.Info("security rules reload: no rules file; the built-in rules stay in force", "rules", n)
 		c.JSON(http.StatusOK, gin.H{"rules": n, "builtin": true})
@@ -194,10 +195,12 @@ func (s *Server) reloadRules(c *gin.Context) {
 	}
 	set, err := rules.Load(s.rulesFile)
 	if err != nil {
+		s.rulesReload.record(err)
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "The rules file was not loaded; the previous rules stay in force: %s", err.Error()))
 		return
 	}
 	s.access.SetRules(set)
+	s.rulesReload.record(nil)
 	s.log.Info("security rules reloaded", "file", s.rulesFile, "rules", set.Len())
 	c.JSON(http.StatusOK, gin.H{"rules": set.Len(), "file": s.rulesFile})
 }

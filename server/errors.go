@@ -162,6 +162,10 @@ func classify(err error) *apiError {
 		return errorf(http.StatusConflict, codeAlreadyExists, "A service key with that name exists.")
 	case errors.Is(err, auth.ErrInvalidServiceKey):
 		return errorf(http.StatusBadRequest, codeBadRequest, "%s.", strings.TrimPrefix(err.Error(), "auth: "))
+	case errors.Is(err, auth.ErrInvalidRoles):
+		return errorf(http.StatusBadRequest, codeBadRequest, "%s.", strings.TrimPrefix(err.Error(), "auth: "))
+	case errors.Is(err, auth.ErrConcurrentChange):
+		return errorf(http.StatusConflict, codeConflict, "The user changed while its roles were written; retry.")
 	case errors.Is(err, auth.ErrInvalidToken):
 		return errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: the token is not valid or has expired.")
 	case errors.As(err, &rle):

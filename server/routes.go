@@ -49,6 +49,7 @@ func (s *Server) routes() *gin.Engine {
 	r.GET("/metrics", s.metricsAccess, s.metricsHandler())
 
 	s.authRoutes(r)
+	s.accessRoutes(r)
 	s.realtimeRoutes(r)
 	s.rxdbRoutes(r)
 	s.syntrixReplicationRoutes(r)

@@ -181,6 +181,9 @@ type Server struct {
 	access          *access.Service
 	rulesFile       string
 	rulesBuiltin    bool // no file, the built-in rules: a reload keeps them
+	// rulesReload is the outcome of the last POST /admin/v1/rules/reload
+	// (GET /admin/v1/rules shows it).
+	rulesReload lastReload
 	metrics         *httpMetrics
 	metricsAuth     bool
 	rt              *realtimeServer
