@@ -181,9 +181,6 @@ type Server struct {
 	access          *access.Service
 	rulesFile       string
 	rulesBuiltin    bool // no file, the built-in rules: a reload keeps them
-	// rulesReload is the outcome of the last POST /admin/v1/rules/reload
-	// (GET /admin/v1/rules shows it).
-	rulesReload lastReload
 	metrics         *httpMetrics
 	metricsAuth     bool
 	rt              *realtimeServer
@@ -194,6 +191,9 @@ type Server struct {
 	engine          *gin.Engine
 	// syntrix is Config.SyntrixCompat.
 	syntrix bool
+	// rulesReload is the outcome of the last POST /admin/v1/rules/reload
+	// (GET /admin/v1/rules shows it).
+	rulesReload lastReload
 }
 
 // New builds a Server. It registers the server's metrics on cfg.Registry; it
