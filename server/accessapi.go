@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -206,7 +207,13 @@ func readCapped(path string, limit int64) (string, bool, error) {
 		return "", false, fmt.Errorf("read %s: %w", path, err)
 	}
 	if int64(len(b)) > limit {
-		return string(b[:limit]), true, nil
+		// Cut before a character that straddles the limit, so the JSON
+		// carries no replacement character of our making.
+		n := int(limit)
+		for n > 0 && !utf8.RuneStart(b[n]) {
+			n--
+		}
+		return string(b[:n]), true, nil
 	}
 	return string(b), false, nil
 }

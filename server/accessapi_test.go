@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/loomdb/loom/rules"
 	"github.com/loomdb/loom/server"
@@ -312,6 +313,16 @@ func TestAccessAPI_RulesFile(t *testing.T) {
 	write(oneRule + "#" + strings.Repeat("x", 1<<20) + "\n")
 	if v = env.rules(t); v.Source == nil || len(*v.Source) != 1<<20 || !v.Truncated || !strings.HasPrefix(*v.Source, oneRule) {
 		t.Fatalf("a long file: truncated=%v len=%d", v.Truncated, len(*v.Source))
+	}
+
+	// A multi-byte character across the limit is left out whole, whichever
+	// byte the limit falls on.
+	for _, pad := range []string{"#", "##"} {
+		write(oneRule + pad + strings.Repeat("é", 1<<19) + "\n")
+		v = env.rules(t)
+		if v.Source == nil || !v.Truncated || len(*v.Source) > 1<<20 || len(*v.Source) < 1<<20-1 || !utf8.ValidString(*v.Source) || strings.ContainsRune(*v.Source, utf8.RuneError) {
+			t.Fatalf("a long file of é (pad %q): truncated=%v len=%d", pad, v.Truncated, len(*v.Source))
+		}
 	}
 
 	// The file is gone: no source, the reason instead.
