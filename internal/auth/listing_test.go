@@ -3,8 +3,10 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/loomdb/loom/collections"
@@ -197,5 +199,41 @@ func TestService_ListServiceKeys(t *testing.T) {
 		if k.CreatedAt <= 0 {
 			t.Errorf("key %s: createdAt %d", k.Name, k.CreatedAt)
 		}
+	}
+}
+
+// TestService_SetUserRolesConcurrent: concurrent role changes of one user
+// each either win or say ErrConcurrentChange; the roles in the end are a
+// winner's, and the account (its password) is intact.
+func TestService_SetUserRolesConcurrent(t *testing.T) {
+	s, _, _ := MustNew(t, nil)
+	ctx := context.Background()
+	uid := MustAuthenticate(t, s, MustSignup(t, s, "alice").AccessToken).UID
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.SetUserRoles(ctx, uid, []string{fmt.Sprintf("r%d", i)})
+		}()
+	}
+	wg.Wait()
+	won := map[string]bool{}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won[fmt.Sprintf("r%d", i)] = true
+		case !errors.Is(err, auth.ErrConcurrentChange):
+			t.Errorf("SetUserRoles %d: %v", i, err)
+		}
+	}
+	l, err := s.ListUsers(ctx, "", "", 0)
+	if err != nil || len(l.Users) != 1 || len(l.Users[0].Roles) != 1 || !won[l.Users[0].Roles[0]] {
+		t.Fatalf("after the race: %+v, %v; winners %v", l, err, won)
+	}
+	if _, err := s.Login(ctx, "alice", password, "10.0.0.1"); err != nil {
+		t.Fatalf("login after the role changes: %v", err)
 	}
 }
