@@ -19,6 +19,10 @@
 //	_api_keys/{sha256}        {name, roles, createdAt}
 //	_api_key_names/{name}     {hash}         unique service-key name
 //
+// For the admin (listing.go): ListUsers pages through the accounts by name
+// key, SetUserRoles replaces a user's roles, ListServiceKeys lists the keys;
+// none of them returns a password hash, a key or its hash.
+//
 // Refresh tokens and service keys are stored only as the SHA-256 of the
 // credential, so a copy of the database does not hand out working keys.
 //
@@ -26,7 +30,9 @@
 //
 // Access tokens are stateless: logout revokes the refresh token, but an
 // access token stays valid until it expires (15 minutes by default), and
-// role changes reach a user only with the next refresh.
+// so do the roles it carries. SetUserRoles revokes the user's refresh
+// tokens, so the user signs in again to get the new roles; until then the
+// access tokens already issued keep the old ones.
 //
 // Login rate limiting is in memory and per process: counters are lost on
 // restart and not shared between Loom instances.
