@@ -2,6 +2,7 @@ package collections
 
 import (
 	"context"
+	"fmt"
 	"strings"
 )
 
@@ -36,6 +37,16 @@ type Catalog interface {
 // scan of the documents under a value.
 type CatalogSeek func(ctx context.Context, from, to string) (v string, ok bool, err error)
 
+// seekAt runs one seek and checks that the engine kept to the range, so
+// that every scan below makes progress.
+func seekAt(ctx context.Context, seek CatalogSeek, from, to string) (string, bool, error) {
+	v, ok, err := seek(ctx, from, to)
+	if err == nil && ok && (v < from || (to != "" && v >= to)) {
+		return "", false, fmt.Errorf("catalog seek in [%q, %q) returned %q", from, to, v)
+	}
+	return v, ok, err
+}
+
 // above is the smallest string greater than s.
 func above(s string) string { return s + "\x00" }
 
@@ -58,7 +69,7 @@ func ListDatabases(ctx context.Context, dbs CatalogSeek, live func(db string) Ca
 		from = above(after)
 	}
 	for len(out) < limit {
-		d, ok, err := dbs(ctx, from, "")
+		d, ok, err := seekAt(ctx, dbs, from, "")
 		if err != nil || !ok {
 			return out, err
 		}
@@ -79,7 +90,7 @@ func ListDatabases(ctx context.Context, dbs CatalogSeek, live func(db string) Ca
 }
 
 func hasAny(ctx context.Context, seek CatalogSeek, from, to string) (bool, error) {
-	_, ok, err := seek(ctx, from, to)
+	_, ok, err := seekAt(ctx, seek, from, to)
 	return ok, err
 }
 
@@ -109,12 +120,9 @@ func ListCollections(ctx context.Context, seek CatalogSeek, parent, after string
 		if to != "" && from >= to {
 			break
 		}
-		v, ok, err := seek(ctx, from, to)
+		v, ok, err := seekAt(ctx, seek, from, to)
 		if err != nil || !ok {
 			return out, err
-		}
-		if !strings.HasPrefix(v, prefix) { // an engine returning out of range
-			break
 		}
 		if parent == "" && IsSystemPath(v) {
 			from = systemEnd
@@ -142,15 +150,12 @@ func ListShapes(ctx context.Context, seek CatalogSeek, after string, limit int) 
 	}
 	var out []string
 	for len(out) < limit {
-		v, ok, err := seek(ctx, from, "")
+		v, ok, err := seekAt(ctx, seek, from, "")
 		if err != nil || !ok {
 			return out, err
 		}
 		switch {
 		case IsSystemPath(v):
-			if from >= systemEnd {
-				return out, nil // an engine returning out of range
-			}
 			from = systemEnd
 			continue
 		case strings.Contains(v, "/"):
