@@ -2,8 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -29,14 +27,22 @@ var catalogSQL = map[string]string{
 	"shapeTo":      `SELECT shape FROM docs WHERE db = ?1 AND shape >= ?2 AND shape < ?3 AND deleted = 0 ORDER BY shape LIMIT 1`,
 }
 
-// seek runs one catalog seek on the read pool.
+// seek runs one catalog seek on the read pool, prepared once (the five
+// texts stay in the statement cache).
 func (s *Store) seek(ctx context.Context, query string, args ...any) (string, bool, error) {
-	var v string
-	err := s.rdb.QueryRowContext(ctx, query, args...).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
+	rows, err := s.queries.query(ctx, s.rdb, query, args...)
+	if err != nil {
+		return "", false, s.readErr("catalog", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return "", false, s.readErr("catalog", err)
+		}
 		return "", false, nil
 	}
-	if err != nil {
+	var v string
+	if err := rows.Scan(&v); err != nil {
 		return "", false, s.readErr("catalog", err)
 	}
 	return v, true, nil

@@ -136,6 +136,19 @@ func testCatalog(t *testing.T, f Factory) {
 		}
 	}
 
+	// A cancelled context stops every listing.
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if _, err := c.Databases(cctx, "", 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("Databases on a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := c.Collections(cctx, "alpha", "", "", 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("Collections on a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := c.Shapes(cctx, "alpha", "", 10); !errors.Is(err, context.Canceled) {
+		t.Errorf("Shapes on a cancelled context: %v, want context.Canceled", err)
+	}
+
 	// A collection reappears with its first live document again.
 	h.mustCommit("alpha", h.create("gone/g2", `{}`))
 	check("Collections(alpha, top) after a create", []string{"Zeta", "gone", "notes", "notes-x"}, colls("alpha", ""))
