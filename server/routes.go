@@ -55,6 +55,7 @@ func (s *Server) routes() *gin.Engine {
 	s.syntrixReplicationRoutes(r)
 	s.triggerRoutes(r)
 	s.triggerAPIRoutes(r)
+	s.catalogRoutes(r)
 	if s.webhooks != nil {
 		// Signed deliveries, not API calls: no API-key authentication.
 		r.POST("/webhooks/*name", s.budgetBody, gin.WrapH(s.webhooks))

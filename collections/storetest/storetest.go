@@ -56,6 +56,7 @@ func Run(t *testing.T, f Factory) {
 		{"Query", testQuery},
 		{"QueryModel", testQueryModel},
 		{"WildcardSystem", testWildcardSystem},
+		{"Catalog", testCatalog},
 		{"ChangedSince", testChangedSince},
 		{"ChangeLog", testChangeLog},
 		{"ConcurrentTail", testConcurrentTail},

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/loomdb/loom/collections"
+)
+
+// The catalog admin API (README, "The embedded engine"): what the store
+// holds, for browsing. Admin only; answered by engines that implement
+// collections.Catalog.
+const (
+	routeCatalogDatabases = "/admin/v1/databases"
+	routeCatalogDatabase  = "/admin/v1/databases/:db"
+
+	catalogDefaultLimit = 100
+	catalogMaxLimit     = 1000
+
+	codeNotImplemented = "NOT_IMPLEMENTED"
+)
+
+func (s *Server) catalogRoutes(r *gin.Engine) {
+	r.GET(routeCatalogDatabases, s.authenticate, s.requireAdmin, s.catalogDatabases)
+	d := r.Group(routeCatalogDatabase, s.authenticate, s.requireAdmin, s.database)
+	d.GET("/collections", s.catalogCollections)
+	d.GET("/groups", s.catalogGroups)
+}
+
+// catalog returns the store's Catalog, or answers 501.
+func (s *Server) catalog(c *gin.Context) (collections.Catalog, bool) {
+	cat, ok := s.store.(collections.Catalog)
+	if !ok {
+		s.writeError(c, errorf(http.StatusNotImplemented, codeNotImplemented,
+			"This storage engine cannot list databases, collections or collection groups (it does not implement collections.Catalog)."))
+	}
+	return cat, ok
+}
+
+// catalogPage reads `limit` (default 100, at most 1000; larger values are
+// capped, as for queries) and `after`, checked by valid; it answers 400 on
+// a bad value.
+func (s *Server) catalogPage(c *gin.Context, valid func(string) bool, what string) (after string, limit int, ok bool) {
+	limit = catalogDefaultLimit
+	if v, set := c.GetQuery("limit"); set {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "limit must be a positive integer (at most %d).", catalogMaxLimit))
+			return "", 0, false
+		}
+		limit = min(n, catalogMaxLimit)
+	}
+	after = c.Query("after")
+	if after != "" && !valid(after) {
+		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "after must be %s (the nextCursor of the previous page), not %q.", what, truncate(after, 80)))
+		return "", 0, false
+	}
+	return after, limit, true
+}
+
+// nextCursor cuts a page read with limit+1 names to limit and returns the
+// cursor of the next page: the last name, or nil on the last page.
+func nextCursor(names []string, limit int) ([]string, *string) {
+	if len(names) <= limit {
+		return names, nil
+	}
+	names = names[:limit]
+	last := names[limit-1]
+	return names, &last
+}
+
+func (s *Server) catalogDatabases(c *gin.Context) {
+	cat, ok := s.catalog(c)
+	if !ok {
+		return
+	}
+	after, limit, ok := s.catalogPage(c, collections.ValidDatabase, "a database name")
+	if !ok {
+		return
+	}
+	names, err := cat.Databases(c.Request.Context(), after, limit+1)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	names, next := nextCursor(names, limit)
+	if names == nil {
+		names = []string{}
+	}
+	c.JSON(http.StatusOK, gin.H{"databases": names, "nextCursor": next})
+}
+
+type catalogCollection struct {
+	Path string `json:"path"`
+}
+
+func (s *Server) catalogCollections(c *gin.Context) {
+	cat, ok := s.catalog(c)
+	if !ok {
+		return
+	}
+	parent := c.Query("parent")
+	if parent != "" {
+		if err := collections.ValidateDocPath(parent); err != nil {
+			s.writeError(c, err)
+			return
+		}
+	}
+	validColl := func(p string) bool { return collections.ValidateCollectionPath(p) == nil }
+	after, limit, ok := s.catalogPage(c, validColl, "a collection path")
+	if !ok {
+		return
+	}
+	names, err := cat.Collections(c.Request.Context(), c.Param("db"), parent, after, limit+1)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	names, next := nextCursor(names, limit)
+	out := make([]catalogCollection, len(names))
+	for i, n := range names {
+		out[i].Path = n
+	}
+	c.JSON(http.StatusOK, gin.H{"collections": out, "nextCursor": next})
+}
+
+type catalogGroup struct {
+	Pattern string `json:"pattern"`
+}
+
+func (s *Server) catalogGroups(c *gin.Context) {
+	cat, ok := s.catalog(c)
+	if !ok {
+		return
+	}
+	validPattern := func(p string) bool { return collections.ValidateCollectionPattern(p) == nil }
+	after, limit, ok := s.catalogPage(c, validPattern, "a collection group pattern")
+	if !ok {
+		return
+	}
+	names, err := cat.Shapes(c.Request.Context(), c.Param("db"), after, limit+1)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	names, next := nextCursor(names, limit)
+	out := make([]catalogGroup, len(names))
+	for i, n := range names {
+		out[i].Pattern = n
+	}
+	c.JSON(http.StatusOK, gin.H{"groups": out, "nextCursor": next})
+}
