@@ -71,21 +71,37 @@ func nextCursor(names []string, limit int) ([]string, *string) {
 	return names, &last
 }
 
-func (s *Server) catalogDatabases(c *gin.Context) {
+// catalogList answers the parts every listing shares: the engine's Catalog
+// (else 501), the page parameters (after checked by valid, what names it),
+// then list with limit+1 names to find the next cursor. ok is false when an
+// error has been answered.
+func (s *Server) catalogList(c *gin.Context, valid func(string) bool, what string,
+	list func(cat collections.Catalog, after string, limit int) ([]string, error)) (names []string, next *string, ok bool) {
 	cat, ok := s.catalog(c)
 	if !ok {
-		return
+		return nil, nil, false
 	}
-	after, limit, ok := s.catalogPage(c, collections.ValidDatabase, "a database name")
+	after, limit, ok := s.catalogPage(c, valid, what)
+	if !ok {
+		return nil, nil, false
+	}
+	names, err := list(cat, after, limit+1)
+	if err != nil {
+		s.writeError(c, err)
+		return nil, nil, false
+	}
+	names, next = nextCursor(names, limit)
+	return names, next, true
+}
+
+func (s *Server) catalogDatabases(c *gin.Context) {
+	names, next, ok := s.catalogList(c, collections.ValidDatabase, "a database name",
+		func(cat collections.Catalog, after string, limit int) ([]string, error) {
+			return cat.Databases(c.Request.Context(), after, limit)
+		})
 	if !ok {
 		return
 	}
-	names, err := cat.Databases(c.Request.Context(), after, limit+1)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	names, next := nextCursor(names, limit)
 	if names == nil {
 		names = []string{}
 	}
@@ -97,28 +113,20 @@ type catalogCollection struct {
 }
 
 func (s *Server) catalogCollections(c *gin.Context) {
-	cat, ok := s.catalog(c)
-	if !ok {
-		return
-	}
-	parent := c.Query("parent")
-	if parent != "" {
-		if err := collections.ValidateDocPath(parent); err != nil {
-			s.writeError(c, err)
-			return
-		}
-	}
 	validColl := func(p string) bool { return collections.ValidateCollectionPath(p) == nil }
-	after, limit, ok := s.catalogPage(c, validColl, "a collection path")
+	names, next, ok := s.catalogList(c, validColl, "a collection path",
+		func(cat collections.Catalog, after string, limit int) ([]string, error) {
+			parent := c.Query("parent")
+			if parent != "" {
+				if err := collections.ValidateDocPath(parent); err != nil {
+					return nil, err
+				}
+			}
+			return cat.Collections(c.Request.Context(), c.Param("db"), parent, after, limit)
+		})
 	if !ok {
 		return
 	}
-	names, err := cat.Collections(c.Request.Context(), c.Param("db"), parent, after, limit+1)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	names, next := nextCursor(names, limit)
 	out := make([]catalogCollection, len(names))
 	for i, n := range names {
 		out[i].Path = n
@@ -131,21 +139,14 @@ type catalogGroup struct {
 }
 
 func (s *Server) catalogGroups(c *gin.Context) {
-	cat, ok := s.catalog(c)
-	if !ok {
-		return
-	}
 	validPattern := func(p string) bool { return collections.ValidateCollectionPattern(p) == nil }
-	after, limit, ok := s.catalogPage(c, validPattern, "a collection group pattern")
+	names, next, ok := s.catalogList(c, validPattern, "a collection group pattern",
+		func(cat collections.Catalog, after string, limit int) ([]string, error) {
+			return cat.Shapes(c.Request.Context(), c.Param("db"), after, limit)
+		})
 	if !ok {
 		return
 	}
-	names, err := cat.Shapes(c.Request.Context(), c.Param("db"), after, limit+1)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
-	names, next := nextCursor(names, limit)
 	out := make([]catalogGroup, len(names))
 	for i, n := range names {
 		out[i].Pattern = n
