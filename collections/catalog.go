@@ -21,7 +21,8 @@ type Catalog interface {
 	// Collections lists the concrete collections whose parent is parent
 	// ("" = top level, else a document path) and that hold live documents
 	// directly (a collection holding only subcollections is reached through
-	// Shapes). A system parent lists nothing.
+	// Shapes). A system parent lists nothing; a parent that is not a
+	// document path is ErrInvalidPath (storetest checks it).
 	Collections(ctx context.Context, db, parent, after string, limit int) ([]string, error)
 	// Shapes lists the collection shapes of depth 3 or more
 	// ("rooms/*/messages"): the collection groups with live documents.

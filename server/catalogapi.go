@@ -116,13 +116,7 @@ func (s *Server) catalogCollections(c *gin.Context) {
 	validColl := func(p string) bool { return collections.ValidateCollectionPath(p) == nil }
 	names, next, ok := s.catalogList(c, validColl, "a collection path",
 		func(cat collections.Catalog, after string, limit int) ([]string, error) {
-			parent := c.Query("parent")
-			if parent != "" {
-				if err := collections.ValidateDocPath(parent); err != nil {
-					return nil, err
-				}
-			}
-			return cat.Collections(c.Request.Context(), c.Param("db"), parent, after, limit)
+			return cat.Collections(c.Request.Context(), c.Param("db"), c.Query("parent"), after, limit)
 		})
 	if !ok {
 		return
