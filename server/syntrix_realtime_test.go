@@ -160,6 +160,15 @@ func (e *testEnv) postDoc(t testing.TB, headers map[string]string, collection, b
 	}
 }
 
+// sdkDelta is the delta of a RealtimeEvent as the TS SDK declares it:
+// {type, id, document?, timestamp: number}.
+type sdkDelta struct {
+	Type      string         `json:"type"`
+	ID        string         `json:"id"`
+	Document  map[string]any `json:"document"`
+	Timestamp *float64       `json:"timestamp"`
+}
+
 // The SDK's WebSocket session as it happens on every connection: auth-init,
 // the app's subscribe at once (connect() resolves on open), then on
 // auth_ack the same subscribe again with the same id. Both are acknowledged,
@@ -206,13 +215,8 @@ func TestSyntrixRealtime_SDKResubscribesOnAuthAck(t *testing.T) {
 	var ev struct {
 		Type    string `json:"type"`
 		Payload struct {
-			SubID string `json:"subId"`
-			Delta struct {
-				Type      string         `json:"type"`
-				ID        string         `json:"id"`
-				Document  map[string]any `json:"document"`
-				Timestamp *float64       `json:"timestamp"`
-			} `json:"delta"`
+			SubID string   `json:"subId"`
+			Delta sdkDelta `json:"delta"`
 		} `json:"payload"`
 	}
 	if err := json.Unmarshal(got[0].raw, &ev); err != nil || ev.Type != "event" || ev.Payload.SubID != "sub-1" ||
@@ -844,13 +848,8 @@ func TestSyntrixRealtime_SDKSSE(t *testing.T) {
 	env.postDoc(t, alice.h(), "users/"+alice.UID+"/notes", `{"id":"a1","owner":"alice"}`)
 	m := rd.next()
 	var ev struct {
-		SubID string `json:"subId"`
-		Delta struct {
-			Type      string         `json:"type"`
-			ID        string         `json:"id"`
-			Document  map[string]any `json:"document"`
-			Timestamp *float64       `json:"timestamp"`
-		} `json:"delta"`
+		SubID string   `json:"subId"`
+		Delta sdkDelta `json:"delta"`
 	}
 	if m.Type != "event" || json.Unmarshal(m.Payload, &ev) != nil || ev.Delta.Type != "create" || ev.Delta.ID != "a1" ||
 		ev.Delta.Document["owner"] != "alice" || ev.Delta.Timestamp == nil || ev.SubID == "" {

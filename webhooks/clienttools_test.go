@@ -43,6 +43,25 @@ func startClientStack(t *testing.T, model llm.Model, tool config.Tool, roleTools
 	return s
 }
 
+// pendingPick starts a client stack whose researcher always calls
+// pick_file, says "Pick a file." in c1, and waits for the call pending and
+// its task waiting_tool; it returns the task's and the call's paths.
+func pendingPick(t *testing.T) (fake *fakeLLM, s *stack, task, pick string) {
+	t.Helper()
+	fake, model := newFake(t, script{
+		sub: func(n int, req map[string]any) llmtest.Step {
+			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
+		},
+	})
+	s = startClientStack(t, model, pickFile(60000), "pick_file")
+	s.say("c1", "m1", "Pick a file.")
+	task, pick = s.chat("c1")+"/tasks/m1-t0", s.chat("c1")+"/sub-agents/m1-t0/tool-calls/call_pick"
+	s.waitFor("the client call pending", 15*time.Second, func() bool {
+		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
+	})
+	return fake, s, task, pick
+}
+
 // patchAs PATCHes a document as token's user and returns the status.
 func (s *stack) patchAs(path, token, doc string) int {
 	s.t.Helper()
@@ -315,17 +334,7 @@ func TestClientTool_BadCallsFailAtOnce(t *testing.T) {
 // A result for a call whose task has ended is discarded: no tool message,
 // no model step, the task as it was.
 func TestClientTool_ResultAfterTaskEnded(t *testing.T) {
-	fake, model := newFake(t, script{
-		sub: func(n int, req map[string]any) llmtest.Step {
-			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
-		},
-	})
-	s := startClientStack(t, model, pickFile(60000), "pick_file")
-	s.say("c1", "m1", "Pick a file.")
-	task, pick := s.chat("c1")+"/tasks/m1-t0", s.chat("c1")+"/sub-agents/m1-t0/tool-calls/call_pick"
-	s.waitFor("the client call pending", 15*time.Second, func() bool {
-		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
-	})
+	fake, s, task, pick := pendingPick(t)
 	// The task ends meanwhile (as a cancel or a budget stop would end it),
 	// and the result comes with it, before finalize settled the end (which
 	// cancels the pending call: a result after that is refused). One

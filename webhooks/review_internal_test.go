@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
-	"github.com/loomdb/loom/internal/auth"
-	"github.com/loomdb/loom/rules"
 )
 
 // A handler that read a sub-agent before a cancel was settled must not move
@@ -17,12 +14,7 @@ import (
 // a canceled task, forever). Real SQLite through the service key's Docs.
 func TestMoveAgent_NeverRevivesACanceledSubAgent(t *testing.T) {
 	ctx := context.Background()
-	svc, err := access.New(access.Config{Store: openTestStore(t), Rules: rules.Default()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
-	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	docs := (&rulesEnv{store: openTestStore(t)}).serviceDocs()
 	h := offlineHandlers(t, Config{Docs: docs})
 	c := chat{uid: "u1", id: "c1"}
 	sa := taskID("m1", 0)
@@ -102,12 +94,7 @@ func (d cancelOnCreate) Create(ctx context.Context, path string, data map[string
 // does not stay active (nothing else would ever end it).
 func TestAgentInit_CanceledMeanwhileEndsTheSubAgent(t *testing.T) {
 	ctx := context.Background()
-	svc, err := access.New(access.Config{Store: openTestStore(t), Rules: rules.Default()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
-	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	docs := (&rulesEnv{store: openTestStore(t)}).serviceDocs()
 	c := chat{uid: "u1", id: "c1"}
 	sa := taskID("m1", 0)
 	taskPath := c.tasks() + "/" + sa
@@ -141,12 +128,7 @@ func TestChatCancel_MoreTasksThanOnePage(t *testing.T) {
 	chatCancelPage = 3
 	t.Cleanup(func() { chatCancelPage = old })
 	ctx := context.Background()
-	svc, err := access.New(access.Config{Store: openTestStore(t), Rules: rules.Default()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caller := access.CallerOfIdentity(&auth.Identity{UID: "key:agents", Username: "agents", Roles: []string{"service"}, Kind: auth.KindServiceKey})
-	docs := access.NewDocs(svc, "", func(context.Context) (*access.Caller, error) { return caller, nil })
+	docs := (&rulesEnv{store: openTestStore(t)}).serviceDocs()
 	h := offlineHandlers(t, Config{Docs: docs})
 	c := chat{uid: "u1", id: "c1"}
 	mk := func(i int, status string) string {

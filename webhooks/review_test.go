@@ -22,19 +22,8 @@ import (
 // call the settlement missed (created after it queried the pending calls)
 // is canceled when tool-runner sees it, not left to the app.
 func TestReview_NoClientCallForACanceledTask(t *testing.T) {
-	_, model := newFake(t, script{
-		sub: func(n int, req map[string]any) llmtest.Step {
-			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
-		},
-	})
-	s := startClientStack(t, model, pickFile(60000), "pick_file")
-	s.say("c1", "m1", "Pick a file.")
-	chat := s.chat("c1")
-	task, agent := chat+"/tasks/m1-t0", chat+"/sub-agents/m1-t0"
-	pick := agent + "/tool-calls/call_pick"
-	s.waitFor("the client call pending", 15*time.Second, func() bool {
-		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
-	})
+	_, s, task, pick := pendingPick(t)
+	agent := s.chat("c1") + "/sub-agents/m1-t0"
 	if code := s.patchAs(task, s.token, `{"status":"canceled"}`); code != 200 {
 		t.Fatalf("cancel: %d", code)
 	}
@@ -187,17 +176,7 @@ func TestReview_ChatCancelStopsTheRestOfAPlan(t *testing.T) {
 // handler's permanent failure, an operator): the call is canceled, not
 // left pending for the app to run, and a late result is refused.
 func TestReview_FailedTaskCancelsItsPendingClientCalls(t *testing.T) {
-	_, model := newFake(t, script{
-		sub: func(n int, req map[string]any) llmtest.Step {
-			return llmtest.Step{ToolCalls: []llm.ToolCall{call("call_pick", "pick_file", `{"accept":"a"}`)}}
-		},
-	})
-	s := startClientStack(t, model, pickFile(60000), "pick_file")
-	s.say("c1", "m1", "Pick a file.")
-	task, pick := s.chat("c1")+"/tasks/m1-t0", s.chat("c1")+"/sub-agents/m1-t0/tool-calls/call_pick"
-	s.waitFor("the client call pending", 15*time.Second, func() bool {
-		return field(s.get(pick), "status") == "pending" && field(s.get(task), "status") == "waiting_tool"
-	})
+	_, s, task, pick := pendingPick(t)
 	if code := s.patchAs(task, adminKey, `{"status":"failed","error":"stopped"}`); code != 200 {
 		t.Fatalf("ending the task: %d", code)
 	}
