@@ -209,42 +209,11 @@ func (s *Service) SetUserRoles(ctx context.Context, uid string, roles []string) 
 // many it deleted. Access tokens already issued stay valid until they
 // expire.
 func (s *Service) RevokeSessions(ctx context.Context, uid string) (int, error) {
-	q := collections.Query{
-		Collection: colRefresh,
-		Filters:    []collections.Filter{{Field: fieldUID, Op: collections.OpEq, Value: uid}},
-		Limit:      purgePage,
+	n, err := s.deleteRefreshTokens(ctx, collections.Filter{Field: fieldUID, Op: collections.OpEq, Value: uid})
+	if err != nil {
+		return n, fmt.Errorf("auth: revoke sessions: %w", err)
 	}
-	if err := q.Normalize(); err != nil {
-		return 0, fmt.Errorf("auth: revoke sessions: %w", err)
-	}
-	deleted := 0
-	for {
-		res, err := s.store.Query(ctx, s.db, q)
-		if err != nil {
-			return deleted, fmt.Errorf("auth: revoke sessions: %w", err)
-		}
-		if len(res.Docs) == 0 {
-			return deleted, nil
-		}
-		before := deleted
-		for _, d := range res.Docs {
-			// One by one: a token refreshed or logged out meanwhile is gone
-			// already, which is what we want.
-			w := collections.Write{Type: collections.WriteDelete, Path: d.Path}
-			_, err := s.store.Commit(ctx, s.db, []collections.Write{w}, collections.CommitOptions{})
-			if err != nil && !isGone(err) {
-				return deleted, fmt.Errorf("auth: revoke sessions: %w", err)
-			}
-			if err == nil {
-				deleted++
-			}
-		}
-		// Deleted documents drop out of the query: start over; stop when a
-		// round made no progress.
-		if res.NextCursor == "" || deleted == before {
-			return deleted, nil
-		}
-	}
+	return n, nil
 }
 
 // ListServiceKeys lists the service keys by name, at most
