@@ -113,14 +113,8 @@ func (s *Service) ListUsers(ctx context.Context, after, prefix string, limit int
 
 // userInfo loads the admin's view of a user; nil, nil when there is none.
 func (s *Service) userInfo(ctx context.Context, uid string) (*UserInfo, error) {
-	if uid == "" || collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
-		return nil, nil
-	}
-	d, err := s.store.Get(ctx, s.db, docPath(colUsers, uid))
-	if errors.Is(err, collections.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	d, err := s.userDoc(ctx, uid)
+	if d == nil || err != nil {
 		return nil, err
 	}
 	return userInfoOf(uid, d), nil
@@ -165,19 +159,15 @@ func (s *Service) SetUserRoles(ctx context.Context, uid string, roles []string) 
 	if roles == nil {
 		roles = []string{}
 	}
-	notFound := fmt.Errorf("auth: user %q: %w", uid, collections.ErrNotFound)
-	if uid == "" || collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
-		return nil, notFound
-	}
 	path := docPath(colUsers, uid)
 	var info *UserInfo
 	for attempt := 0; ; attempt++ {
-		d, err := s.store.Get(ctx, s.db, path)
-		if errors.Is(err, collections.ErrNotFound) {
-			return nil, notFound
-		}
+		d, err := s.userDoc(ctx, uid)
 		if err != nil {
 			return nil, fmt.Errorf("auth: set roles: %w", err)
+		}
+		if d == nil {
+			return nil, fmt.Errorf("auth: user %q: %w", uid, collections.ErrNotFound)
 		}
 		w := collections.Write{
 			Type:    collections.WriteUpdate,
