@@ -121,13 +121,19 @@ func (s *Service) userInfo(ctx context.Context, uid string) (*UserInfo, error) {
 }
 
 func userInfoOf(uid string, d *collections.Document) *UserInfo {
-	info := &UserInfo{UID: uid, Roles: stringList(d.Data[fieldRoles])}
+	info := &UserInfo{UID: uid, Roles: rolesOf(d)}
 	info.Username, _ = d.Data[fieldUsername].(string)
 	info.CreatedAt, _ = int64Field(d.Data, fieldCreatedAt)
-	if info.Roles == nil {
-		info.Roles = []string{}
-	}
 	return info
+}
+
+// rolesOf is the roles of a _users or _api_keys document as listed: [] (not
+// null) when there are none.
+func rolesOf(d *collections.Document) []string {
+	if r := stringList(d.Data[fieldRoles]); r != nil {
+		return r
+	}
+	return []string{}
 }
 
 // checkRoles validates roles as CreateServiceKey does (at most maxRoles,
@@ -223,12 +229,9 @@ func (s *Service) ListServiceKeys(ctx context.Context) (ServiceKeyList, error) {
 	}
 	out := ServiceKeyList{Keys: make([]ServiceKeyInfo, 0, len(res.Docs)), Truncated: res.NextCursor != ""}
 	for _, d := range res.Docs {
-		k := ServiceKeyInfo{Roles: stringList(d.Data[fieldRoles])}
+		k := ServiceKeyInfo{Roles: rolesOf(d)}
 		k.Name, _ = d.Data[fieldName].(string)
 		k.CreatedAt, _ = int64Field(d.Data, fieldCreatedAt)
-		if k.Roles == nil {
-			k.Roles = []string{}
-		}
 		out.Keys = append(out.Keys, k)
 	}
 	return out, nil
