@@ -136,10 +136,15 @@ func (s *Server) listKeys(c *gin.Context) {
 
 // lastReload remembers the outcome of the last rules reload.
 type lastReload struct {
-	mu   sync.Mutex
-	done bool
-	at   time.Time
-	err  string // "" when it succeeded
+	// serial runs one reload at a time (reloadRules holds it from reading
+	// the file to recording the outcome), so two concurrent reloads cannot
+	// install an older file's rules after a newer one's, and the recorded
+	// outcome is that of the rules in force.
+	serial sync.Mutex
+	mu     sync.Mutex
+	done   bool
+	at     time.Time
+	err    string // "" when it succeeded
 }
 
 func (l *lastReload) record(err error) {

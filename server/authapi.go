@@ -182,6 +182,8 @@ func (s *Server) me(c *gin.Context) {
 // a bad file keeps the current rules and reports why. The built-in rules
 // (no file) stay as they are.
 func (s *Server) reloadRules(c *gin.Context) {
+	s.rulesReload.serial.Lock()
+	defer s.rulesReload.serial.Unlock()
 	if s.rulesBuiltin {
 		s.rulesReload.record(nil)
 		n := s.access.Rules().Len()

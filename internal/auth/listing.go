@@ -113,27 +113,27 @@ func (s *Service) ListUsers(ctx context.Context, after, prefix string, limit int
 
 // userInfo loads the admin's view of a user; nil, nil when there is none.
 func (s *Service) userInfo(ctx context.Context, uid string) (*UserInfo, error) {
-	if uid == "" || collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
-		return nil, nil
-	}
-	d, err := s.store.Get(ctx, s.db, docPath(colUsers, uid))
-	if errors.Is(err, collections.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	d, err := s.userDoc(ctx, uid)
+	if d == nil || err != nil {
 		return nil, err
 	}
 	return userInfoOf(uid, d), nil
 }
 
 func userInfoOf(uid string, d *collections.Document) *UserInfo {
-	info := &UserInfo{UID: uid, Roles: stringList(d.Data[fieldRoles])}
+	info := &UserInfo{UID: uid, Roles: rolesOf(d)}
 	info.Username, _ = d.Data[fieldUsername].(string)
 	info.CreatedAt, _ = int64Field(d.Data, fieldCreatedAt)
-	if info.Roles == nil {
-		info.Roles = []string{}
-	}
 	return info
+}
+
+// rolesOf is the roles of a _users or _api_keys document as listed: [] (not
+// null) when there are none.
+func rolesOf(d *collections.Document) []string {
+	if r := stringList(d.Data[fieldRoles]); r != nil {
+		return r
+	}
+	return []string{}
 }
 
 // checkRoles validates roles as CreateServiceKey does (at most maxRoles,
@@ -165,19 +165,15 @@ func (s *Service) SetUserRoles(ctx context.Context, uid string, roles []string) 
 	if roles == nil {
 		roles = []string{}
 	}
-	notFound := fmt.Errorf("auth: user %q: %w", uid, collections.ErrNotFound)
-	if uid == "" || collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
-		return nil, notFound
-	}
 	path := docPath(colUsers, uid)
 	var info *UserInfo
 	for attempt := 0; ; attempt++ {
-		d, err := s.store.Get(ctx, s.db, path)
-		if errors.Is(err, collections.ErrNotFound) {
-			return nil, notFound
-		}
+		d, err := s.userDoc(ctx, uid)
 		if err != nil {
 			return nil, fmt.Errorf("auth: set roles: %w", err)
+		}
+		if d == nil {
+			return nil, fmt.Errorf("auth: user %q: %w", uid, collections.ErrNotFound)
 		}
 		w := collections.Write{
 			Type:    collections.WriteUpdate,
@@ -209,42 +205,11 @@ func (s *Service) SetUserRoles(ctx context.Context, uid string, roles []string) 
 // many it deleted. Access tokens already issued stay valid until they
 // expire.
 func (s *Service) RevokeSessions(ctx context.Context, uid string) (int, error) {
-	q := collections.Query{
-		Collection: colRefresh,
-		Filters:    []collections.Filter{{Field: fieldUID, Op: collections.OpEq, Value: uid}},
-		Limit:      purgePage,
+	n, err := s.deleteRefreshTokens(ctx, collections.Filter{Field: fieldUID, Op: collections.OpEq, Value: uid})
+	if err != nil {
+		return n, fmt.Errorf("auth: revoke sessions: %w", err)
 	}
-	if err := q.Normalize(); err != nil {
-		return 0, fmt.Errorf("auth: revoke sessions: %w", err)
-	}
-	deleted := 0
-	for {
-		res, err := s.store.Query(ctx, s.db, q)
-		if err != nil {
-			return deleted, fmt.Errorf("auth: revoke sessions: %w", err)
-		}
-		if len(res.Docs) == 0 {
-			return deleted, nil
-		}
-		before := deleted
-		for _, d := range res.Docs {
-			// One by one: a token refreshed or logged out meanwhile is gone
-			// already, which is what we want.
-			w := collections.Write{Type: collections.WriteDelete, Path: d.Path}
-			_, err := s.store.Commit(ctx, s.db, []collections.Write{w}, collections.CommitOptions{})
-			if err != nil && !isGone(err) {
-				return deleted, fmt.Errorf("auth: revoke sessions: %w", err)
-			}
-			if err == nil {
-				deleted++
-			}
-		}
-		// Deleted documents drop out of the query: start over; stop when a
-		// round made no progress.
-		if res.NextCursor == "" || deleted == before {
-			return deleted, nil
-		}
-	}
+	return n, nil
 }
 
 // ListServiceKeys lists the service keys by name, at most
@@ -264,12 +229,9 @@ func (s *Service) ListServiceKeys(ctx context.Context) (ServiceKeyList, error) {
 	}
 	out := ServiceKeyList{Keys: make([]ServiceKeyInfo, 0, len(res.Docs)), Truncated: res.NextCursor != ""}
 	for _, d := range res.Docs {
-		k := ServiceKeyInfo{Roles: stringList(d.Data[fieldRoles])}
+		k := ServiceKeyInfo{Roles: rolesOf(d)}
 		k.Name, _ = d.Data[fieldName].(string)
 		k.CreatedAt, _ = int64Field(d.Data, fieldCreatedAt)
-		if k.Roles == nil {
-			k.Roles = []string{}
-		}
 		out.Keys = append(out.Keys, k)
 	}
 	return out, nil

@@ -18,19 +18,31 @@ const purgePage = 500
 // the Service runs this every hour, so callers rarely need to.
 func (s *Service) PurgeExpired(ctx context.Context) (int, error) {
 	cutoff := json.Number(strconv.FormatInt(s.now().UnixMilli(), 10))
+	n, err := s.deleteRefreshTokens(ctx, collections.Filter{Field: fieldExpiresAt, Op: collections.OpLe, Value: cutoff})
+	if err != nil {
+		return n, fmt.Errorf("auth: purge: %w", err)
+	}
+	return n, nil
+}
+
+// deleteRefreshTokens deletes the refresh tokens that match f, purgePage
+// per commit, and returns how many it deleted (PurgeExpired,
+// RevokeSessions). A token refreshed or logged out meanwhile is gone
+// already, which is what the callers want.
+func (s *Service) deleteRefreshTokens(ctx context.Context, f collections.Filter) (int, error) {
 	q := collections.Query{
 		Collection: colRefresh,
-		Filters:    []collections.Filter{{Field: fieldExpiresAt, Op: collections.OpLe, Value: cutoff}},
+		Filters:    []collections.Filter{f},
 		Limit:      purgePage,
 	}
 	if err := q.Normalize(); err != nil {
-		return 0, fmt.Errorf("auth: purge: %w", err)
+		return 0, err
 	}
 	deleted := 0
 	for {
 		res, err := s.store.Query(ctx, s.db, q)
 		if err != nil {
-			return deleted, fmt.Errorf("auth: purge: %w", err)
+			return deleted, err
 		}
 		if len(res.Docs) == 0 {
 			return deleted, nil
@@ -48,14 +60,14 @@ func (s *Service) PurgeExpired(ctx context.Context) (int, error) {
 			for _, w := range writes {
 				_, err := s.store.Commit(ctx, s.db, []collections.Write{w}, collections.CommitOptions{})
 				if err != nil && !isGone(err) {
-					return deleted, fmt.Errorf("auth: purge: %w", err)
+					return deleted, err
 				}
 				if err == nil {
 					deleted++
 				}
 			}
 		} else {
-			return deleted, fmt.Errorf("auth: purge: %w", err)
+			return deleted, err
 		}
 		// Deleted documents drop out of the query, so start over rather
 		// than continue after a cursor; stop when a round made no progress.

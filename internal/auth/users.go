@@ -258,16 +258,22 @@ func (s *Service) userByName(ctx context.Context, username string) (*user, error
 	return s.userByUID(ctx, uid)
 }
 
-// userByUID loads a user; nil, nil when there is none.
-func (s *Service) userByUID(ctx context.Context, uid string) (*user, error) {
-	if collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
+// userDoc loads a user's _users document; nil, nil when there is none.
+func (s *Service) userDoc(ctx context.Context, uid string) (*collections.Document, error) {
+	if uid == "" || collections.ValidateDocPath(docPath(colUsers, uid)) != nil {
 		return nil, nil
 	}
 	d, err := s.store.Get(ctx, s.db, docPath(colUsers, uid))
 	if errors.Is(err, collections.ErrNotFound) {
 		return nil, nil
 	}
-	if err != nil {
+	return d, err
+}
+
+// userByUID loads a user; nil, nil when there is none.
+func (s *Service) userByUID(ctx context.Context, uid string) (*user, error) {
+	d, err := s.userDoc(ctx, uid)
+	if d == nil || err != nil {
 		return nil, err
 	}
 	u := &user{uid: uid, roles: stringList(d.Data[fieldRoles])}
