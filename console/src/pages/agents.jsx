@@ -23,7 +23,7 @@ function ask(uid, chatId, content) {
   });
 }
 
-function ChatList({ current }) {
+function ChatList({ current, tick }) {
   const [uid, setUid] = useState('');
   const [state, setState] = useState({ chats: [], cursor: null, error: null, loading: false, loaded: false });
   const key = uid.trim();
@@ -53,11 +53,12 @@ function ChatList({ current }) {
       if (g === gen.current) setState((s) => ({ ...s, error, loading: false, loaded: true }));
     }
   }
-  // Listed again when the user filter changes and when another chat is
-  // opened (a chat just started from the form then shows in the list).
+  // Listed again when the user filter changes, when another chat is
+  // opened, and when the open chat's document appears or its run changes
+  // state (a chat started from the form exists once the orchestrator ran).
   useEffect(() => {
     load(null);
-  }, [key, current?.uid, current?.chatId]);
+  }, [key, current?.uid, current?.chatId, tick]);
 
   return (
     <div class="side panel" data-testid="agents-chats">
@@ -198,10 +199,14 @@ function CancelRun({ chat }) {
   );
 }
 
-function Run({ uid, chatId }) {
+function Run({ uid, chatId, onChat }) {
   const live = useRun(uid, chatId);
   const run = buildRun(live.docs, chatId);
   const chat = run.chat;
+  const chatState = chat ? `${chat.runStatus}/${chat.status}` : '';
+  useEffect(() => {
+    if (chatState) onChat();
+  }, [chatState]);
   return (
     <div class="grow" data-testid="agents-run">
       <div class="panel">
@@ -247,13 +252,14 @@ function Run({ uid, chatId }) {
 export default function Agents({ parts }) {
   const [uid, chatId] = parts;
   const current = uid && chatId ? { uid, chatId } : null;
+  const [tick, setTick] = useState(0);
   return (
     <>
       <Header title="Agent runs" />
       <div class="cols">
-        <ChatList current={current} />
+        <ChatList current={current} tick={tick} />
         {current ? (
-          <Run uid={uid} chatId={chatId} key={`${uid}/${chatId}`} />
+          <Run uid={uid} chatId={chatId} key={`${uid}/${chatId}`} onChat={() => setTick((t) => t + 1)} />
         ) : (
           <div class="grow panel muted">Pick a chat, or start one for a user.</div>
         )}

@@ -1,0 +1,57 @@
+// Agent runs: a user's question answered by the offline model (delegation,
+// the calculator, the final answer), followed live in the timeline; then a
+// second question from the Ask box and a chat started from the New chat form.
+export const name = 'agents';
+
+export default async function (t) {
+  const { uid } = await t.signUp('agents-alice', 'correct horse battery');
+  // As a chat app would (here as the admin): the first user message of a chat.
+  const put = await t.api('PUT', `/api/v1/databases/default/documents/users/${uid}/orch-chats/agents-c1/messages/m1`, {
+    doc: { role: 'user', content: 'What is 6*7?' },
+  });
+  t.assert(put.status === 200 || put.status === 201, `put message: ${put.status} ${JSON.stringify(put.body)}`);
+
+  await t.signIn();
+  await t.id('nav-agents').click();
+  // Narrow the picker to this user, then open the chat.
+  await t.id('agents-filter-uid').fill(uid);
+  await t.id('agents-filter-uid').press('Enter');
+  await t.id('agents-chat-agents-c1').click();
+  await t.id('agents-timeline').waitFor();
+  await t.expectText(t.id('agents-live'), 'live');
+
+  await t.expectText(t.id('tl-user').first(), 'What is 6*7?');
+  await t.expectText(t.id('tl-decision').first(), 'delegate_task');
+  await t.expectText(t.id('tl-answer').first(), 'Result: {"result":42}', { timeout: 30000 });
+  await t.expectText(t.id('task-status').first(), 'success');
+  await t.expectText(t.id('subagent-status').first(), 'completed');
+  const call = t.id('tl-toolcall').first();
+  await t.expectText(call, 'calculator');
+  await t.expectText(call.getByTestId('toolcall-status'), 'success');
+  const took = await call.getByTestId('toolcall-duration').innerText();
+  t.assert(/^\d+(\.\d+)? (ms|s)$/.test(took.trim()), `tool call duration: ${JSON.stringify(took)}`);
+  await call.getByTestId('toolcall-result').locator('summary').click();
+  await t.expectText(call.getByTestId('toolcall-result'), '42');
+  await t.expectText(t.id('agents-tokens'), 'by sub-agents');
+  await t.expectText(t.id('agents-status'), 'idle');
+
+  // A follow-up from the Ask box arrives in the same timeline, live.
+  await t.id('agent-ask').fill('What is 2+3?');
+  await t.id('agent-ask-send').click();
+  await t.expectText(t.id('agents-timeline'), 'Result: {"result":5}', { timeout: 30000 });
+  t.assert((await t.id('tl-answer').count()) === 2, 'two answers in the timeline');
+  const stored = await t.api('POST', '/api/v1/databases/default/query', {
+    collection: `users/${uid}/orch-chats/agents-c1/messages`,
+    filters: [{ field: 'role', op: '==', value: 'user' }],
+  });
+  t.assert(stored.body.docs.length === 2, `user messages stored: ${JSON.stringify(stored.body)}`);
+  await t.page.evaluate(() => window.scrollTo(0, 0));
+  await t.shot('agents');
+
+  // A new chat for the user, started from the form: its own run, listed.
+  await t.id('agents-new-text').fill('What is 10-3?');
+  await t.id('agents-new-submit').click();
+  await t.expectText(t.id('agents-timeline'), 'Result: {"result":7}', { timeout: 30000 });
+  t.assert(!(await t.id('agents-timeline').innerText()).includes('6*7'), 'the new chat shows only its own run');
+  await t.eventually(async () => (await t.page.locator('[data-testid^="agents-chat-"]').count()) >= 2, { what: 'both chats in the picker' });
+}
