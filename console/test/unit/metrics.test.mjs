@@ -1,5 +1,5 @@
 // Unit tests of the console's /metrics parser (src/metrics.js), run by
-// `node --test test/unit/` (console/unit_test.go runs them under go test).
+// `node --test test/unit/*.test.mjs` (console/unit_test.go runs them under go test).
 // testdata/metrics.txt is GET /metrics of a real `loom serve` after an agent
 // run, a few writes and one open SSE connection.
 import { test } from 'node:test';
