@@ -10,6 +10,11 @@ export default async function (t) {
     doc: { role: 'user', content: 'What is 6*7?' },
   });
   t.assert(put.status === 200 || put.status === 201, `put message: ${put.status} ${JSON.stringify(put.body)}`);
+  // The orchestrator creates the chat document; the picker lists chats by it.
+  await t.eventually(
+    async () => (await t.api('GET', `/api/v1/databases/default/documents/users/${uid}/orch-chats/agents-c1`)).status === 200,
+    { timeout: 30000, what: 'the chat document' },
+  );
 
   await t.signIn();
   await t.id('nav-agents').click();
