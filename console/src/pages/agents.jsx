@@ -24,6 +24,9 @@ function ask(uid, chatId, content) {
 }
 
 function ChatList({ current, tick }) {
+  // The field's text, and the uid the list is filtered by (set on Enter or
+  // when the field loses focus, not on every keystroke).
+  const [text, setText] = useState('');
   const [uid, setUid] = useState('');
   const [state, setState] = useState({ chats: [], cursor: null, error: null, loading: false, loaded: false });
   const key = uid.trim();
@@ -66,7 +69,8 @@ function ChatList({ current, tick }) {
         <input
           data-testid="agents-filter-uid"
           placeholder="User uid (all users)"
-          value={uid}
+          value={text}
+          onInput={(e) => setText(e.currentTarget.value)}
           onChange={(e) => setUid(e.currentTarget.value)}
         />
         <button data-testid="agents-refresh" onClick={() => load(null)} disabled={state.loading}>
@@ -99,13 +103,17 @@ function ChatList({ current, tick }) {
 }
 
 function NewChat({ defaultUid }) {
-  const [uid, setUid] = useState('');
+  const [uid, setUid] = useState(defaultUid);
+  // The picker's user filter, when set, is the natural default.
+  useEffect(() => {
+    if (defaultUid) setUid(defaultUid);
+  }, [defaultUid]);
   const [text, setText] = useState('');
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
   async function submit(e) {
     e.preventDefault();
-    const u = (uid || defaultUid).trim();
+    const u = uid.trim();
     const chatId = newId('c');
     setBusy(true);
     setError(null);
@@ -124,7 +132,7 @@ function NewChat({ defaultUid }) {
       <h3>New chat</h3>
       <label>
         For the user (uid)
-        <input data-testid="agents-new-uid" value={uid || defaultUid} required onInput={(e) => setUid(e.currentTarget.value)} />
+        <input data-testid="agents-new-uid" value={uid} required onInput={(e) => setUid(e.currentTarget.value)} />
       </label>
       <label>
         First message
