@@ -34,8 +34,10 @@ const (
 	cacheNever      = "no-store"
 )
 
-// hashedAsset matches the build's content-hashed names (app.<hash>.js).
-var hashedAsset = regexp.MustCompile(`\.[0-9a-f]{8,}\.(js|css)$`)
+// hashedAsset matches content-hashed names: esbuild's app.<HASH>.js (8+
+// characters of [A-Z0-9], what console/build.mjs emits) or a lowercase hex
+// hash of 8+ digits.
+var hashedAsset = regexp.MustCompile(`\.([0-9A-Z]{8,}|[0-9a-f]{8,})\.(js|css)$`)
 
 // consoleTypes fixes the Content-Type of the files a build emits, so it
 // does not depend on the host's mime tables (and nothing is sniffed).
