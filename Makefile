@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/loom
 
-.PHONY: all build run test vet fmt-check clients unit bench fuzz clean
+.PHONY: all build run test vet fmt-check clients console-deps console console-check unit bench fuzz clean
 
 all: build
 
@@ -18,7 +18,7 @@ run: build
 	./$(BIN) serve
 
 # Everything CI runs: formatting, vet, and every test (race detector on).
-test: fmt-check vet clients unit
+test: fmt-check vet clients console-check unit
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -34,6 +34,32 @@ clients:
 		echo "npm not found: the RxDB client compatibility test will be skipped"; \
 	elif [ ! -f clients/rxdb/node_modules/.package-lock.json ] || [ clients/rxdb/package-lock.json -nt clients/rxdb/node_modules/.package-lock.json ]; then \
 		cd clients/rxdb && npm ci --no-audit --no-fund; \
+	fi
+
+# The console (console/): its built assets are committed in console/dist and
+# embedded in the binary, so `make build` and `make run` need no Node.
+# console-deps installs the pinned esbuild, Preact and playwright-core (no
+# browser download: the browser tests drive Debian's chromium).
+console-deps:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "npm not found: the console build check and browser tests will be skipped"; \
+	elif [ ! -f console/node_modules/.package-lock.json ] || [ console/package-lock.json -nt console/node_modules/.package-lock.json ]; then \
+		cd console && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund; \
+	fi
+
+# Rebuilds console/dist from console/src; commit the result.
+console: console-deps
+	cd console && node build.mjs
+
+# The committed console/dist must be exactly what the sources build to.
+console-check: console-deps
+	@if ! command -v node >/dev/null 2>&1; then \
+		echo "node not found: skipping the console/dist freshness check"; \
+	else \
+		tmp=$$(mktemp -d) && (cd console && OUT=$$tmp node build.mjs >/dev/null) && \
+		if ! diff -r $$tmp console/dist >/dev/null; then \
+			echo "console/dist is stale: run 'make console' and commit console/dist"; diff -r $$tmp console/dist | head -20; rm -rf $$tmp; exit 1; \
+		fi; rm -rf $$tmp; echo "console/dist matches a fresh build of console/src"; \
 	fi
 
 unit:

@@ -1,0 +1,6 @@
+// Placeholder until the agents page lands (issue 17 slice in progress).
+import { Header } from '../ui.jsx';
+
+export default function Page() {
+  return <Header title="agents" />;
+}

@@ -1,0 +1,31 @@
+// Hash routing: /console/#/<page>/<part>/<part>?<params>. The server serves
+// one index.html, so no path needs a server-side fallback.
+import { signal } from '@preact/signals';
+
+function parse() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [path, qs = ''] = raw.split('?');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  return { page: parts[0] || 'data', parts: parts.slice(1), params: new URLSearchParams(qs) };
+}
+
+/** The current route: {page, parts, params}. */
+export const route = signal(parse());
+addEventListener('hashchange', () => {
+  route.value = parse();
+});
+
+/** The hash link of a page and its parts (each part URL-encoded). */
+export function href(page, ...parts) {
+  const last = parts.length && typeof parts[parts.length - 1] === 'object' ? parts.pop() : null;
+  let h = `#/${[page, ...parts.filter((p) => p !== undefined && p !== '')].map(encodeURIComponent).join('/')}`;
+  if (last) {
+    const qs = new URLSearchParams(Object.entries(last).filter(([, v]) => v !== undefined && v !== null && v !== '')).toString();
+    if (qs) h += `?${qs}`;
+  }
+  return h;
+}
+
+export function navigate(page, ...parts) {
+  location.hash = href(page, ...parts);
+}
