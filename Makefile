@@ -96,5 +96,5 @@ clean:
 # them): the browser scenarios save one per page (t.shot) while they run.
 # Needs Node and Chromium, as the browser tests do; make test never writes them.
 .PHONY: screenshots
-screenshots:
+screenshots: console-deps
 	LOOM_REQUIRE_BROWSER=1 LOOM_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run TestConsoleBrowser ./console/
