@@ -66,7 +66,12 @@ func TestConsoleBrowser(t *testing.T) {
 	s := apptest.Start(t, apptest.Options{
 		Agents: true, // the shipped triggers and the offline model: agent runs finish
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Config: func(c *config.Config) { c.Security.RulesFile = rulesFile },
+		Config: func(c *config.Config) {
+			c.Security.RulesFile = rulesFile
+			// Scenarios sign up users freely from one address; the
+			// signup limit (a burst of 10) is not what they test.
+			c.Auth.SignupRate = -1
+		},
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
