@@ -84,6 +84,8 @@ func TestConsoleBrowser(t *testing.T) {
 		"LOOM_RECEIVER="+rc.URL,
 		"LOOM_RULES_FILE="+rulesFile,
 		"LOOM_CHROMIUM="+chromium,
+		// Playwright's errors otherwise carry terminal colour codes into the log.
+		"FORCE_COLOR=0",
 	)
 	out := &lineLogger{t: t, prefix: "node: "}
 	cmd.Stdout, cmd.Stderr = out, out

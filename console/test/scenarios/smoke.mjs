@@ -23,6 +23,7 @@ export default async function (t) {
   await t.id('signin-form').waitFor();
   t.assert(!(await t.id('nav').isVisible()), 'the nav shows without a session');
   for (const route of ['#/data', '#/triggers', '#/access', '#/health']) {
+    await page.goto('about:blank'); // a fresh load, as a bookmarked link is
     await page.goto(`${t.url}/console/${route}`);
     await t.id('signin-form').waitFor();
     t.assert(!(await t.id('nav').isVisible()), `the nav shows at ${route} without a session`);
@@ -36,9 +37,12 @@ export default async function (t) {
   await t.id('signin-error').waitFor();
   t.assert(!(await t.id('nav').isVisible()), 'a wrong key shows the nav');
 
-  // The admin key signs in, and nothing the page can read keeps a credential.
+  // The admin key signs in, on the page the link named, and nothing the
+  // page can read keeps a credential.
+  await page.goto(`${t.url}/console/#/health`);
   await t.signIn();
   await t.expectText(t.id('nav-user'), 'admin');
+  await t.id('page-health').waitFor();
   const stored = await page.evaluate(() => {
     const dump = (s) => Array.from({ length: s.length }, (_, i) => `${s.key(i)}=${s.getItem(s.key(i))}`).join('\n');
     return { local: dump(localStorage), session: dump(sessionStorage), cookie: document.cookie };
@@ -51,7 +55,7 @@ export default async function (t) {
 
   // A reload signs in again through the cookie, without the form.
   await page.reload();
-  await t.id('nav').waitFor();
+  await t.id('page-health').waitFor();
   await t.expectText(t.id('nav-user'), 'admin');
 
   // Sign-out ends the session on the server too: a reload shows the form.
