@@ -101,6 +101,16 @@ export function makeT({ env, context, page, name }) {
       return send(env.url + path, method, body, { Authorization: `Bearer ${env.adminKey}`, ...headers });
     },
 
+    /** Signs a user up (anonymously, as an app would) → {uid, token}. */
+    async signUp(username, password) {
+      const up = await t.api('POST', '/auth/v1/signup', { username, password }, { Authorization: null });
+      if (up.status !== 200) throw new Error(`signup ${username}: ${up.status} ${JSON.stringify(up.body)}`);
+      const token = up.body.access_token;
+      const me = await t.api('GET', '/auth/v1/me', null, { Authorization: `Bearer ${token}` });
+      if (me.status !== 200) throw new Error(`me ${username}: ${me.status} ${JSON.stringify(me.body)}`);
+      return { uid: me.body.uid, token };
+    },
+
     /**
      * Opens the console on p (default t.page) and submits the sign-in form
      * with creds: {key} (the admin key when creds is omitted) or

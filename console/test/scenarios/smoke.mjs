@@ -68,17 +68,14 @@ export default async function (t) {
   // A user without the admin role is refused; promoted, they get in.
   const username = 'console-smoke';
   const password = 'smoke-password-0123';
-  const up = await t.api('POST', '/auth/v1/signup', { username, password }, { Authorization: null });
-  t.assert(up.status === 200, `signup: ${up.status} ${JSON.stringify(up.body)}`);
-  const me = await t.api('GET', '/auth/v1/me', null, { Authorization: `Bearer ${up.body.access_token}` });
-  t.assert(me.status === 200 && me.body.uid, `me: ${me.status} ${JSON.stringify(me.body)}`);
+  const user = await t.signUp(username, password);
 
   const refused = await t.submitSignIn({ username, password });
   t.assert(refused === 403, `a user without the admin role: status ${refused}, want 403`);
   await t.expectText(t.id('signin-error'), 'admin role');
   t.assert(!(await t.id('nav').isVisible()), 'a user without the admin role shows the nav');
 
-  const promote = await t.api('PUT', `/admin/v1/users/${encodeURIComponent(me.body.uid)}/roles`, { roles: ['user', 'admin'] });
+  const promote = await t.api('PUT', `/admin/v1/users/${encodeURIComponent(user.uid)}/roles`, { roles: ['user', 'admin'] });
   t.assert(promote.status === 200, `promote: ${promote.status} ${JSON.stringify(promote.body)}`);
   await t.signInUser(username, password);
   await t.expectText(t.id('nav-user'), username);
