@@ -89,6 +89,9 @@ func TestConsoleBrowser(t *testing.T) {
 	)
 	out := &lineLogger{t: t, prefix: "node: "}
 	cmd.Stdout, cmd.Stderr = out, out
+	// On timeout, interrupt first: Playwright then closes the Chromium it
+	// launched, which a kill would leave running. WaitDelay kills later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 5 * time.Second
 	err = cmd.Run()
 	out.close()
