@@ -58,7 +58,7 @@ export async function eventually(fn, { timeout = 10000, interval = 100, what = '
 
 /**
  * makeT builds a scenario's `t` over its fresh browser context and page.
- * env is harnessEnv(); rules is the rules file's original text.
+ * env is harnessEnv(); name is the scenario's.
  */
 export function makeT({ env, context, page, name }) {
   const id = (testid, p = page) => p.getByTestId(testid);
