@@ -32,7 +32,7 @@ export default function Data({ parts }) {
     <>
       <Header title="Data">{db ? <Crumbs db={db} segs={segs} /> : null}</Header>
       <div class="cols">
-        <div class="side panel">
+        <div class="side panel data-side">
           <Tree current={{ db, path }} />
         </div>
         <div class="grow">{body}</div>
