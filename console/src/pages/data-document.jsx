@@ -44,7 +44,7 @@ function Envelope({ doc }) {
  * The 412 answer of a save or delete: the current document (null when it
  * was deleted meanwhile) beside the edit, with the ways out.
  */
-function Conflict({ conflict, mine, onReload, onRetry, busy }) {
+function Conflict({ conflict, mine, invalid, onReload, onRetry, busy }) {
   const { current, action } = conflict;
   return (
     <div class="panel conflict" data-testid="doc-conflict" role="alert">
@@ -79,7 +79,7 @@ function Conflict({ conflict, mine, onReload, onRetry, busy }) {
           </button>
         ) : null}
         {current && action === 'save' ? (
-          <button class="danger" data-testid="conflict-overwrite" onClick={onRetry} disabled={busy}>
+          <button class="danger" data-testid="conflict-overwrite" onClick={onRetry} disabled={busy || invalid}>
             Overwrite
           </button>
         ) : null}
@@ -89,7 +89,7 @@ function Conflict({ conflict, mine, onReload, onRetry, busy }) {
           </button>
         ) : null}
         {!current && action === 'save' ? (
-          <button data-testid="conflict-recreate" onClick={onRetry} disabled={busy}>
+          <button data-testid="conflict-recreate" onClick={onRetry} disabled={busy || invalid}>
             Recreate from my edit
           </button>
         ) : null}
@@ -191,6 +191,7 @@ function Editor({ db, path, loaded }) {
         <Conflict
           conflict={conflict}
           mine={text}
+          invalid={!!parsed.error}
           busy={busy}
           onReload={() => adopt(conflict.current, 'Reloaded the current version.')}
           onRetry={() => (conflict.action === 'delete' ? remove(conflict.current.version) : save(conflict.current ? conflict.current.version : null))}
