@@ -125,10 +125,11 @@ export default async function (t) {
   await id('query-more').click();
   await t.eventually(async () => (await results.count()) === ann, { what: `all ${ann} results` });
   t.assert((await id('query-more').count()) === 0, 'no More after the last page');
+  await page.evaluate(() => scrollTo(0, 0));
+  await t.shot('query');
   await id('query-curl-toggle').click();
   await t.expectText(id('query-curl-text'), '"op":"=="');
   t.assert(!(await id('query-curl-text').textContent()).includes(t.adminKey), 'the curl line never holds a credential');
-  await t.shot('query');
 
   // A bad query: "in" needs an array; the API's error shows inline.
   await id('filter-op-0').selectOption('in');
