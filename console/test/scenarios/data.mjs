@@ -33,6 +33,8 @@ export default async function (t) {
 
   // The tree: default → rooms → r1 → messages (each level loads when opened).
   await id('tree-db-default').click();
+  await id('db-collection-rooms').waitFor();
+  await id('db-group-rooms/*/messages').waitFor();
   await id('tree-rooms').click();
   await id('collection-view').waitFor();
   await id('doc-row-rooms/r1').waitFor(); // other scenarios' rooms may be listed too
