@@ -44,7 +44,7 @@ function Envelope({ doc }) {
  * The 412 answer of a save or delete: the current document (null when it
  * was deleted meanwhile) beside the edit, with the ways out.
  */
-function Conflict({ conflict, mine, invalid, onReload, onRetry, busy }) {
+function Conflict({ db, collection, conflict, mine, invalid, onReload, onRetry, busy }) {
   const { current, action } = conflict;
   return (
     <div class="panel conflict" data-testid="doc-conflict" role="alert">
@@ -56,7 +56,9 @@ function Conflict({ conflict, mine, invalid, onReload, onRetry, busy }) {
           ).
         </p>
       ) : (
-        <p data-testid="conflict-deleted">It was deleted meanwhile: there is no current version.</p>
+        <p data-testid="conflict-deleted">
+          It was deleted meanwhile: there is no current version. <a href={dataHref(db, collection)}>Back to {collection}</a>
+        </p>
       )}
       <div class="side-by-side">
         <div>
@@ -189,6 +191,8 @@ function Editor({ db, path, loaded }) {
       ) : null}
       {conflict ? (
         <Conflict
+          db={db}
+          collection={doc.collection}
           conflict={conflict}
           mine={text}
           invalid={!!parsed.error}
