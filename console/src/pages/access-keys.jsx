@@ -40,7 +40,7 @@ function Revoke({ name, onDone }) {
     <div class="confirm">
       <span>Revoke {name}? Clients using it get 401 at once.</span>
       {system ? (
-        <label class="inline">
+        <label>
           <input type="checkbox" data-testid="key-revoke-system-ack" checked={ack} onChange={(e) => setAck(e.currentTarget.checked)} />
           Loom issued this key for its own agent runtime: revoking it stops the runtime until the server restarts.
         </label>
@@ -78,7 +78,7 @@ function CreateKey({ onCreated }) {
     }
   }
   return (
-    <form class="row" onSubmit={submit} data-testid="key-form">
+    <form class="row bottom" onSubmit={submit} data-testid="key-form">
       <label>
         Name
         <input data-testid="key-name" value={name} required onInput={(e) => setName(e.currentTarget.value)} />
