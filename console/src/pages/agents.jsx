@@ -65,7 +65,7 @@ function ChatList({ current, tick }) {
 
   return (
     <div class="side panel" data-testid="agents-chats">
-      <div class="row">
+      <div class="row filter">
         <input
           data-testid="agents-filter-uid"
           placeholder="User uid (all users)"

@@ -28,6 +28,13 @@ export default async function (t) {
   await t.eventually(async () => (await t.id('key-row-access-ci').count()) === 0, { what: 'the revoked key to leave the list' });
   t.assert((await use(secret)).status === 401, 'the revoked key is refused');
 
+  // A key that stays (for the page's screenshot and later scenarios).
+  await t.id('key-name').fill('access-reporting');
+  await t.id('key-roles').fill('metrics');
+  await t.id('key-create').click();
+  await t.id('secret-close').click();
+  await t.expectText(t.id('key-row-access-reporting'), 'metrics');
+
   // Loom's own key needs a second confirmation; cancel it.
   await t.id('key-revoke-loom-agents').click();
   t.assert(await t.id('key-revoke-confirm').isDisabled(), 'revoking a system key waits for the acknowledgement');
