@@ -27,14 +27,18 @@ function useScrapes() {
   const timer = useRef(null);
   useEffect(() => {
     let alive = true;
+    let busy = false; // one scrape at a time, whatever woke us
     async function tick() {
       clearTimeout(timer.current);
-      if (document.hidden) return;
+      if (document.hidden || busy) return;
+      busy = true;
       try {
         const s = await scrape();
         if (alive) setState((old) => ({ now: s, before: old.now, error: null }));
       } catch (error) {
         if (alive) setState((old) => ({ ...old, error }));
+      } finally {
+        busy = false;
       }
       if (alive && !document.hidden) timer.current = setTimeout(tick, INTERVAL);
     }
