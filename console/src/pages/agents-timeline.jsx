@@ -44,7 +44,7 @@ function Meta({ children }) {
   return <div class="meta small muted">{children}</div>;
 }
 
-function Message({ doc }) {
+function Message({ doc, onReply }) {
   if (doc.role === 'user') {
     return (
       <li class="tl-user" data-testid="tl-user">
@@ -79,7 +79,7 @@ function Message({ doc }) {
     );
   }
   const kind = doc.kind || (doc.taskId ? 'answer' : 'reply');
-  const testid = kind === 'answer' ? 'tl-answer' : kind === 'tool' ? 'tl-mirror' : 'tl-message';
+  const testid = { answer: 'tl-answer', tool: 'tl-mirror', question: 'tl-question' }[kind] || 'tl-message';
   return (
     <li class={`tl-${kind}`} data-testid={testid}>
       <div class="who">
@@ -91,6 +91,13 @@ function Message({ doc }) {
         <Time value={doc.createdAt} /> · {doc.id}
         {doc.taskId ? ` · task ${doc.taskId}` : ''}
       </Meta>
+      {kind === 'question' ? (
+        // A reply names the question (replyTo), so it reaches this wait even
+        // when several tasks of the chat wait (docs/agent-runs.md).
+        <button class="link small" data-testid="tl-question-reply" onClick={() => onReply(doc.id)}>
+          Reply to this question
+        </button>
+      ) : null}
     </li>
   );
 }
@@ -196,13 +203,13 @@ function Task({ doc, sub, subItems }) {
 }
 
 /** The merged, chronological run (see buildRun). */
-export default function Timeline({ run }) {
+export default function Timeline({ run, onReply }) {
   if (run.items.length === 0) return <p class="muted">No messages in this chat yet.</p>;
   return (
     <ul class="timeline agent-run" data-testid="agents-timeline">
       {run.items.map((it) =>
         it.kind === 'message' ? (
-          <Message key={it.doc.collection + it.doc.id} doc={it.doc} />
+          <Message key={it.doc.collection + it.doc.id} doc={it.doc} onReply={onReply} />
         ) : it.kind === 'task' ? (
           <Task key={it.doc.collection + it.doc.id} doc={it.doc} sub={it.sub} subItems={it.subItems} />
         ) : (

@@ -17,10 +17,10 @@ function newId(prefix) {
 }
 
 /** Writes a user message into a chat: what the `on-user-message` trigger answers. */
-function ask(uid, chatId, content) {
-  return api.put(docURL('default', `users/${uid}/orch-chats/${chatId}/messages/${newId('m')}`), {
-    doc: { role: 'user', content },
-  });
+function ask(uid, chatId, content, replyTo) {
+  const doc = { role: 'user', content };
+  if (replyTo) doc.replyTo = replyTo;
+  return api.put(docURL('default', `users/${uid}/orch-chats/${chatId}/messages/${newId('m')}`), { doc });
 }
 
 function ChatList({ current, tick }) {
@@ -146,7 +146,7 @@ function NewChat({ defaultUid }) {
   );
 }
 
-function AskBox({ uid, chatId, disabled }) {
+function AskBox({ uid, chatId, disabled, replyTo, onSent }) {
   const [text, setText] = useState('');
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
@@ -155,8 +155,9 @@ function AskBox({ uid, chatId, disabled }) {
     setBusy(true);
     setError(null);
     try {
-      await ask(uid, chatId, text);
+      await ask(uid, chatId, text, replyTo);
       setText('');
+      onSent();
     } catch (err) {
       setError(err);
     } finally {
@@ -165,6 +166,14 @@ function AskBox({ uid, chatId, disabled }) {
   }
   return (
     <form class="ask row" onSubmit={submit}>
+      {replyTo ? (
+        <span class="badge" data-testid="agent-ask-replyto">
+          reply to {replyTo}{' '}
+          <button type="button" class="link" data-testid="agent-ask-replyto-clear" onClick={onSent} aria-label="Not a reply">
+            ×
+          </button>
+        </span>
+      ) : null}
       <input
         class="grow"
         data-testid="agent-ask"
@@ -212,6 +221,7 @@ function Run({ uid, chatId, onChat }) {
   const run = buildRun(live.docs, chatId);
   const chat = run.chat;
   const chatState = chat ? `${chat.runStatus}/${chat.status}` : '';
+  const [replyTo, setReplyTo] = useState(null);
   useEffect(() => {
     if (chatState) onChat();
   }, [chatState]);
@@ -248,10 +258,10 @@ function Run({ uid, chatId, onChat }) {
           </dd>
         </dl>
         <ErrorBox error={live.error} />
-        <AskBox uid={uid} chatId={chatId} disabled={chat?.status === 'closed'} />
+        <AskBox uid={uid} chatId={chatId} disabled={chat?.status === 'closed'} replyTo={replyTo} onSent={() => setReplyTo(null)} />
       </div>
       <div class="panel">
-        <Timeline run={run} />
+        <Timeline run={run} onReply={setReplyTo} />
       </div>
     </div>
   );

@@ -59,4 +59,38 @@ export default async function (t) {
   await t.expectText(t.id('tl-answer').first(), 'Result: {"result":7}', { timeout: 30000 });
   t.assert(!(await t.id('agents-timeline').innerText()).includes('6*7'), 'the new chat shows only its own run');
   await t.eventually(async () => (await t.page.locator('[data-testid^="agents-chat-"]').count()) >= 2, { what: 'both chats in the picker' });
+
+  // The sub-agent asks the user ("ask me" makes the offline model call
+  // ask_user); the reply names the question and resumes the run.
+  await t.id('agent-ask').fill('ask me something');
+  await t.id('agent-ask-send').click();
+  const question = t.id('tl-question').first();
+  await t.expectText(question, 'What exactly should I look into?', { timeout: 30000 });
+  await t.expectText(t.id('task-status').nth(1), 'waiting');
+  await t.expectText(t.id('agents-status'), 'running');
+  await question.getByTestId('tl-question-reply').click();
+  await t.expectText(t.id('agent-ask-replyto'), '-q');
+  const questionId = /reply to (\S+)/.exec(await t.id('agent-ask-replyto').innerText())[1];
+  await t.id('agent-ask').fill('What is 6*7?');
+  await t.id('agent-ask-send').click();
+  await t.expectText(t.id('tl-answer').nth(1), 'Result: {"result":42}', { timeout: 30000 });
+  t.assert((await t.id('agent-ask-replyto').count()) === 0, 'the reply target is cleared once sent');
+  const chatPath = decodeURIComponent(new URL(t.page.url()).hash.replace('#/agents/', '')).split('/');
+  const replies = await t.api('POST', '/api/v1/databases/default/query', {
+    collection: `users/${chatPath[0]}/orch-chats/${chatPath[1]}/messages`,
+    filters: [{ field: 'replyTo', op: '==', value: questionId }, { field: 'role', op: '==', value: 'user' }],
+  });
+  t.assert(replies.body.docs.length === 1 && replies.body.docs[0].content === 'What is 6*7?', `the reply names the question: ${JSON.stringify(replies.body)}`);
+  await t.expectText(t.id('agents-status'), 'idle');
+
+  // Cancel a run that waits for the user: its task is canceled and the chat
+  // gets the runtime's notice.
+  await t.id('agent-ask').fill('ask me once more');
+  await t.id('agent-ask-send').click();
+  await t.expectText(t.id('tl-question').nth(1), 'What exactly should I look into?', { timeout: 30000 });
+  await t.expectText(t.id('agents-status'), 'running');
+  await t.id('agents-cancel').click();
+  await t.expectText(t.id('task-status').nth(2), 'canceled', { timeout: 30000 });
+  await t.expectText(t.id('agents-timeline'), 'Canceled:', { timeout: 30000 });
+  await t.expectText(t.id('agents-status'), 'idle', { timeout: 30000 });
 }
