@@ -499,3 +499,17 @@ func TestConsole_RevokeAll(t *testing.T) {
 		wantCleared(t, "refresh after revoke-all", env.consoleDo(t, "refresh", "", c, consoleCSRFHeaders), http.StatusUnauthorized)
 	}
 }
+
+// A node restarted with another admin key refuses the sessions the old key
+// opened (nodes sharing the store and the signing secret agree on it).
+func TestConsole_AdminKeyChange(t *testing.T) {
+	store := MustOpenStore(t)
+	svc := MustAuth(t, store, nil)
+	old := MustStartServer(t, store, server.Config{Auth: svc, Console: testConsoleFS()})
+	_, cookie := old.mustConsoleSession(t, fmt.Sprintf(`{"adminKey":%q}`, testAdminKey))
+	same := MustStartServer(t, store, server.Config{Auth: svc, Console: testConsoleFS()})
+	r := same.consoleDo(t, "refresh", "", cookie, consoleCSRFHeaders)
+	wantStatus(t, "refresh on another node with the same key", r.response, http.StatusOK)
+	rotated := MustStartServer(t, store, server.Config{AdminKey: "a rotated admin key", Auth: svc, Console: testConsoleFS()})
+	wantCleared(t, "refresh after the key changed", rotated.consoleDo(t, "refresh", "", r.Cookie.Value, consoleCSRFHeaders), http.StatusUnauthorized)
+}

@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 	"testing"
@@ -76,7 +77,8 @@ func FuzzRefresh(f *testing.F) {
 // with anything is harmless.
 func FuzzConsoleCookie(f *testing.F) {
 	s, _, _ := MustNew(f, nil)
-	cs, err := s.StartConsoleSessionWithAdminKey(context.Background(), "", func() bool { return true })
+	key := sha256.Sum256([]byte("k"))
+	cs, err := s.StartConsoleSessionWithAdminKey(context.Background(), "k", key, "")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func FuzzConsoleCookie(f *testing.F) {
 		if _, _, ok := auth.ParseConsoleCookie(v); ok && len(v) != auth.ConsoleCookieLength {
 			t.Fatalf("ParseConsoleCookie(%q) accepted %d bytes", v, len(v))
 		}
-		if got, err := s.RefreshConsoleSession(context.Background(), v); err == nil {
+		if got, err := s.RefreshConsoleSession(context.Background(), v, key); err == nil {
 			t.Fatalf("RefreshConsoleSession(%q)=%+v, want an error", v, got)
 		}
 		if err := s.EndConsoleSession(context.Background(), v); err != nil {
