@@ -93,3 +93,10 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# Regenerates the console screenshots in docs/console/ (the README shows
+# them): the browser scenarios save one per page (t.shot) while they run.
+# Needs Node and Chromium, as the browser tests do; make test never writes them.
+.PHONY: screenshots
+screenshots: console-deps
+	LOOM_REQUIRE_BROWSER=1 LOOM_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run TestConsoleBrowser ./console/
