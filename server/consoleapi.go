@@ -84,6 +84,13 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	// Signing in again from a browser that holds a session replaces it:
+	// end the old one rather than leave it to its idle end.
+	if old := consoleCookieValue(c.Request); old != "" {
+		if err := s.auth.EndConsoleSession(ctx, old); err != nil {
+			s.log.Warn("console sign-in: end the previous session", "error", err)
+		}
+	}
 	s.setConsoleCookie(c, sess)
 	c.JSON(http.StatusOK, sess)
 }

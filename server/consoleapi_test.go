@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/loomdb/loom/access"
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/server"
@@ -512,4 +513,25 @@ func TestConsole_AdminKeyChange(t *testing.T) {
 	wantStatus(t, "refresh on another node with the same key", r.response, http.StatusOK)
 	rotated := MustStartServer(t, store, server.Config{AdminKey: "a rotated admin key", Auth: svc, Console: testConsoleFS()})
 	wantCleared(t, "refresh after the key changed", rotated.consoleDo(t, "refresh", "", r.Cookie.Value, consoleCSRFHeaders), http.StatusUnauthorized)
+}
+
+// Signing in again with the cookie of a session ends that session.
+func TestConsole_SignInReplacesSession(t *testing.T) {
+	env := newConsoleEnv(t, nil, server.Config{})
+	key := fmt.Sprintf(`{"adminKey":%q}`, testAdminKey)
+	_, old := env.mustConsoleSession(t, key)
+	a := env.consoleDo(t, "session", key, old, nil)
+	wantStatus(t, "sign in again", a.response, http.StatusOK)
+	if rows := env.consoleRows(t); len(rows) != 1 {
+		t.Fatalf("%d sessions after signing in again, want 1", len(rows))
+	}
+	wantCleared(t, "the replaced session", env.consoleDo(t, "refresh", "", old, consoleCSRFHeaders), http.StatusUnauthorized)
+	wantStatus(t, "the new session", env.consoleDo(t, "refresh", "", a.Cookie.Value, consoleCSRFHeaders).response, http.StatusOK)
+}
+
+// An admin-key session's caller is the admin key's: the kinds must agree.
+func TestConsole_AdminKeyKind(t *testing.T) {
+	if auth.KindConsoleAdminKey != access.KindAdminKey {
+		t.Fatalf("auth.KindConsoleAdminKey=%q, access.KindAdminKey=%q", auth.KindConsoleAdminKey, access.KindAdminKey)
+	}
 }
