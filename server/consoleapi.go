@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/subtle"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -70,12 +69,7 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 	ctx := c.Request.Context()
 	var sess auth.ConsoleSession
 	if in.adminKey != "" {
-		sess, err = s.auth.StartConsoleSessionWithAdminKey(ctx, s.clientAddr(c), func() bool {
-			// Fixed-size hashes: neither content nor length of the key
-			// leaks through timing (as resolveCaller compares).
-			h := hashKey(in.adminKey)
-			return subtle.ConstantTimeCompare(h[:], s.adminKeyHash[:]) == 1
-		})
+		sess, err = s.auth.StartConsoleSessionWithAdminKey(ctx, in.adminKey, s.adminKeyHash, s.clientAddr(c))
 	} else {
 		sess, err = s.auth.StartConsoleSession(ctx, in.username, in.password, s.clientAddr(c))
 	}
@@ -89,6 +83,13 @@ func (s *Server) consoleSignIn(c *gin.Context) {
 	case err != nil:
 		s.writeError(c, err)
 		return
+	}
+	// Signing in again from a browser that holds a session replaces it:
+	// end the old one rather than leave it to its idle end.
+	if old := consoleCookieValue(c.Request); old != "" {
+		if err := s.auth.EndConsoleSession(ctx, old); err != nil {
+			s.log.Warn("console sign-in: end the previous session", "error", err)
+		}
 	}
 	s.setConsoleCookie(c, sess)
 	c.JSON(http.StatusOK, sess)
@@ -146,7 +147,7 @@ func (s *Server) consoleRefresh(c *gin.Context) {
 	if !s.limitIP(c) || !s.consoleCSRF(c) {
 		return
 	}
-	sess, err := s.auth.RefreshConsoleSession(c.Request.Context(), consoleCookieValue(c.Request))
+	sess, err := s.auth.RefreshConsoleSession(c.Request.Context(), consoleCookieValue(c.Request), s.adminKeyHash)
 	if errors.Is(err, auth.ErrInvalidToken) {
 		s.clearConsoleCookie(c)
 		s.writeError(c, errorf(http.StatusUnauthorized, codeUnauthenticated, "Unauthorized: no console session, or it expired or ended; sign in again."))

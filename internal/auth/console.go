@@ -2,9 +2,12 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +32,8 @@ import (
 // revocation (the user's roles were set, or RevokeAllConsoleSessions), and
 // the reuse of a replaced value: a value presented after it was replaced
 // was copied, so the whole session is ended. A user's session also ends
-// when the user is deleted or loses the admin role (checked at refresh).
+// when the user is deleted or loses the admin role, an admin-key session
+// when the admin key changes (both checked at refresh).
 
 // Defaults of ConsoleConfig.
 const (
@@ -85,6 +89,7 @@ const (
 	fieldSecret     = "secret"
 	fieldPrevSecret = "prevSecret"
 	fieldRotatedAt  = "rotatedAt"
+	fieldKeyTag     = "keyTag"
 )
 
 var (
@@ -170,21 +175,35 @@ func consoleAdminIdentity(sub string, claims map[string]any) (*Identity, error) 
 	return &Identity{Username: consoleAdmin.username, Roles: slices.Clone(consoleAdmin.roles), Claims: claims, Kind: KindConsoleAdminKey}, nil
 }
 
-// StartConsoleSessionWithAdminKey opens a session for the admin key. The
-// server owns the key, so keyOK compares the presented one; guesses count
-// against the login limiter like passwords (per address, and over all
-// addresses as one "username").
-func (s *Service) StartConsoleSessionWithAdminKey(ctx context.Context, clientAddr string, keyOK func() bool) (ConsoleSession, error) {
+// StartConsoleSessionWithAdminKey opens a session for the admin key:
+// presented must be the key whose SHA-256 is adminKey (compared in constant
+// time, by fixed-size hashes, so neither content nor length leaks). Wrong
+// keys count against the login limiter like passwords (per address, and
+// over all addresses as one "username"). The session remembers which key
+// opened it (a tag keyed by the signing secret): once the admin key is
+// changed, its refresh fails.
+func (s *Service) StartConsoleSessionWithAdminKey(ctx context.Context, presented string, adminKey [32]byte, clientAddr string) (ConsoleSession, error) {
 	var out ConsoleSession
 	err := s.limitedLogin(consoleAdminLimitKey, clientAddr, func() error {
-		if !keyOK() {
+		h := sha256.Sum256([]byte(presented))
+		if subtle.ConstantTimeCompare(h[:], adminKey[:]) != 1 {
 			return ErrInvalidAdminKey
 		}
 		var err error
-		out, err = s.newConsoleSession(ctx, consoleAdmin)
+		out, err = s.newConsoleSession(ctx, consoleAdmin, s.adminKeyTag(adminKey))
 		return err
 	})
 	return out, err
+}
+
+// adminKeyTag names an admin key in its sessions without storing anything
+// a key could be guessed from offline (an HMAC under the signing secret,
+// which every node shares).
+func (s *Service) adminKeyTag(adminKey [32]byte) string {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte("loom console admin key\x00"))
+	m.Write(adminKey[:])
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // StartConsoleSession opens a session for a user with ConsoleRole, checking
@@ -204,12 +223,12 @@ func (s *Service) StartConsoleSession(ctx context.Context, username, password, c
 	if !slices.Contains(u.roles, ConsoleRole) {
 		return ConsoleSession{}, ErrConsoleNotAdmin
 	}
-	return s.newConsoleSession(ctx, consolePrincipal{kind: consoleKindUser, uid: u.uid, username: u.username, roles: u.roles})
+	return s.newConsoleSession(ctx, consolePrincipal{kind: consoleKindUser, uid: u.uid, username: u.username, roles: u.roles}, "")
 }
 
-// newConsoleSession stores a new session for p and returns its first
-// token and cookie.
-func (s *Service) newConsoleSession(ctx context.Context, p consolePrincipal) (ConsoleSession, error) {
+// newConsoleSession stores a new session for p (keyTag: the admin key's,
+// for admin-key sessions) and returns its first token and cookie.
+func (s *Service) newConsoleSession(ctx context.Context, p consolePrincipal, keyTag string) (ConsoleSession, error) {
 	now := s.now()
 	id, secret := newConsoleCookie()
 	ends := now.Add(s.console.SessionTTL)
@@ -225,6 +244,7 @@ func (s *Service) newConsoleSession(ctx context.Context, p consolePrincipal) (Co
 			fieldSecret:     hashToken(secret),
 			fieldPrevSecret: "",
 			fieldRotatedAt:  now.UnixMilli(),
+			fieldKeyTag:     keyTag,
 		},
 	}
 	if _, err := s.store.Commit(ctx, s.db, []collections.Write{w}, collections.CommitOptions{}); err != nil {
@@ -268,9 +288,10 @@ func (s *Service) consoleAnswer(p consolePrincipal, now time.Time, cookie string
 // replaced value). Within consoleReuseGrace of a rotation the replaced
 // value still mints a token, without a new cookie; after it, presenting
 // the replaced value ends the session. A user's session re-reads the user:
-// deleted, or without ConsoleRole, ends the session. Every refusal is
-// ErrInvalidToken.
-func (s *Service) RefreshConsoleSession(ctx context.Context, cookie string) (ConsoleSession, error) {
+// deleted, or without ConsoleRole, ends the session; an admin-key session
+// opened with another admin key than adminKey (the SHA-256 of the current
+// one) ends too. Every refusal is ErrInvalidToken.
+func (s *Service) RefreshConsoleSession(ctx context.Context, cookie string, adminKey [32]byte) (ConsoleSession, error) {
 	id, secret, ok := ParseConsoleCookie(cookie)
 	if !ok {
 		return ConsoleSession{}, fmt.Errorf("%w: malformed console session", ErrInvalidToken)
@@ -301,13 +322,13 @@ func (s *Service) RefreshConsoleSession(ctx context.Context, cookie string) (Con
 			s.endConsoleRow(ctx, path, "replaced value reused")
 			return ConsoleSession{}, fmt.Errorf("%w: a replaced console session value was presented; the session is ended", ErrInvalidToken)
 		}
-		p, err := s.consolePrincipalOf(ctx, row)
+		p, err := s.consolePrincipalOf(ctx, row, s.adminKeyTag(adminKey))
 		if err != nil {
 			return ConsoleSession{}, fmt.Errorf("auth: console refresh: %w", err)
 		}
 		if p == nil {
 			s.endConsoleRow(ctx, path, "user gone or not admin")
-			return ConsoleSession{}, fmt.Errorf("%w: the user no longer exists or lost the %s role", ErrInvalidToken, ConsoleRole)
+			return ConsoleSession{}, fmt.Errorf("%w: the user no longer exists or lost the %s role, or the admin key changed", ErrInvalidToken, ConsoleRole)
 		}
 		ends := time.UnixMilli(row.endsAt)
 		if !rotate {
@@ -413,8 +434,8 @@ func consoleSessionPath(id string) string { return docPath(colConsoleSessions, h
 
 // consoleRow is a loaded session document.
 type consoleRow struct {
-	uid, kind, secret, prevSecret string
-	endsAt, expiresAt, rotatedAt  int64
+	uid, kind, secret, prevSecret, keyTag string
+	endsAt, expiresAt, rotatedAt          int64
 }
 
 func consoleRowOf(d *collections.Document) consoleRow {
@@ -423,6 +444,7 @@ func consoleRowOf(d *collections.Document) consoleRow {
 	r.kind, _ = d.Data[fieldKind].(string)
 	r.secret, _ = d.Data[fieldSecret].(string)
 	r.prevSecret, _ = d.Data[fieldPrevSecret].(string)
+	r.keyTag, _ = d.Data[fieldKeyTag].(string)
 	r.endsAt, _ = int64Field(d.Data, fieldEndsAt)
 	r.expiresAt, _ = int64Field(d.Data, fieldExpiresAt)
 	r.rotatedAt, _ = int64Field(d.Data, fieldRotatedAt)
@@ -430,10 +452,14 @@ func consoleRowOf(d *collections.Document) consoleRow {
 }
 
 // consolePrincipalOf is who the session is for now: nil when its user is
-// gone or lost ConsoleRole (or the row is not one this package wrote).
-func (s *Service) consolePrincipalOf(ctx context.Context, r consoleRow) (*consolePrincipal, error) {
+// gone or lost ConsoleRole, when it was opened with another admin key than
+// the one keyTag names, or when the row is not one this package wrote.
+func (s *Service) consolePrincipalOf(ctx context.Context, r consoleRow, keyTag string) (*consolePrincipal, error) {
 	switch r.kind {
 	case consoleKindAdminKey:
+		if !sameHash(r.keyTag, keyTag) {
+			return nil, nil
+		}
 		p := consoleAdmin
 		return &p, nil
 	case consoleKindUser:

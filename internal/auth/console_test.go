@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"slices"
 	"strings"
@@ -17,12 +18,14 @@ import (
 
 const consoleSessions = "_console_sessions"
 
-func keyOK() bool  { return true }
-func keyBad() bool { return false }
+// The admin key as the server holds it: its SHA-256.
+const adminKey = "the admin key"
+
+var adminKeyHash = sha256.Sum256([]byte(adminKey))
 
 func mustAdminKeySession(t *testing.T, s *auth.Service) auth.ConsoleSession {
 	t.Helper()
-	cs, err := s.StartConsoleSessionWithAdminKey(context.Background(), "192.0.2.1", keyOK)
+	cs, err := s.StartConsoleSessionWithAdminKey(context.Background(), adminKey, adminKeyHash, "192.0.2.1")
 	if err != nil {
 		t.Fatalf("StartConsoleSessionWithAdminKey: %v", err)
 	}
@@ -41,7 +44,7 @@ func mustAdminUser(t *testing.T, s *auth.Service, name string) string {
 
 func mustRefreshConsole(t *testing.T, s *auth.Service, cookie string) auth.ConsoleSession {
 	t.Helper()
-	cs, err := s.RefreshConsoleSession(context.Background(), cookie)
+	cs, err := s.RefreshConsoleSession(context.Background(), cookie, adminKeyHash)
 	if err != nil {
 		t.Fatalf("RefreshConsoleSession: %v", err)
 	}
@@ -50,7 +53,7 @@ func mustRefreshConsole(t *testing.T, s *auth.Service, cookie string) auth.Conso
 
 func wantConsoleRefused(t *testing.T, s *auth.Service, what, cookie string) {
 	t.Helper()
-	if cs, err := s.RefreshConsoleSession(context.Background(), cookie); !errors.Is(err, auth.ErrInvalidToken) || cs.AccessToken != "" {
+	if cs, err := s.RefreshConsoleSession(context.Background(), cookie, adminKeyHash); !errors.Is(err, auth.ErrInvalidToken) || cs.AccessToken != "" {
 		t.Fatalf("%s: refresh=(%+v, %v), want ErrInvalidToken", what, cs, err)
 	}
 }
@@ -108,19 +111,19 @@ func TestConsole_WrongAdminKeyIsRateLimited(t *testing.T) {
 	s, st, _ := MustNew(t, nil)
 	ctx := context.Background()
 	for i := range auth.DefaultLoginFailures {
-		if _, err := s.StartConsoleSessionWithAdminKey(ctx, "192.0.2.7", keyBad); !errors.Is(err, auth.ErrInvalidAdminKey) || !errors.Is(err, auth.ErrInvalidCredentials) {
+		if _, err := s.StartConsoleSessionWithAdminKey(ctx, "a guess", adminKeyHash, "192.0.2.7"); !errors.Is(err, auth.ErrInvalidAdminKey) || !errors.Is(err, auth.ErrInvalidCredentials) {
 			t.Fatalf("guess %d: err=%v, want ErrInvalidAdminKey", i, err)
 		}
 	}
 	var rle *auth.RateLimitError
-	if _, err := s.StartConsoleSessionWithAdminKey(ctx, "192.0.2.7", keyOK); !errors.As(err, &rle) || rle.RetryAfter <= 0 {
+	if _, err := s.StartConsoleSessionWithAdminKey(ctx, adminKey, adminKeyHash, "192.0.2.7"); !errors.As(err, &rle) || rle.RetryAfter <= 0 {
 		t.Fatalf("after %d wrong keys, the right key: err=%v, want *RateLimitError", auth.DefaultLoginFailures, err)
 	}
 	if n := len(allDocs(t, st, consoleSessions)); n != 0 {
 		t.Fatalf("%d sessions stored by refused sign-ins", n)
 	}
 	// Another address is not affected.
-	if _, err := s.StartConsoleSessionWithAdminKey(ctx, "192.0.2.8", keyOK); err != nil {
+	if _, err := s.StartConsoleSessionWithAdminKey(ctx, adminKey, adminKeyHash, "192.0.2.8"); err != nil {
 		t.Fatalf("another address: %v", err)
 	}
 	// The admin key's counters are not a user's: a user called like the
@@ -239,7 +242,7 @@ func TestConsole_ConcurrentRefresh(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = s.RefreshConsoleSession(context.Background(), v)
+			results[i], errs[i] = s.RefreshConsoleSession(context.Background(), v, adminKeyHash)
 		}()
 	}
 	wg.Wait()
@@ -437,5 +440,29 @@ func TestConsole_ConfigChecks(t *testing.T) {
 	cs := mustAdminKeySession(t, s)
 	if cs.ExpiresIn != 300 {
 		t.Errorf("ExpiresIn=%d under a 5-minute session, want 300", cs.ExpiresIn)
+	}
+}
+
+// Sessions opened with the admin key end when the key changes (a restart
+// with a new key); user sessions do not.
+func TestConsole_AdminKeyChangeEndsItsSessions(t *testing.T) {
+	s, _, _ := MustNew(t, nil)
+	ctx := context.Background()
+	key := mustAdminKeySession(t, s)
+	mustAdminUser(t, s, "gina")
+	user, err := s.StartConsoleSession(ctx, "gina", password, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey := sha256.Sum256([]byte("the rotated admin key"))
+	if cs, err := s.RefreshConsoleSession(ctx, key.Cookie, newKey); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("refresh after the key changed: (%+v, %v), want ErrInvalidToken", cs, err)
+	}
+	wantConsoleRefused(t, s, "the old key's session, even with the old key back", key.Cookie)
+	if _, err := s.RefreshConsoleSession(ctx, user.Cookie, newKey); err != nil {
+		t.Fatalf("a user's session after the key changed: %v", err)
+	}
+	if _, err := s.StartConsoleSessionWithAdminKey(ctx, adminKey, newKey, ""); !errors.Is(err, auth.ErrInvalidAdminKey) {
+		t.Fatalf("the old key against the new hash: %v", err)
 	}
 }
