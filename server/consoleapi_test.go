@@ -178,6 +178,14 @@ func TestConsole_AdminKeySession(t *testing.T) {
 	tok2 := r.Body["access_token"].(string)
 	wantStatus(t, "users with the refreshed token", env.Do(t, "GET", "/admin/v1/users", "", bearer(tok2)), http.StatusOK)
 
+	// Another tab refreshing with the replaced value at the same moment
+	// gets a token and keeps the browser's (new) cookie.
+	late := env.consoleDo(t, "refresh", "", cookie, consoleCSRFHeaders)
+	wantStatus(t, "refresh with the replaced value within the grace", late.response, http.StatusOK)
+	if late.Cookie != nil || late.Body["access_token"] == "" {
+		t.Errorf("grace refresh: cookie %+v body %s, want a token and no Set-Cookie", late.Cookie, late.response.Body)
+	}
+
 	// Logout ends it; the next refresh is 401 and clears the cookie.
 	l := env.consoleDo(t, "logout", "", r.Cookie.Value, consoleCSRFHeaders)
 	wantCleared(t, "logout", l, http.StatusNoContent)
@@ -209,6 +217,9 @@ func TestConsole_UserSession(t *testing.T) {
 
 	// Losing the admin role ends the session (the roles PUT revokes it).
 	env.setRoles(t, alice.UID, "user")
+	if rows := env.consoleRows(t); len(rows) != 0 {
+		t.Errorf("the roles PUT left %d console sessions", len(rows))
+	}
 	wantCleared(t, "refresh after the role was taken", env.consoleDo(t, "refresh", "", cookie, consoleCSRFHeaders), http.StatusUnauthorized)
 }
 
