@@ -5,7 +5,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { subscribe } from '../ws.js';
 import { href } from '../router.js';
-import { Badge, ErrorBox, Header, Json, Time } from '../ui.jsx';
+import { Badge, ErrorBox, Header, Json } from '../ui.jsx';
 
 // The table keeps the newest MAX events: a busy database must not grow the
 // page without bound.
@@ -161,7 +161,9 @@ export default function Live() {
             <input data-testid="live-db" value={db} onInput={(e) => setDb(e.currentTarget.value)} size="12" />
           </label>
           <label class="live-pattern">
-            Collection patterns (comma-separated; <code>*</code> is one segment)
+            <span>
+              Collection patterns (comma-separated; <code>*</code> is one segment)
+            </span>
             <input data-testid="live-pattern" value={patternText} onInput={(e) => setPatternText(e.currentTarget.value)} placeholder="rooms/*/messages" />
           </label>
         </div>
@@ -261,15 +263,25 @@ function dataOf(doc) {
   return rest;
 }
 
+// The time of day of a change (the date is in the tooltip): a tail is read
+// as it happens.
+function Clock({ ms }) {
+  const d = new Date(Number(ms));
+  if (!ms || Number.isNaN(d.getTime())) return <td class="muted">—</td>;
+  return (
+    <td class="nowrap mono small" title={d.toISOString()}>
+      {[d.getHours(), d.getMinutes(), d.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':')}.{String(d.getMilliseconds()).padStart(3, '0')}
+    </td>
+  );
+}
+
 function EventRow({ ev, db, showPattern }) {
   const [open, setOpen] = useState(false);
   const doc = ev.document || ev.before;
   const preview = doc ? JSON.stringify(dataOf(doc)) : '';
   return (
     <tr data-testid="live-row" data-path={ev.path} data-op={ev.op}>
-      <td class="nowrap">
-        <Time value={ev.timestamp} />
-      </td>
+      <Clock ms={ev.timestamp} />
       <td data-testid="live-row-op">
         <Badge status={ev.op} />
       </td>

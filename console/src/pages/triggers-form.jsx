@@ -87,7 +87,9 @@ export function TriggerForm({ onDone, onCancel }) {
           <input name="database" data-testid="trigger-form-database" defaultValue="default" />
         </label>
         <label class="wide">
-          Collection pattern (<code>*</code>, <code>{'{name}'}</code>, a final <code>**</code>)
+          <span>
+            Collection pattern (<code>*</code>, <code>{'{name}'}</code>, a final <code>**</code>)
+          </span>
           <input name="collection" data-testid="trigger-form-collection" required placeholder="orders" />
         </label>
         <label class="wide">
@@ -104,7 +106,9 @@ export function TriggerForm({ onDone, onCancel }) {
           ))}
         </fieldset>
         <label class="wide">
-          Condition (CEL over <code>event</code>, optional)
+          <span>
+            Condition (CEL over <code>event</code>, optional)
+          </span>
           <input name="condition" class="mono" data-testid="trigger-form-condition" placeholder="event.document.data.total > 100" />
         </label>
         <label class="wide">

@@ -1,5 +1,6 @@
 // What the Triggers and Deliveries pages share: reading triggers through
-// the admin API, and the secrets that reading reveals.
+// the admin API, the secrets that reading reveals, auto-refresh, and the
+// small views of a trigger's status, counters and last error.
 //
 // GET /admin/v1/triggers (and /{id}) returns a generated signing secret the
 // first time anyone reads it, and never again. Every read here therefore
@@ -111,23 +112,37 @@ export function TriggerStatus({ t }) {
   );
 }
 
-const COUNTS = [
-  ['matched', 'matched'],
-  ['delivered', 'delivered'],
-  ['dead', 'dead'],
-  ['failedAttempts', 'failed'],
-  ['evalErrors', 'eval errors'],
+/** The counters: key, column label, what it counts. */
+export const COUNTS = [
+  ['matched', 'Matched', 'changes that matched the trigger'],
+  ['delivered', 'Delivered', 'deliveries a 2xx answered'],
+  ['dead', 'Dead', 'deliveries that ran out of attempts'],
+  ['failedAttempts', 'Failed', 'failed attempts (each retry counts)'],
+  ['evalErrors', 'Eval errors', 'condition, orderingKey or deliverAt errors at evaluation'],
 ];
 
+/** One counter; a non-zero dead count links to those dead letters. */
+export function Count({ t, k }) {
+  const n = t.counts?.[k] ?? 0;
+  if (k === 'dead' && n > 0) {
+    return (
+      <a class="bad-text" data-testid="trigger-count-dead" href={href('deliveries', { triggerId: t.triggerId, status: 'dead' })}>
+        {n}
+      </a>
+    );
+  }
+  return <span data-testid={`trigger-count-${k}`}>{n}</span>;
+}
+
+/** Every counter, labelled (the detail view). */
 export function Counts({ t }) {
-  const c = t.counts || {};
   return (
     <dl class="counts">
-      {COUNTS.map(([k, label]) => (
-        <div key={k} class={k === 'dead' && c[k] > 0 ? 'bad' : ''}>
+      {COUNTS.map(([k, label, title]) => (
+        <div key={k} title={title}>
           <dt>{label}</dt>
-          <dd data-testid={`trigger-count-${k}`}>
-            {k === 'dead' && c[k] > 0 ? <a href={href('deliveries', { triggerId: t.triggerId, status: 'dead' })}>{c[k]}</a> : (c[k] ?? 0)}
+          <dd>
+            <Count t={t} k={k} />
           </dd>
         </div>
       ))}

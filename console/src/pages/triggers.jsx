@@ -8,7 +8,7 @@ import { ErrorBox, Header } from '../ui.jsx';
 import { TriggerActions } from './triggers-actions.jsx';
 import { TriggerDetail } from './triggers-detail.jsx';
 import { TriggerForm } from './triggers-form.jsx';
-import { Counts, LastError, Revealed, TRIGGERS, TriggerStatus, listTriggers, useEvery } from './triggers-shared.jsx';
+import { COUNTS, Count, LastError, Revealed, TRIGGERS, TriggerStatus, listTriggers, useEvery } from './triggers-shared.jsx';
 
 // The list re-reads itself this often while visible, so counters move.
 const REFRESH_MS = 4000;
@@ -124,7 +124,11 @@ function TriggerTable({ list, onChange, onDeleted }) {
           <th>Events</th>
           <th>Status</th>
           <th>Source</th>
-          <th title="matched · delivered · dead · failed attempts · evaluation errors">Counts</th>
+          {COUNTS.map(([k, label, title]) => (
+            <th key={k} class="num" title={title}>
+              {label}
+            </th>
+          ))}
           <th>Last error</th>
           <th />
         </tr>
@@ -133,7 +137,7 @@ function TriggerTable({ list, onChange, onDeleted }) {
         {list.map((t) => (
           <tr key={t.triggerId} data-testid="trigger-row" data-id={t.triggerId}>
             <td>
-              <a href={href('triggers', t.triggerId)} data-testid="trigger-link" class="mono">
+              <a href={href('triggers', t.triggerId)} data-testid="trigger-link" class="mono nowrap">
                 {t.triggerId}
               </a>
               <div class="muted small">{t.database}</div>
@@ -144,9 +148,11 @@ function TriggerTable({ list, onChange, onDeleted }) {
               <TriggerStatus t={t} />
             </td>
             <td>{t.source}</td>
-            <td>
-              <Counts t={t} />
-            </td>
+            {COUNTS.map(([k]) => (
+              <td key={k} class="num">
+                <Count t={t} k={k} />
+              </td>
+            ))}
             <td class="last-error">
               <LastError t={t} />
             </td>
