@@ -116,52 +116,56 @@ function TriggerList() {
 function TriggerTable({ list, onChange, onDeleted }) {
   if (list.length === 0) return <p class="muted" data-testid="triggers-empty">No triggers. Register one, or add them to triggers.json and reload.</p>;
   return (
-    <table data-testid="triggers-table">
-      <thead>
-        <tr>
-          <th>Trigger</th>
-          <th>Collection</th>
-          <th>Events</th>
-          <th>Status</th>
-          <th>Source</th>
-          {COUNTS.map(([k, label, title]) => (
-            <th key={k} class="num" title={title}>
-              {label}
-            </th>
-          ))}
-          <th>Last error</th>
-          <th />
-        </tr>
-      </thead>
-      <tbody>
-        {list.map((t) => (
-          <tr key={t.triggerId} data-testid="trigger-row" data-id={t.triggerId}>
-            <td>
-              <a href={href('triggers', t.triggerId)} data-testid="trigger-link" class="mono nowrap">
-                {t.triggerId}
-              </a>
-              <div class="muted small">{t.database}</div>
-            </td>
-            <td class="mono">{t.collection}</td>
-            <td>{(t.events || []).join(', ')}</td>
-            <td>
-              <TriggerStatus t={t} />
-            </td>
-            <td>{t.source}</td>
-            {COUNTS.map(([k]) => (
-              <td key={k} class="num">
-                <Count t={t} k={k} />
-              </td>
+    <div class="table-scroll">
+      <table data-testid="triggers-table">
+        <thead>
+          <tr>
+            <th>Trigger</th>
+            <th>Collection · events</th>
+            <th>Status · source</th>
+            {COUNTS.map(([k, label, title]) => (
+              <th key={k} class="num" title={title}>
+                {label}
+              </th>
             ))}
-            <td class="last-error">
-              <LastError t={t} />
-            </td>
-            <td>
-              <TriggerActions t={t} onChange={onChange} onDeleted={onDeleted} />
-            </td>
+            <th>Last error</th>
+            <th />
           </tr>
-        ))}
-      </tbody>
-    </table>
+        </thead>
+        <tbody>
+          {list.map((t) => (
+            <tr key={t.triggerId} data-testid="trigger-row" data-id={t.triggerId}>
+              <td>
+                <a href={href('triggers', t.triggerId)} data-testid="trigger-link" class="mono nowrap">
+                  {t.triggerId}
+                </a>
+                <div class="muted small">{t.database}</div>
+              </td>
+              <td>
+                <div class="mono">{t.collection}</div>
+                <div class="small muted">{(t.events || []).join(', ')}</div>
+              </td>
+              <td>
+                <TriggerStatus t={t} />
+                <div class="small muted" data-testid="trigger-source">
+                  {t.source}
+                </div>
+              </td>
+              {COUNTS.map(([k]) => (
+                <td key={k} class="num">
+                  <Count t={t} k={k} />
+                </td>
+              ))}
+              <td class="last-error">
+                <LastError t={t} />
+              </td>
+              <td>
+                <TriggerActions t={t} onChange={onChange} onDeleted={onDeleted} />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }
