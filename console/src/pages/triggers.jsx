@@ -136,7 +136,7 @@ function TriggerTable({ list, onChange, onDeleted }) {
           {list.map((t) => (
             <tr key={t.triggerId} data-testid="trigger-row" data-id={t.triggerId}>
               <td>
-                <a href={href('triggers', t.triggerId)} data-testid="trigger-link" class="mono nowrap">
+                <a href={href('triggers', t.triggerId)} data-testid="trigger-link" class="mono">
                   {t.triggerId}
                 </a>
                 <div class="muted small">{t.database}</div>
