@@ -131,4 +131,47 @@ export default async function (t) {
   await row(t, ID).getByTestId('trigger-delete-confirm').click();
   await t.expectText(t.id('triggers-notice'), `Deleted ${ID}`);
   t.assert((await t.api('GET', `/admin/v1/triggers/${ID}`)).status === 404, 'the trigger still exists');
+
+  await cancelAndPage(t);
+}
+
+// A delivery waiting for its retry is canceled from its row; a log of more
+// than a page is read with Load more.
+async function cancelAndPage(t) {
+  const { page } = t;
+  const retry = 'console-retry';
+  await t.receiver.setStatus(503);
+  const reg = await t.api('POST', '/admin/v1/triggers', {
+    triggerId: retry,
+    collection: 'console-retry',
+    events: ['create'],
+    url: t.receiver.url,
+    secret: 'whsec_' + Buffer.from('0123456789abcdef0123456789abcdef').toString('base64'),
+    retryPolicy: { maxAttempts: 3, initialBackoff: '1h', maxBackoff: '1h' },
+  });
+  t.assert(reg.status === 201, `register ${retry}: ${reg.status} ${JSON.stringify(reg.body)}`);
+  t.assert(reg.body.secret, 'a given secret is not echoed once');
+  await t.api('PUT', '/api/v1/databases/default/documents/console-retry/r1', { doc: { n: 1 } });
+  await page.goto(`${t.url}/console/#/deliveries?triggerId=${retry}`);
+  const row = t.id('delivery-row').first();
+  await t.eventually(async () => (await row.getAttribute('data-status')) === 'pending' && (await row.getByTestId('delivery-attempts-count').textContent()) === '1', {
+    what: 'a pending delivery after one failed attempt',
+  });
+  await t.expectText(row.getByTestId('delivery-last-status'), 'HTTP 503');
+  t.assert(!(await row.getByTestId('delivery-replay').isVisible()), 'a pending delivery offers replay');
+  await row.getByTestId('delivery-cancel').click();
+  await t.expectText(t.id('deliveries-notice'), 'now canceled');
+  await t.eventually(async () => (await row.getAttribute('data-status')) === 'canceled', { what: 'the canceled row' });
+
+  // 60 deliveries: the first page holds 50, Load more the rest.
+  await t.receiver.setStatus(200);
+  const writes = Array.from({ length: 60 }, (_, i) => ({ type: 'create', path: `console-retry/p${i}`, data: { i } }));
+  const batch = await t.api('POST', '/api/v1/databases/default/batch', { writes });
+  t.assert(batch.status === 200, `batch: ${batch.status} ${JSON.stringify(batch.body).slice(0, 300)}`);
+  await t.id('deliveries-refresh').click();
+  await t.eventually(async () => (await t.id('delivery-row').count()) === 50, { what: 'a first page of 50 deliveries' });
+  await t.id('deliveries-more').click();
+  await t.eventually(async () => (await t.id('delivery-row').count()) === 61, { what: 'all 61 deliveries after Load more' });
+  await t.eventually(async () => !(await t.id('deliveries-more').isVisible()), { what: 'no Load more at the end' });
+  t.assert((await t.api('DELETE', `/admin/v1/triggers/${retry}`)).status === 204, `delete ${retry}`);
 }
