@@ -78,12 +78,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzApplyPatch -fuzztime 20s ./collections/
 	$(GO) test -run '^$$' -fuzz FuzzDocumentBody -fuzztime 20s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzWSMessage -fuzztime 20s ./server/
+	$(GO) test -run '^$$' -fuzz FuzzConsoleSession -fuzztime 20s ./server/
 	$(GO) test -run '^$$' -fuzz FuzzSealedCursor -fuzztime 20s ./access/
 	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 20s ./internal/pathpattern/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 20s ./rules/
 	$(GO) test -run '^$$' -fuzz FuzzParseFile -fuzztime 20s ./triggers/
 	$(GO) test -run '^$$' -fuzz FuzzAuthenticate -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzRefresh -fuzztime 20s ./internal/auth/
+	$(GO) test -run '^$$' -fuzz FuzzConsoleCookie -fuzztime 20s ./internal/auth/
 	$(GO) test -run '^$$' -fuzz FuzzCheckIP -fuzztime 20s ./internal/ssrf/
 	$(GO) test -run '^$$' -fuzz FuzzCalculator -fuzztime 20s ./webhooks/tools/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 20s ./webhooks/
@@ -91,3 +93,10 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# Regenerates the console screenshots in docs/console/ (the README shows
+# them): the browser scenarios save one per page (t.shot) while they run.
+# Needs Node and Chromium, as the browser tests do; make test never writes them.
+.PHONY: screenshots
+screenshots: console-deps
+	LOOM_REQUIRE_BROWSER=1 LOOM_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run TestConsoleBrowser ./console/

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/mongo"
 	"github.com/loomdb/loom/collections/sqlite"
+	"github.com/loomdb/loom/console"
 	"github.com/loomdb/loom/internal/auth"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/internal/ssrf"
@@ -106,6 +108,7 @@ func openAuth(ctx context.Context, cfg config.Config, store collections.Store, b
 		},
 		MaxConcurrentHashes: cfg.Auth.MaxConcurrentHashes,
 		MinPasswordLength:   cfg.Auth.MinPasswordLength,
+		Console:             consoleConfig(cfg.Console),
 		Registerer:          reg,
 		Logger:              logger.With("component", "auth"),
 	})
@@ -223,7 +226,23 @@ func serverConfig(cfg config.Config) server.Config {
 		ReadTimeout:          cfg.Limits.ReadTimeout.Duration,
 		IdleTimeout:          cfg.Limits.IdleTimeout.Duration,
 		SyntrixCompat:        cfg.Compat.Syntrix,
+		Console:              consoleFS(cfg.Console),
 	}
+}
+
+// consoleFS is the embedded console, or nil when [console] enabled is off
+// (the server then answers 404 on /console and /admin/v1/console).
+func consoleFS(c config.Console) fs.FS {
+	if !c.Enabled {
+		return nil
+	}
+	return console.FS()
+}
+
+// consoleConfig is the console session lifetimes in force.
+func consoleConfig(c config.Console) auth.ConsoleConfig {
+	session, idle, token := c.TTLs()
+	return auth.ConsoleConfig{SessionTTL: session, IdleTTL: idle, TokenTTL: token}
 }
 
 // selfURL is the server's own base URL (LOOM_URL's default): a wildcard

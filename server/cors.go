@@ -2,9 +2,7 @@ package server
 
 import (
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 )
@@ -30,8 +28,7 @@ func (s *Server) originAllowed(r *http.Request, origin string) bool {
 	if slices.Contains(s.corsOrigins, "*") || slices.Contains(s.corsOrigins, origin) {
 		return true
 	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+	return sameOrigin(r, origin)
 }
 
 // cors answers preflight requests and adds the CORS headers for allowed

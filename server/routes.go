@@ -35,9 +35,7 @@ func (s *Server) routes() *gin.Engine {
 	r.ForwardedByClientIP = false
 
 	r.Use(s.requestID, s.observe, s.recover, s.limitBodies, s.cors)
-	r.NoRoute(func(c *gin.Context) {
-		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", truncate(c.Request.Method, 16), truncate(c.Request.URL.Path, 256)))
-	})
+	r.NoRoute(s.noRoute)
 	r.NoMethod(func(c *gin.Context) {
 		s.writeError(c, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "Method %s is not allowed here; allowed: %s.", truncate(c.Request.Method, 16), c.Writer.Header().Get("Allow")))
 	})
@@ -56,6 +54,8 @@ func (s *Server) routes() *gin.Engine {
 	s.triggerRoutes(r)
 	s.triggerAPIRoutes(r)
 	s.catalogRoutes(r)
+	s.consoleAPIRoutes(r)
+	s.consoleRoutes(r)
 	if s.webhooks != nil {
 		// Signed deliveries, not API calls: no API-key authentication.
 		r.POST("/webhooks/*name", s.budgetBody, gin.WrapH(s.webhooks))

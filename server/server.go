@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -159,6 +161,11 @@ type Config struct {
 	// CursorKey is unused here (Rules and RulesFile still tell the rules
 	// reload whether a file or the built-in rules are in force).
 	Access *access.Service
+	// Console is the web console's built files (console.FS()), served
+	// under /console/; it also enables the console session API
+	// (/admin/v1/console, which needs Auth too). Nil: both answer 404
+	// ([console] enabled = false).
+	Console fs.FS
 }
 
 // Server is the HTTP surface over one Store.
@@ -189,6 +196,11 @@ type Server struct {
 	webhooks        http.Handler
 	agentsAdmin     http.Handler
 	engine          *gin.Engine
+	// console is Config.Console (nil: off).
+	console fs.FS
+	// trustedProxies is Config.TrustedProxies parsed, for
+	// requestIsHTTPS.
+	trustedProxies []netip.Prefix
 	// syntrix is Config.SyntrixCompat.
 	syntrix bool
 	// rulesReload is the outcome of the last POST /admin/v1/rules/reload
@@ -236,6 +248,8 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		limits:          requestLimiters(cfg),
 		signups:         signupLimiters(cfg),
 		syntrix:         cfg.SyntrixCompat,
+		console:         cfg.Console,
+		trustedProxies:  parseProxies(cfg.TrustedProxies),
 	}
 	s.access = cfg.Access
 	if s.access == nil {

@@ -102,6 +102,9 @@ type Config struct {
 	// HashWait is how long a signup or login waits for a hashing slot before
 	// ErrBusy (default DefaultHashWait; negative: do not wait).
 	HashWait time.Duration
+	// Console sets the lifetimes of console sessions (console.go); zero
+	// fields are the defaults.
+	Console ConsoleConfig
 	// Registerer receives the auth metrics (nil: not registered).
 	Registerer prometheus.Registerer
 	// Now is the clock (default time.Now); tests inject one.
@@ -182,6 +185,7 @@ type Service struct {
 	limiter   *loginLimiter
 	hashes    *hashGate
 	oidc      *oidcVerifier // nil unless Config.JWKSURL is set
+	console   ConsoleConfig
 
 	ctx       context.Context // owned; cancelled by Close
 	cancel    context.CancelFunc
@@ -239,6 +243,9 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 	if cfg.HashWait == 0 {
 		cfg.HashWait = DefaultHashWait
 	}
+	if err := cfg.Console.withDefaults(); err != nil {
+		return nil, err
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -268,6 +275,7 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		dummyHash:   dummy,
 		limiter:     newLoginLimiter(cfg.LoginLimit),
 		hashes:      gate,
+		console:     cfg.Console,
 	}
 	s.triggerSecret = triggerKey(s.secret)
 	s.access = jwt.NewParser(

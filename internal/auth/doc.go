@@ -18,6 +18,9 @@
 //	_refresh_tokens/{sha256}  {uid, expiresAt}
 //	_api_keys/{sha256}        {name, roles, createdAt}
 //	_api_key_names/{name}     {hash}         unique service-key name
+//	_console_sessions/{sha256 of the session id}
+//	                          {uid, kind, createdAt, endsAt, expiresAt,
+//	                           secret, prevSecret, rotatedAt}  (console.go)
 //
 // For the admin (listing.go): ListUsers pages through the accounts by name
 // key, SetUserRoles replaces a user's roles, ListServiceKeys lists the keys;
@@ -31,8 +34,8 @@
 // Access tokens are stateless: logout revokes the refresh token, but an
 // access token stays valid until it expires (15 minutes by default), and
 // so do the roles it carries. SetUserRoles revokes the user's refresh
-// tokens, so the user signs in again to get the new roles; until then the
-// access tokens already issued keep the old ones.
+// tokens and console sessions, so the user signs in again to get the new
+// roles; until then the access tokens already issued keep the old ones.
 //
 // Login rate limiting is in memory and per process: counters are lost on
 // restart and not shared between Loom instances.

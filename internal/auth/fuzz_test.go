@@ -2,12 +2,15 @@ package auth_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/loomdb/loom/internal/auth"
 )
 
 // FuzzAuthenticate: no bearer string panics or authenticates. No service key
@@ -65,6 +68,35 @@ func FuzzRefresh(f *testing.F) {
 		}
 		if err := s.Logout(context.Background(), rt); err != nil {
 			t.Fatalf("Logout(%q)=%v, want nil", rt, err)
+		}
+	})
+}
+
+// FuzzConsoleCookie: no session cookie value panics or refreshes but the
+// valid one; whatever parses has exactly the cookie's length; logging out
+// with anything is harmless.
+func FuzzConsoleCookie(f *testing.F) {
+	s, _, _ := MustNew(f, nil)
+	key := sha256.Sum256([]byte("k"))
+	cs, err := s.StartConsoleSessionWithAdminKey(context.Background(), "k", key, "")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{"", auth.ConsoleCookiePrefix, cs.Cookie[:len(cs.Cookie)-1], cs.Cookie + "A", "lr_" + cs.Cookie[4:], strings.ReplaceAll(cs.Cookie, ".", "_")} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		if strings.Contains(v, cs.Cookie[len(auth.ConsoleCookiePrefix):len(auth.ConsoleCookiePrefix)+22]) {
+			t.Skip("the valid session's id: a wrong secret ends it on purpose")
+		}
+		if _, _, ok := auth.ParseConsoleCookie(v); ok && len(v) != auth.ConsoleCookieLength {
+			t.Fatalf("ParseConsoleCookie(%q) accepted %d bytes", v, len(v))
+		}
+		if got, err := s.RefreshConsoleSession(context.Background(), v, key); err == nil {
+			t.Fatalf("RefreshConsoleSession(%q)=%+v, want an error", v, got)
+		}
+		if err := s.EndConsoleSession(context.Background(), v); err != nil {
+			t.Fatalf("EndConsoleSession(%q)=%v", v, err)
 		}
 	})
 }

@@ -198,6 +198,9 @@ func (s *Service) SetUserRoles(ctx context.Context, uid string, roles []string) 
 	if _, err := s.RevokeSessions(ctx, uid); err != nil {
 		return nil, fmt.Errorf("auth: set roles: the roles changed but the sessions were not all revoked: %w", err)
 	}
+	if _, err := s.RevokeConsoleSessions(ctx, uid); err != nil {
+		return nil, fmt.Errorf("auth: set roles: the roles changed but the console sessions were not all revoked: %w", err)
+	}
 	return info, nil
 }
 

@@ -13,27 +13,42 @@ import (
 // purgePage bounds how many expired tokens one query (and one commit) takes.
 const purgePage = 500
 
-// PurgeExpired deletes refresh tokens that have expired and returns how many
-// it deleted. Sessions that end without a logout leave their token behind;
-// the Service runs this every hour, so callers rarely need to.
+// PurgeExpired deletes refresh tokens and console sessions that have
+// expired and returns how many it deleted. Sessions that end without a
+// logout leave their token behind; the Service runs this every hour, so
+// callers rarely need to. (A console session's expiresAt is the earlier of
+// its idle and absolute ends, so one filter finds both.)
 func (s *Service) PurgeExpired(ctx context.Context) (int, error) {
 	cutoff := json.Number(strconv.FormatInt(s.now().UnixMilli(), 10))
-	n, err := s.deleteRefreshTokens(ctx, collections.Filter{Field: fieldExpiresAt, Op: collections.OpLe, Value: cutoff})
+	expired := collections.Filter{Field: fieldExpiresAt, Op: collections.OpLe, Value: cutoff}
+	n, err := s.deleteRefreshTokens(ctx, expired)
 	if err != nil {
 		return n, fmt.Errorf("auth: purge: %w", err)
 	}
-	return n, nil
+	m, err := s.deleteMatching(ctx, colConsoleSessions, &expired)
+	if err != nil {
+		return n + m, fmt.Errorf("auth: purge console sessions: %w", err)
+	}
+	return n + m, nil
 }
 
-// deleteRefreshTokens deletes the refresh tokens that match f, purgePage
-// per commit, and returns how many it deleted (PurgeExpired,
-// RevokeSessions). A token refreshed or logged out meanwhile is gone
-// already, which is what the callers want.
+// deleteRefreshTokens deletes the refresh tokens that match f (see
+// deleteMatching; PurgeExpired, RevokeSessions).
 func (s *Service) deleteRefreshTokens(ctx context.Context, f collections.Filter) (int, error) {
+	return s.deleteMatching(ctx, colRefresh, &f)
+}
+
+// deleteMatching deletes the documents of a system collection that match
+// f (all of them when f is nil), purgePage per commit, and returns how
+// many it deleted. A token refreshed or logged out meanwhile is gone
+// already, which is what the callers want.
+func (s *Service) deleteMatching(ctx context.Context, collection string, f *collections.Filter) (int, error) {
 	q := collections.Query{
-		Collection: colRefresh,
-		Filters:    []collections.Filter{f},
+		Collection: collection,
 		Limit:      purgePage,
+	}
+	if f != nil {
+		q.Filters = []collections.Filter{*f}
 	}
 	if err := q.Normalize(); err != nil {
 		return 0, err
@@ -90,9 +105,9 @@ func (s *Service) purgeLoop() {
 			n, err := s.PurgeExpired(s.ctx)
 			if err != nil && s.ctx.Err() == nil {
 				// Best effort: the next round retries.
-				s.log.Warn("purge expired refresh tokens", "error", err)
+				s.log.Warn("purge expired refresh tokens and console sessions", "error", err)
 			} else if n > 0 {
-				s.log.Debug("purged expired refresh tokens", "count", n)
+				s.log.Debug("purged expired refresh tokens and console sessions", "count", n)
 			}
 		}
 	}

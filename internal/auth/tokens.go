@@ -66,22 +66,31 @@ type accessClaims struct {
 	Username string   `json:"username"`
 	Roles    []string `json:"roles"`
 	Typ      string   `json:"typ"`
+	// Console is set on console session tokens only (consoleKindUser or
+	// consoleKindAdminKey, see console.go).
+	Console string `json:"console,omitempty"`
 	jwt.RegisteredClaims
 }
 
 func (s *Service) issueAccess(u *user, now time.Time) (string, error) {
-	roles := u.roles
+	return s.signAccess(u.uid, u.username, u.roles, "", s.accessTTL, now)
+}
+
+// signAccess signs an access token for subject sub living ttl; console is
+// the console claim ("" on ordinary tokens).
+func (s *Service) signAccess(sub, username string, roles []string, console string, ttl time.Duration, now time.Time) (string, error) {
 	if roles == nil {
 		roles = []string{}
 	}
 	claims := accessClaims{
-		Username: u.username,
+		Username: username,
 		Roles:    roles,
 		Typ:      tokenTypeAccess,
+		Console:  console,
 		RegisteredClaims: jwt.RegisteredClaims{
-			Subject:   u.uid,
+			Subject:   sub,
 			IssuedAt:  jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(now.Add(s.accessTTL)),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 			ID:        collections.NewID(),
 		},
 	}
@@ -119,6 +128,9 @@ func (s *Service) verifyAccess(tok string) (*Identity, error) {
 	sub, _ := claims["sub"].(string)
 	if sub == "" {
 		return nil, fmt.Errorf("%w: no subject", ErrInvalidToken)
+	}
+	if console, _ := claims[claimConsole].(string); console == consoleKindAdminKey {
+		return consoleAdminIdentity(sub, claims)
 	}
 	username, _ := claims["username"].(string)
 	roles := stringList(claims["roles"])

@@ -166,30 +166,57 @@ func (s *Service) Signup(ctx context.Context, username, password string) (Tokens
 // says; a pair or address over its limit gets *RateLimitError without the
 // password being looked at. ErrBusy means no hashing slot freed in time.
 func (s *Service) Login(ctx context.Context, username, password, clientAddr string) (Tokens, error) {
-	var userKey string
+	var tokens Tokens
+	err := s.limitedLogin(loginKey(username), clientAddr, func() error {
+		u, err := s.verifyPassword(ctx, username, password)
+		if err != nil {
+			return err
+		}
+		tokens, err = s.issueLogin(ctx, u)
+		return err
+	})
+	return tokens, err
+}
+
+// loginKey is the login limiter's key of a username ("" when it is not a
+// valid one: then only the address is counted).
+func loginKey(username string) string {
 	if validUsername(username) {
-		userKey = usernameKey(username)
+		return usernameKey(username)
 	}
+	return ""
+}
+
+// limitedLogin runs check, one credential check, under the login limiter
+// (see Login) for the username key userKey and clientAddr: refused with
+// *RateLimitError when over a limit, counted as a failure when check
+// returns an error wrapping ErrInvalidCredentials, forgotten for the pair
+// when it succeeds, and not counted when it fails otherwise (the store or a
+// busy server: not the caller's fault).
+func (s *Service) limitedLogin(userKey, clientAddr string, check func() error) error {
 	attempt, err := s.limiter.begin(userKey, clientAddr, s.now())
 	if err != nil {
-		return Tokens{}, err
+		return err
 	}
-	tokens, err := s.login(ctx, username, password)
+	err = check()
 	switch {
 	case err == nil:
 		attempt.succeeded()
 	case errors.Is(err, ErrInvalidCredentials):
 		attempt.failed(s.now())
 	default:
-		attempt.abandoned() // the store failed: not the caller's fault
+		attempt.abandoned()
 	}
-	return tokens, err
+	return err
 }
 
-func (s *Service) login(ctx context.Context, username, password string) (Tokens, error) {
+// verifyPassword returns the user whose username and password these are,
+// or ErrInvalidCredentials after the same bcrypt work whether or not the
+// user exists.
+func (s *Service) verifyPassword(ctx context.Context, username, password string) (*user, error) {
 	u, err := s.userByName(ctx, username)
 	if err != nil {
-		return Tokens{}, fmt.Errorf("auth: login: %w", err)
+		return nil, fmt.Errorf("auth: check password: %w", err)
 	}
 	hash := s.dummyHash
 	if u != nil {
@@ -198,12 +225,17 @@ func (s *Service) login(ctx context.Context, username, password string) (Tokens,
 	// Always compare, so an unknown user costs the same as a wrong password.
 	match, err := s.passwordMatches(ctx, hash, password)
 	if err != nil {
-		return Tokens{}, fmt.Errorf("auth: login: %w", err)
+		return nil, fmt.Errorf("auth: check password: %w", err)
 	}
 	// bcrypt ignores bytes past 72; such a password never matches.
 	if u == nil || !match || len(password) > MaxPasswordBytes {
-		return Tokens{}, ErrInvalidCredentials
+		return nil, ErrInvalidCredentials
 	}
+	return u, nil
+}
+
+// issueLogin stores a new refresh token for u and returns the token pair.
+func (s *Service) issueLogin(ctx context.Context, u *user) (Tokens, error) {
 	now := s.now()
 	refresh, refreshWrite := s.newRefreshToken(u.uid, now)
 	if _, err := s.store.Commit(ctx, s.db, []collections.Write{refreshWrite}, collections.CommitOptions{}); err != nil {

@@ -63,6 +63,7 @@ type Config struct {
 	Metrics  Metrics             `toml:"metrics"`
 	Mongo    Mongo               `toml:"mongo"`
 	Compat   Compat              `toml:"compat"`
+	Console  Console             `toml:"console"`
 	Indexes  []collections.Index `toml:"index"`
 
 	// More process settings (env or flags only), and what loading found.
@@ -412,6 +413,7 @@ func Default() Config {
 		Limits:   Limits{MaxDocumentBytes: DefaultMaxDocumentBytes, MaxRequestBytes: DefaultMaxRequestBytes},
 		Changes:  Changes{Retention: Duration{DefaultRetention}},
 		Mongo:    Mongo{Database: DefaultMongoDatabase},
+		Console:  Console{Enabled: true},
 	}
 }
 
@@ -473,6 +475,13 @@ func Load(flags Flags, getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("config: LOOM_COMPAT_SYNTRIX %q: use 1, true, 0 or false", v)
 		}
 		cfg.Compat.Syntrix = b
+	}
+	if v := getenv("LOOM_CONSOLE"); v != "" {
+		b, err := parseEnvBool(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: LOOM_CONSOLE %q: use 1, true, 0 or false", v)
+		}
+		cfg.Console.Enabled = b
 	}
 	if cfg.Mongo.URI != "" && cfg.Engine != "mongo" {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("a MongoDB URI is set but the engine is %s: it is ignored (use --engine mongo or LOOM_ENGINE=mongo)", cfg.Engine))
@@ -586,6 +595,9 @@ func (c *Config) Validate() error {
 	}
 	if n := c.Auth.MinPasswordLength; n != 0 && (n < MinPasswordLengthLow || n > MaxPasswordLength) {
 		return fmt.Errorf("config: [auth] min_password_length must be between %d and %d (0: the default, 10), got %d", MinPasswordLengthLow, MaxPasswordLength, n)
+	}
+	if err := c.Console.validate(); err != nil {
+		return err
 	}
 	if err := c.Agents.validateRules(); err != nil {
 		return err

@@ -1,6 +1,213 @@
-// Placeholder until the query page lands (issue 17 slice in progress).
-import { Header } from '../ui.jsx';
+// The Query page (#/query/<db>?collection=<pattern>): a query built from
+// rows of filters and orderings, run through POST …/query and paged with
+// its nextCursor. A collection given in the route runs at once (the Data
+// page's collection groups link here).
+import { useEffect, useState } from 'preact/hooks';
+import { api, queryURL } from '../api.js';
+import { navigate } from '../router.js';
+import { ErrorBox, Header, More, useAsync } from '../ui.jsx';
+import { DocTable } from './data-util.jsx';
 
-export default function Page() {
-  return <Header title="query" />;
+const OPS = ['==', '!=', '<', '<=', '>', '>=', 'in', 'not-in', 'array-contains', 'array-contains-any', 'prefix'];
+
+/** A filter value: JSON when it parses, else the text as a string. */
+export function parseValue(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function kindOf(v) {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  return typeof v;
+}
+
+/** The request body of the form's query (empty rows left out). */
+function buildBody({ collection, filters, orders, limit, showDeleted }) {
+  const body = { collection: collection.trim() };
+  const fs = filters.filter((f) => f.field.trim());
+  if (fs.length) body.filters = fs.map((f) => ({ field: f.field.trim(), op: f.op, value: parseValue(f.value) }));
+  const os = orders.filter((o) => o.field.trim());
+  if (os.length) body.orderBy = os.map((o) => ({ field: o.field.trim(), direction: o.direction }));
+  if (String(limit).trim()) body.limit = Number(limit);
+  if (showDeleted) body.showDeleted = true;
+  return body;
+}
+
+/** The same query as a shell command (the token is left as a variable). */
+function curlOf(db, body) {
+  const json = JSON.stringify(body).replaceAll("'", "'\\''");
+  return `curl -s -X POST '${location.origin}${queryURL(db)}' \\\n  -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\\n  -d '${json}'`;
+}
+
+/** Edits rows of a list: update(i, patch), remove(i), add(). */
+function rowsOf(rows, setRows, blank) {
+  return {
+    update: (i, patch) => setRows(rows.map((r, j) => (j === i ? { ...r, ...patch } : r))),
+    remove: (i) => setRows(rows.filter((_, j) => j !== i)),
+    add: () => setRows([...rows, { ...blank }]),
+  };
+}
+
+function FilterRows({ filters, setFilters }) {
+  const r = rowsOf(filters, setFilters, { field: '', op: '==', value: '' });
+  return (
+    <fieldset class="rows">
+      <legend>Filters</legend>
+      {filters.map((f, i) => (
+        <div class="row" key={i}>
+          <input placeholder="field" value={f.field} data-testid={`filter-field-${i}`} onInput={(e) => r.update(i, { field: e.currentTarget.value })} />
+          <select value={f.op} data-testid={`filter-op-${i}`} onChange={(e) => r.update(i, { op: e.currentTarget.value })}>
+            {OPS.map((op) => (
+              <option key={op}>{op}</option>
+            ))}
+          </select>
+          <input class="mono" placeholder='value: JSON, or text' value={f.value} data-testid={`filter-value-${i}`} onInput={(e) => r.update(i, { value: e.currentTarget.value })} />
+          <span class="muted small" data-testid={`filter-kind-${i}`} title="How the value is sent">
+            {kindOf(parseValue(f.value))}
+          </span>
+          <button type="button" class="link" data-testid={`filter-remove-${i}`} onClick={() => r.remove(i)}>
+            remove
+          </button>
+        </div>
+      ))}
+      <button type="button" data-testid="filter-add" onClick={r.add}>
+        + Filter
+      </button>
+    </fieldset>
+  );
+}
+
+function OrderRows({ orders, setOrders }) {
+  const r = rowsOf(orders, setOrders, { field: '', direction: 'asc' });
+  return (
+    <fieldset class="rows">
+      <legend>Order by</legend>
+      {orders.map((o, i) => (
+        <div class="row" key={i}>
+          <input placeholder="field" value={o.field} data-testid={`order-field-${i}`} onInput={(e) => r.update(i, { field: e.currentTarget.value })} />
+          <select value={o.direction} data-testid={`order-dir-${i}`} onChange={(e) => r.update(i, { direction: e.currentTarget.value })}>
+            <option value="asc">asc</option>
+            <option value="desc">desc</option>
+          </select>
+          <button type="button" class="link" data-testid={`order-remove-${i}`} onClick={() => r.remove(i)}>
+            remove
+          </button>
+        </div>
+      ))}
+      <button type="button" data-testid="order-add" onClick={r.add}>
+        + Order
+      </button>
+    </fieldset>
+  );
+}
+
+export default function Query({ parts, params }) {
+  const routeDb = parts[0] || 'default';
+  const routeCollection = params.get('collection') || '';
+  const [db, setDb] = useState(routeDb);
+  const [collection, setCollection] = useState(routeCollection);
+  const [filters, setFilters] = useState([]);
+  const [orders, setOrders] = useState([]);
+  const [limit, setLimit] = useState('50');
+  const [showDeleted, setShowDeleted] = useState(false);
+  // ran: the query as sent ({db, body}) with its results so far.
+  const [ran, setRan] = useState(null);
+  const [error, setError] = useState(null);
+  const [loading, setLoading] = useState(false);
+  const dbs = useAsync(async () => (await api.get('/admin/v1/databases?limit=1000')).body.databases, []);
+
+  async function fetchPage(target, body, prev) {
+    setLoading(true);
+    setError(null);
+    try {
+      const send = prev ? { ...body, startAfter: prev.next } : body;
+      const res = await api.post(queryURL(target), send);
+      const docs = Array.isArray(res.body) ? res.body : res.body.docs;
+      const next = Array.isArray(res.body) ? res.headers.get('X-Next-Cursor') : res.body.nextCursor;
+      setRan({ db: target, body, docs: prev ? [...prev.docs, ...docs] : docs, next: next || null });
+    } catch (err) {
+      setError(err);
+      if (!prev) setRan(null);
+    } finally {
+      setLoading(false);
+    }
+  }
+
+  const run = (target = db, form = { collection, filters, orders, limit, showDeleted }) => fetchPage(target, buildBody(form), null);
+
+  // A route with a collection (a link from the tree) fills the form and runs.
+  useEffect(() => {
+    setDb(routeDb);
+    if (routeCollection) {
+      setCollection(routeCollection);
+      run(routeDb, { collection: routeCollection, filters, orders, limit, showDeleted });
+    }
+  }, [routeDb, routeCollection]);
+
+  const body = buildBody({ collection, filters, orders, limit, showDeleted });
+  const dbNames = dbs.data ? (dbs.data.includes(db) ? dbs.data : [db, ...dbs.data]) : [db];
+  return (
+    <>
+      <Header title="Query" />
+      <form
+        class="panel query-form"
+        data-testid="query-form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          run();
+        }}
+      >
+        <div class="row">
+          <label>
+            Database
+            <select data-testid="query-db" value={db} onChange={(e) => (setDb(e.currentTarget.value), navigate('query', e.currentTarget.value))}>
+              {dbNames.map((n) => (
+                <option key={n}>{n}</option>
+              ))}
+            </select>
+          </label>
+          <label class="grow">
+            Collection or pattern (* = one segment)
+            <input class="mono" data-testid="query-collection" placeholder="rooms/*/messages" value={collection} onInput={(e) => setCollection(e.currentTarget.value)} required />
+          </label>
+          <label>
+            Limit
+            <input type="number" min="1" max="1000" data-testid="query-limit" value={limit} onInput={(e) => setLimit(e.currentTarget.value)} class="narrow" />
+          </label>
+          <label class="check">
+            <input type="checkbox" data-testid="query-show-deleted" checked={showDeleted} onChange={(e) => setShowDeleted(e.currentTarget.checked)} />
+            Show deleted
+          </label>
+        </div>
+        <FilterRows filters={filters} setFilters={setFilters} />
+        <OrderRows orders={orders} setOrders={setOrders} />
+        <div class="row">
+          <button type="submit" class="primary" data-testid="query-run" disabled={loading}>
+            {loading ? 'Running…' : 'Run'}
+          </button>
+        </div>
+        <details data-testid="query-curl">
+          <summary data-testid="query-curl-toggle">As curl / JSON</summary>
+          <pre class="json" data-testid="query-curl-text">
+            {curlOf(db, body)}
+          </pre>
+        </details>
+      </form>
+      <ErrorBox error={error} testid="query-error" />
+      {ran ? (
+        <div data-testid="query-results">
+          <p class="muted small" data-testid="query-count">
+            {ran.docs.length} document{ran.docs.length === 1 ? '' : 's'}
+            {ran.next ? ', more available' : ''}
+          </p>
+          <DocTable db={ran.db} docs={ran.docs} showPath testid="query-table" rowTestid="query-row" />
+          <More cursor={ran.next} loading={loading} onMore={() => fetchPage(ran.db, ran.body, ran)} testid="query-more" />
+        </div>
+      ) : null}
+    </>
+  );
 }

@@ -53,7 +53,7 @@ export function TriggerActions({ t, onChange, onDeleted }) {
         ) : null}
       </div>
       {confirm ? (
-        <div class="row confirm">
+        <div class="row trigger-confirm">
           <span>Delete {t.triggerId}? Its pending deliveries go dead when they fall due.</span>
           <button class="danger" data-testid="trigger-delete-confirm" disabled={busy} onClick={remove}>
             Delete

@@ -1,0 +1,83 @@
+// Access → security rules: GET /admin/v1/rules (where they come from, how
+// many are in force, the file's text as it is on disk now, the last
+// reload) and POST /admin/v1/rules/reload. A bad file is a 400 whose
+// message carries the parse error; the server keeps the old rules, and the
+// panel shows that message as is.
+import { useState } from 'preact/hooks';
+import { api } from '../api.js';
+import { Badge, ErrorBox, Time, useAsync } from '../ui.jsx';
+
+export default function Rules() {
+  const info = useAsync(() => api.get('/admin/v1/rules').then((r) => r.body), []);
+  const [result, setResult] = useState(null);
+  const [error, setError] = useState(null);
+  const [busy, setBusy] = useState(false);
+
+  async function reload() {
+    setBusy(true);
+    setError(null);
+    setResult(null);
+    try {
+      setResult((await api.post('/admin/v1/rules/reload')).body);
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+      info.reload();
+    }
+  }
+
+  const r = info.data;
+  const last = r?.lastReload;
+  return (
+    <div class="panel" data-testid="rules-panel">
+      <div class="page-header">
+        <h3>Security rules</h3>
+        <div class="actions">
+          <button class="primary" data-testid="rules-reload" disabled={busy} onClick={reload}>
+            {busy ? 'Reloading…' : 'Reload'}
+          </button>
+        </div>
+      </div>
+      <ErrorBox error={info.error} />
+      <ErrorBox error={error} testid="rules-error" />
+      {result ? (
+        <p class="notice" data-testid="rules-ok">
+          Reloaded: {result.rules} rules {result.builtin ? 'built in (no rules file)' : `from ${result.file}`}.
+        </p>
+      ) : null}
+      {r ? (
+        <>
+          <dl class="facts">
+            <dt>Source</dt>
+            <dd data-testid="rules-file">{r.builtin ? 'built-in default rules (no rules file)' : r.file || 'none'}</dd>
+            <dt>Rules in force</dt>
+            <dd data-testid="rules-count">{r.rules}</dd>
+            <dt>Last reload</dt>
+            <dd data-testid="rules-last">
+              {last ? (
+                <>
+                  <Badge status={last.ok ? 'ok' : 'failed'} /> <Time value={last.at} />
+                  {last.error ? <span class="small"> — {last.error}</span> : null}
+                </>
+              ) : (
+                <span class="muted">none since the server started</span>
+              )}
+            </dd>
+          </dl>
+          <p class="small muted">
+            The text below is the file as it is on disk now; until a reload succeeds, the rules in force may be an older version. A reload
+            acts on this node only.
+          </p>
+          {r.sourceError ? <div class="error">{r.sourceError}</div> : null}
+          {r.source !== null && r.source !== undefined ? (
+            <pre class="json" data-testid="rules-source">
+              {r.source}
+            </pre>
+          ) : null}
+          {r.truncated ? <p class="small muted">The file is longer than 1 MiB; only its start is shown.</p> : null}
+        </>
+      ) : null}
+    </div>
+  );
+}
