@@ -80,6 +80,9 @@ class Conn {
       this.subscribe(id, s);
       return;
     }
+    // Any other error or a reset ends the subscription on the server: an
+    // unsubscribe would be answered NOT_FOUND and count as a bad message.
+    if (msg.type === 'error' || msg.type === 'reset') s.ended = true;
     s.onMessage(msg);
   }
 
@@ -92,8 +95,10 @@ class Conn {
   }
 
   remove(id) {
-    if (!this.subs.delete(id)) return;
-    this.send({ type: 'unsubscribe', payload: { id } });
+    const s = this.subs.get(id);
+    if (!s) return;
+    this.subs.delete(id);
+    if (!s.ended) this.send({ type: 'unsubscribe', payload: { id } });
     if (this.subs.size === 0) this.close();
   }
 
