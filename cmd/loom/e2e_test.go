@@ -320,3 +320,49 @@ func TestServe_UsersOwnTheirDocuments(t *testing.T) {
 		t.Fatalf("GET with the same token after restart: status=%d, want 200", code)
 	}
 }
+
+// TestServe_ServesTheConsole: the built binary, started outside the
+// repository, names the console's address and serves it from the embedded
+// files: / redirects there, the page and the asset it loads answer 200
+// under the console's CSP.
+func TestServe_ServesTheConsole(t *testing.T) {
+	p := startLoom(t, t.TempDir())
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(p.output(), "Console: "+p.url+"/console/") {
+		if time.Now().After(deadline) {
+			t.Fatalf("loom serve did not print the console's address:\n%s", p.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(p.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/console/" {
+		t.Fatalf("GET / = %d Location %q, want 302 /console/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, err = http.Get(p.url + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+		t.Fatalf("GET /console/ = %d %q CSP %q", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Content-Security-Policy"))
+	}
+	m := regexp.MustCompile(`src="(app\.[A-Z0-9]+\.js)"`).FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("the console page loads no script:\n%s", page)
+	}
+	resp, err = http.Get(p.url + "/console/" + string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), "javascript") {
+		t.Fatalf("GET /console/%s = %d %q", m[1], resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}

@@ -65,6 +65,9 @@ func announce(stdout io.Writer, a *app.App) {
 			filepath.Join(cfg.Data, app.AdminKeyFile), a.AdminKey)
 	}
 	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, a.Addr, cfg.Engine, cfg.Data)
+	if cfg.Console.Enabled {
+		fmt.Fprintf(stdout, "Console: http://%s/console/ (sign in with the admin key)\n", a.Addr)
+	}
 	a.Logger.Info("serving", "addr", a.Addr.String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
 }
 
