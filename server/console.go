@@ -75,14 +75,21 @@ func (s *Server) consoleRedirect(c *gin.Context, status int) {
 		s.noRoute(c)
 		return
 	}
+	consoleHeaders(c.Writer.Header())
 	c.Redirect(status, routeConsole+"/")
+}
+
+// isConsolePath reports whether p is /console or under /console/.
+func isConsolePath(p string) bool {
+	return p == routeConsole || strings.HasPrefix(p, routeConsole+"/")
 }
 
 func (s *Server) noRoute(c *gin.Context) {
 	s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", truncate(c.Request.Method, 16), truncate(c.Request.URL.Path, 256)))
 }
 
-// consoleHeaders are set on every /console/ answer, errors included.
+// consoleHeaders are set on every /console answer, errors and redirects
+// included.
 func consoleHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", consoleCSP)
 	h.Set("X-Frame-Options", "DENY")

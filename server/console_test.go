@@ -104,6 +104,12 @@ func TestConsole_Serving(t *testing.T) {
 		if res.StatusCode != want.status || res.Header.Get("Location") != want.location {
 			t.Errorf("GET %s: %d Location %q, want %d %q", path, res.StatusCode, res.Header.Get("Location"), want.status, want.location)
 		}
+		wantSecurityHeaders(t, "GET "+path, res)
+		head := env.rawGet(t, "HEAD", path)
+		if head.StatusCode != want.status || head.Header.Get("Location") != want.location {
+			t.Errorf("HEAD %s: %d Location %q, want %d %q", path, head.StatusCode, head.Header.Get("Location"), want.status, want.location)
+		}
+		wantSecurityHeaders(t, "HEAD "+path, head)
 	}
 }
 
@@ -147,6 +153,7 @@ func TestConsole_ServingRefusals(t *testing.T) {
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /console/index.html: %d, want 405", res.StatusCode)
 	}
+	wantSecurityHeaders(t, "a 405", res)
 }
 
 // Without Config.Console (or [console] enabled = false) every console route
