@@ -75,14 +75,21 @@ func (s *Server) consoleRedirect(c *gin.Context, status int) {
 		s.noRoute(c)
 		return
 	}
+	consoleHeaders(c.Writer.Header())
 	c.Redirect(status, routeConsole+"/")
+}
+
+// isConsolePath reports whether p is /console or under /console/.
+func isConsolePath(p string) bool {
+	return p == routeConsole || strings.HasPrefix(p, routeConsole+"/")
 }
 
 func (s *Server) noRoute(c *gin.Context) {
 	s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No route for %s %s.", truncate(c.Request.Method, 16), truncate(c.Request.URL.Path, 256)))
 }
 
-// consoleHeaders are set on every /console/ answer, errors included.
+// consoleHeaders are set on every /console answer, errors and redirects
+// included.
 func consoleHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", consoleCSP)
 	h.Set("X-Frame-Options", "DENY")
@@ -105,7 +112,7 @@ func (s *Server) serveConsole(c *gin.Context) {
 	// fs.ValidPath refuses "..", empty and "." elements and a leading or
 	// trailing slash, so nothing outside the FS (or a directory named with
 	// a slash) is reachable; directories are refused below.
-	body, err := s.consoleFile(name)
+	body, done, err := s.consoleFile(name)
 	if err != nil {
 		s.writeError(c, errorf(http.StatusNotFound, codeNotFound, "No console file %q.", truncate(name, 256)))
 		return
@@ -122,34 +129,46 @@ func (s *Server) serveConsole(c *gin.Context) {
 	}
 	// ServeContent answers HEAD and Range; the embedded files carry no
 	// modification time, so there is no Last-Modified to revalidate by.
-	http.ServeContent(c.Writer, c.Request, name, time.Time{}, bytes.NewReader(body))
+	defer done()
+	http.ServeContent(c.Writer, c.Request, name, time.Time{}, body)
 }
 
 // errNotConsoleFile: a name that is not a regular file of the console FS.
 var errNotConsoleFile = errors.New("not a console file")
 
-// maxConsoleFile bounds what one console file may make a request hold (the
-// built bundle is a few tens of KB).
+// maxConsoleFile bounds what one console file may make a request hold
+// when its FS cannot seek (the built bundle is a few tens of KB).
 const maxConsoleFile = 8 << 20
 
-// consoleFile reads a regular file of the console FS.
-func (s *Server) consoleFile(name string) ([]byte, error) {
+// consoleFile opens a regular file of the console FS for serving; done
+// closes it. A file that can seek (the embedded ones) is served in place,
+// so a request holds no copy of it (a slow reader would otherwise pin one
+// per connection); any other is read into memory, at most maxConsoleFile.
+func (s *Server) consoleFile(name string) (body io.ReadSeeker, done func(), err error) {
 	if !fs.ValidPath(name) || name == "." {
-		return nil, errNotConsoleFile
+		return nil, nil, errNotConsoleFile
 	}
 	f, err := s.console.Open(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && (!st.Mode().IsRegular() || st.Size() > maxConsoleFile) {
+		err = errNotConsoleFile
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if rs, ok := f.(io.ReadSeeker); ok {
+		return rs, func() { f.Close() }, nil
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	b, err := io.ReadAll(io.LimitReader(f, maxConsoleFile))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if !st.Mode().IsRegular() || st.Size() > maxConsoleFile {
-		return nil, errNotConsoleFile
-	}
-	return io.ReadAll(io.LimitReader(f, maxConsoleFile))
+	return bytes.NewReader(b), func() {}, nil
 }
 
 // consoleType is the Content-Type of a console file by its extension.

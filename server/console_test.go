@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"io"
+	"io/fs"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 
@@ -104,6 +106,12 @@ func TestConsole_Serving(t *testing.T) {
 		if res.StatusCode != want.status || res.Header.Get("Location") != want.location {
 			t.Errorf("GET %s: %d Location %q, want %d %q", path, res.StatusCode, res.Header.Get("Location"), want.status, want.location)
 		}
+		wantSecurityHeaders(t, "GET "+path, res)
+		head := env.rawGet(t, "HEAD", path)
+		if head.StatusCode != want.status || head.Header.Get("Location") != want.location {
+			t.Errorf("HEAD %s: %d Location %q, want %d %q", path, head.StatusCode, head.Header.Get("Location"), want.status, want.location)
+		}
+		wantSecurityHeaders(t, "HEAD "+path, head)
 	}
 }
 
@@ -147,6 +155,7 @@ func TestConsole_ServingRefusals(t *testing.T) {
 	if res.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /console/index.html: %d, want 405", res.StatusCode)
 	}
+	wantSecurityHeaders(t, "a 405", res)
 }
 
 // Without Config.Console (or [console] enabled = false) every console route
@@ -167,4 +176,59 @@ func TestConsole_Off(t *testing.T) {
 	noAuth := newEnv(t, server.Config{Console: testConsoleFS()})
 	r := noAuth.Do(t, "POST", "/admin/v1/console/session", `{"adminKey":"`+testAdminKey+`"}`, anon)
 	wantStatus(t, "session without auth", r, http.StatusNotFound)
+}
+
+// countingFS counts the bytes read from its files.
+type countingFS struct {
+	fstest.MapFS
+	read *atomic.Int64
+}
+
+type countingFile struct {
+	fs.File
+	read *atomic.Int64
+}
+
+func (f countingFile) Read(p []byte) (int, error) {
+	n, err := f.File.Read(p)
+	f.read.Add(int64(n))
+	return n, err
+}
+
+func (f countingFile) Seek(off int64, whence int) (int64, error) {
+	return f.File.(io.Seeker).Seek(off, whence)
+}
+
+func (c countingFS) Open(name string) (fs.File, error) {
+	f, err := c.MapFS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{f, c.read}, nil
+}
+
+// A file of an FS that can seek (the embedded console) is served in place:
+// a range of it reads that range, not a copy of the whole file per request.
+func TestConsole_ServingReadsInPlace(t *testing.T) {
+	fsys := testConsoleFS()
+	fsys["big.txt"] = &fstest.MapFile{Data: []byte(strings.Repeat("x", 1<<20))}
+	read := new(atomic.Int64)
+	env := newEnv(t, server.Config{Console: countingFS{fsys, read}})
+	req, err := http.NewRequest("GET", env.URL+"/console/big.txt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Range", "bytes=0-9")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if b := body(t, res); res.StatusCode != http.StatusPartialContent || b != "xxxxxxxxxx" {
+		t.Fatalf("range: %d %q", res.StatusCode, b)
+	}
+	wantSecurityHeaders(t, "a range", res)
+	if n := read.Load(); n > 64<<10 {
+		t.Errorf("serving 10 bytes read %d bytes of the file", n)
+	}
 }

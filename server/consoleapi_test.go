@@ -546,3 +546,36 @@ func TestConsole_AdminKeyKind(t *testing.T) {
 		t.Fatalf("auth.KindConsoleAdminKey=%q, access.KindAdminKey=%q", auth.KindConsoleAdminKey, access.KindAdminKey)
 	}
 }
+
+// A user's console token on the WebSocket: re-authenticating with the
+// refreshed token keeps the subscriptions (the grant is the same), and the
+// connection ends when the last token expires.
+func TestConsole_UserTokenOnWebSocket(t *testing.T) {
+	env := newConsoleEnv(t, func(c *auth.Config) { c.Console.TokenTTL = 3 * time.Second }, server.Config{})
+	alice := env.signup(t, "alice")
+	env.setRoles(t, alice.UID, "user", "admin")
+	tok, cookie := env.mustConsoleSession(t, `{"username":"alice","password":"correct horse battery"}`)
+
+	w := env.dialWS(t, "", map[string]string{"Authorization": ""})
+	w.send("a1", "auth", map[string]any{"token": tok})
+	w.expect("auth_ack")
+	w.subscribe("s1", map[string]any{"query": q("rooms")})
+	r := env.consoleDo(t, "refresh", "", cookie, consoleCSRFHeaders)
+	wantStatus(t, "refresh", r.response, http.StatusOK)
+	w.send("a2", "auth", map[string]any{"token": r.Body["access_token"].(string)})
+	w.expect("auth_ack")
+	env.MustDo(t, http.StatusCreated, "PUT", api+"/documents/rooms/u1", `{"doc":{"n":1}}`)
+	for {
+		m := w.read()
+		if m.Type == "error" {
+			t.Fatalf("the re-auth ended the subscription: %s", m)
+		}
+		if m.Type == "event" && strings.Contains(m.String(), "u1") {
+			break
+		}
+	}
+	code, msgs := readUntilClose(t, w.conn, 8*time.Second)
+	if code != websocket.ClosePolicyViolation || !strings.Contains(msgs, "expired") {
+		t.Fatalf("close %d, messages %s; want the expiry close", code, msgs)
+	}
+}

@@ -37,6 +37,9 @@ func (s *Server) routes() *gin.Engine {
 	r.Use(s.requestID, s.observe, s.recover, s.limitBodies, s.cors)
 	r.NoRoute(s.noRoute)
 	r.NoMethod(func(c *gin.Context) {
+		if s.console != nil && isConsolePath(c.Request.URL.Path) {
+			consoleHeaders(c.Writer.Header())
+		}
 		s.writeError(c, errorf(http.StatusMethodNotAllowed, codeMethodNotAllowed, "Method %s is not allowed here; allowed: %s.", truncate(c.Request.Method, 16), c.Writer.Header().Get("Allow")))
 	})
 

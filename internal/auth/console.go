@@ -263,8 +263,11 @@ func (s *Service) consoleIdleEnd(now, ends time.Time) time.Time {
 }
 
 // consoleAnswer signs a token for p; cookie "" keeps the current cookie.
+// The token lives TokenTTL, but never past the session's absolute end
+// (ends): the session TTL bounds what one sign-in grants.
 func (s *Service) consoleAnswer(p consolePrincipal, now time.Time, cookie string, ends time.Time) (ConsoleSession, error) {
-	tok, err := s.signAccess(p.uid, p.username, p.roles, p.kind, s.console.TokenTTL, now)
+	ttl := min(s.console.TokenTTL, ends.Sub(now))
+	tok, err := s.signAccess(p.uid, p.username, p.roles, p.kind, ttl, now)
 	if err != nil {
 		return ConsoleSession{}, err
 	}
@@ -274,7 +277,7 @@ func (s *Service) consoleAnswer(p consolePrincipal, now time.Time, cookie string
 	}
 	return ConsoleSession{
 		AccessToken:   tok,
-		ExpiresIn:     int(s.console.TokenTTL / time.Second),
+		ExpiresIn:     max(1, int((ttl+time.Second-1)/time.Second)), // rounded up: 0 would read as "unknown"
 		Username:      p.username,
 		Roles:         roles,
 		Cookie:        cookie,

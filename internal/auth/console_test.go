@@ -466,3 +466,37 @@ func TestConsole_AdminKeyChangeEndsItsSessions(t *testing.T) {
 		t.Fatalf("the old key against the new hash: %v", err)
 	}
 }
+
+// A token minted near the session's absolute end lives only until that
+// end: the session TTL bounds what one sign-in grants.
+func TestConsole_TokenNeverOutlivesTheSession(t *testing.T) {
+	s, _, clk := MustNew(t, func(c *auth.Config) {
+		c.Console = auth.ConsoleConfig{SessionTTL: time.Hour, IdleTTL: 30 * time.Minute, TokenTTL: 10 * time.Minute}
+	})
+	cs := mustAdminKeySession(t, s)
+	ends := cs.CookieExpires
+	for _, step := range []time.Duration{25 * time.Minute, 25 * time.Minute, 5 * time.Minute} {
+		clk.Advance(step)
+		cs = mustRefreshConsole(t, s, cs.Cookie)
+	}
+	// 55 minutes in: 5 minutes of session are left.
+	if cs.ExpiresIn != 300 {
+		t.Errorf("expires_in %d, want 300 (the session's end)", cs.ExpiresIn)
+	}
+	clk.Advance(4 * time.Minute)
+	MustAuthenticate(t, s, cs.AccessToken)
+	clk.Advance(ends.Sub(clk.Now()) + time.Second)
+	if id, err := s.Authenticate(context.Background(), cs.AccessToken); !errors.Is(err, auth.ErrInvalidToken) {
+		t.Fatalf("a token past its session's absolute end: (%+v, %v), want ErrInvalidToken", id, err)
+	}
+	// Never 0 (a page reads 0 as "unknown"): a session with less than a
+	// second left still answers 1.
+	u, _, uclk := MustNew(t, func(c *auth.Config) {
+		c.Console = auth.ConsoleConfig{SessionTTL: time.Hour, IdleTTL: time.Hour, TokenTTL: 10 * time.Minute}
+	})
+	cs = mustAdminKeySession(t, u)
+	uclk.Advance(time.Hour - 500*time.Millisecond)
+	if cs = mustRefreshConsole(t, u, cs.Cookie); cs.ExpiresIn != 1 {
+		t.Errorf("expires_in %d with half a second left, want 1", cs.ExpiresIn)
+	}
+}
