@@ -40,10 +40,15 @@ clients:
 # embedded in the binary, so `make build` and `make run` need no Node.
 # console-deps installs the pinned esbuild, Preact and playwright-core (no
 # browser download: the browser tests drive Debian's chromium).
+# npm ci runs only when node_modules is missing or older than package-lock.json;
+# LOOM_REQUIRE_BROWSER=1 (CI) makes a missing npm then a failure, not a skip.
 console-deps:
-	@if ! command -v npm >/dev/null 2>&1; then \
+	@if [ -f console/node_modules/.package-lock.json ] && [ ! console/package-lock.json -nt console/node_modules/.package-lock.json ]; then \
+		:; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+		if [ "$$LOOM_REQUIRE_BROWSER" = 1 ]; then echo "npm not found and LOOM_REQUIRE_BROWSER=1: install Node 20+ and npm"; exit 1; fi; \
 		echo "npm not found: the console build check and browser tests will be skipped"; \
-	elif [ ! -f console/node_modules/.package-lock.json ] || [ console/package-lock.json -nt console/node_modules/.package-lock.json ]; then \
+	else \
 		cd console && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund; \
 	fi
 
@@ -54,9 +59,13 @@ console: console-deps
 # The committed console/dist must be exactly what the sources build to.
 console-check: console-deps
 	@if ! command -v node >/dev/null 2>&1; then \
+		if [ "$$LOOM_REQUIRE_BROWSER" = 1 ]; then echo "node not found and LOOM_REQUIRE_BROWSER=1: the console/dist freshness check cannot run"; exit 1; fi; \
 		echo "node not found: skipping the console/dist freshness check"; \
 	else \
-		tmp=$$(mktemp -d) && (cd console && OUT=$$tmp node build.mjs >/dev/null) && \
+		tmp=$$(mktemp -d) || exit 1; \
+		if ! (cd console && OUT=$$tmp node build.mjs >/dev/null); then \
+			rm -rf $$tmp; echo "console build failed: console/dist cannot be checked"; exit 1; \
+		fi; \
 		if ! diff -r $$tmp console/dist >/dev/null; then \
 			echo "console/dist is stale: run 'make console' and commit console/dist"; diff -r $$tmp console/dist | head -20; rm -rf $$tmp; exit 1; \
 		fi; rm -rf $$tmp; echo "console/dist matches a fresh build of console/src"; \

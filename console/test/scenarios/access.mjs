@@ -16,6 +16,7 @@ export default async function (t) {
   const secret = (await t.id('secret-value').innerText()).trim();
   t.assert(secret.length >= 20, `the key is shown: ${JSON.stringify(secret)}`);
   await t.id('secret-close').click();
+  await t.id('secret-once').waitFor({ state: 'detached' });
   await t.expectText(t.id('key-row-access-ci'), 'metrics');
   t.assert(!(await t.id('page-access').innerText()).includes(secret), 'the key is not shown again');
   const listed = await t.api('GET', '/admin/v1/keys');

@@ -79,7 +79,7 @@ export default async function (t) {
 
   // Reload current, edit again, save: version 3.
   await id('conflict-reload').click();
-  t.assert((await id('doc-conflict').count()) === 0, 'the conflict panel closes on reload');
+  await id('doc-conflict').waitFor({ state: 'detached' });
   t.assert((await id('doc-editor').inputValue()).includes('theirs'), 'the editor holds the current document');
   await t.expectText(id('doc-version'), '2');
   await id('doc-editor').fill('{"text": "merged", "n": 3, "extra": true}');

@@ -7,6 +7,22 @@ const DOCS = '/api/v1/databases/default/documents';
 
 export default async function (t) {
   const { page } = t;
+  // The page's clock is Playwright's, so the session refresh (a minute
+  // before the 10 min token expires) can be brought forward below; until
+  // then time flows as usual.
+  await page.clock.install();
+  // Every auth message the page sends on a realtime socket, and the acks.
+  const auths = [];
+  let acks = 0;
+  page.on('websocket', (ws) => {
+    ws.on('framesent', (f) => {
+      const m = parse(f.payload);
+      if (m && m.type === 'auth') auths.push(m.payload && m.payload.token);
+    });
+    ws.on('framereceived', (f) => {
+      if (parse(f.payload)?.type === 'auth_ack') acks++;
+    });
+  });
   await t.signIn();
   await t.id('nav-live').click();
   await t.id('page-live').waitFor();
@@ -43,10 +59,22 @@ export default async function (t) {
   t.assert(link === '#/data/default/rooms/live-r1/messages/m1', `the row links to ${link}`);
   t.assert((await page.locator('[data-testid="live-row"][data-path="live-other/x1"]').count()) === 0, 'a change outside the pattern was shown');
 
+  // A token refresh re-authenticates the open socket with the new token
+  // (an auth message, acknowledged), and the tail goes on.
+  const [sent, acked] = [auths.length, acks];
+  t.assert(sent >= 1 && acked === sent, `auth messages before the refresh: ${sent} sent, ${acked} acked`);
+  const refreshed = page.waitForResponse((r) => r.url().endsWith('/admin/v1/console/refresh'));
+  await page.clock.fastForward('09:30');
+  t.assert((await refreshed).status() === 200, 'the session refresh failed');
+  await t.eventually(async () => auths.length === sent + 1 && acks === acked + 1, { what: 'the socket re-authenticated after the refresh' });
+  t.assert(auths[sent] && auths[sent] !== auths[sent - 1], 'the socket was re-authenticated with the old token');
+  await t.api('PATCH', `${DOCS}/rooms/live-r1/messages/m1`, { doc: { n: 3 } });
+  await t.eventually(async () => (await rows.count()) === 3, { timeout: 5000, what: 'a change after the re-authentication' });
+
   // The preview expands to the whole document.
   await t.expectText(first.getByTestId('live-row-expand'), 'hello from the live scenario');
   await first.getByTestId('live-row-expand').click();
-  await t.expectText(first, '"version": 2');
+  await t.expectText(first, '"version": 3');
 
   // A second pattern merges into the same table, each row labelled.
   await t.id('live-pattern').fill('rooms/*/messages, live-other');
@@ -65,4 +93,12 @@ export default async function (t) {
   await t.api('PUT', `${DOCS}/rooms/live-r1/messages/m2`, { doc: { text: 'after stop' } });
   await page.waitForTimeout(700);
   t.assert((await t.id('live-row').count()) === before, 'a change arrived after Stop');
+}
+
+function parse(payload) {
+  try {
+    return JSON.parse(typeof payload === 'string' ? payload : payload.toString());
+  } catch {
+    return null;
+  }
 }

@@ -52,6 +52,14 @@ export default async function (t) {
     t.assert(!JWT.test(text), `a token is in ${where}: ${text.slice(0, 200)}`);
   }
   t.assert(!stored.cookie.includes('loom_console'), `the session cookie is readable by the page: ${stored.cookie}`);
+  // document.cookie above cannot see a cookie scoped to /admin/v1/console
+  // anyway: the browser's own record says whether scripts could.
+  const jar = (await t.context.cookies()).filter((c) => c.name === 'loom_console');
+  t.assert(jar.length === 1 && jar[0].httpOnly && jar[0].sameSite === 'Strict', `the session cookie: ${JSON.stringify(jar)}`);
+  // A refresh without the console header (a cross-site form could send the
+  // cookie but not a custom header) is refused.
+  const bare = await page.evaluate(async () => (await fetch('/admin/v1/console/refresh', { method: 'POST' })).status);
+  t.assert(bare === 403, `refresh without X-Loom-Console: ${bare}, want 403`);
 
   // A reload signs in again through the cookie, without the form.
   await page.reload();
