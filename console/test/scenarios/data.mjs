@@ -74,6 +74,7 @@ export default async function (t) {
   await id('doc-save').click();
   await id('doc-conflict').waitFor();
   await t.expectText(id('conflict-version'), '2');
+  await t.expectText(id('conflict-status'), '412');
   await t.expectText(id('conflict-current'), 'theirs');
   await t.expectText(id('conflict-mine'), 'mine');
 
