@@ -52,6 +52,17 @@ export default async function (t) {
   await t.expectText(id('docs-count'), `${R1} shown`);
   t.assert((await id('docs-more').count()) === 0, 'no More button after the last page');
 
+  // A link at the end of a long table opens the document at the top of the
+  // page, not scrolled down where the table ended.
+  const last = id(`doc-row-rooms/r1/messages/m${pad(R1 - 1)}`).locator('a');
+  await last.scrollIntoViewIfNeeded();
+  t.assert((await page.evaluate(() => scrollY)) > 0, 'the table is scrolled down');
+  await last.click();
+  await id('document-view').waitFor();
+  await t.eventually(async () => (await page.evaluate(() => scrollY)) === 0, { what: 'the document opens at the top' });
+  await page.goBack();
+  await id('collection-view').waitFor();
+
   // Create: invalid JSON is flagged as you type and cannot be submitted.
   await id('new-doc').click();
   await id('new-doc-id').fill('hello-console');
