@@ -173,5 +173,13 @@ async function cancelAndPage(t) {
   await t.id('deliveries-more').click();
   await t.eventually(async () => (await t.id('delivery-row').count()) === 61, { what: 'all 61 deliveries after Load more' });
   await t.eventually(async () => !(await t.id('deliveries-more').isVisible()), { what: 'no Load more at the end' });
+
+  // A 1024 px window: the log (every trigger's, ordering keys included)
+  // scrolls sideways inside its own box; the page itself does not.
+  await page.setViewportSize({ width: 1024, height: 800 });
+  await page.goto(`${t.url}/console/#/deliveries`);
+  await t.eventually(async () => (await t.id('delivery-row').count()) > 0, { what: 'the delivery log' });
+  const widths = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+  t.assert(widths[0] <= widths[1], `at 1024 px the page scrolls sideways: ${widths[0]} > ${widths[1]}`);
   t.assert((await t.api('DELETE', `/admin/v1/triggers/${retry}`)).status === 204, `delete ${retry}`);
 }
