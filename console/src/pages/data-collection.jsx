@@ -3,7 +3,7 @@
 import { useState } from 'preact/hooks';
 import { api, docURL, pageOf } from '../api.js';
 import { ErrorBox, More } from '../ui.jsx';
-import { DocTable, JsonArea, dataChanged, dataHref, isSystem, parseObject, usePaged } from './data-util.jsx';
+import { DocTable, JsonArea, dataChanged, dataHref, hasLossyNumbers, isSystem, parseObject, usePaged } from './data-util.jsx';
 
 const PAGE = 50;
 
@@ -50,6 +50,12 @@ function NewDocument({ db, collection, onClose }) {
       </label>
       <label>Fields (JSON object)</label>
       <JsonArea text={text} onChange={setText} testid="new-doc-json" rows={8} />
+      {!parsed.error && hasLossyNumbers(parsed.value) ? (
+        <div class="error" data-testid="new-doc-json-lossy">
+          An integer here is beyond 2^53: this page reads it as a double, so it would be stored rounded. Write it as a string, or
+          create the document through the API.
+        </div>
+      ) : null}
       <ErrorBox error={error} testid="new-doc-error" />
       <div class="row">
         <button type="submit" class="primary" data-testid="new-doc-submit" disabled={busy || !!parsed.error}>

@@ -69,7 +69,11 @@ export default async function (t) {
   await id('new-doc-json').fill('{"text": ');
   await id('new-doc-json-error').waitFor();
   t.assert(await id('new-doc-submit').isDisabled(), 'Create is disabled while the JSON does not parse');
+  // An integer beyond 2^53 would be stored rounded: the form says so.
+  await id('new-doc-json').fill('{"big": 12345678901234567890}');
+  await id('new-doc-json-lossy').waitFor();
   await id('new-doc-json').fill('{"text": "first", "n": 1}');
+  t.assert((await id('new-doc-json-lossy').count()) === 0, 'no rounding warning for small numbers');
   await id('new-doc-submit').click();
   const path = 'rooms/r1/messages/hello-console';
   await id('document-view').waitFor();
