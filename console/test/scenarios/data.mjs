@@ -162,4 +162,12 @@ export default async function (t) {
   await t.expectText(id('data-crumbs'), 'default / rooms / r1 / messages / m117');
   await t.expectText(id('doc-version'), '1');
   t.assert((await id('doc-editor').inputValue()).includes('hello 117'), 'the clicked document opens');
+
+  // Back from the document: the same query, filled in and run again.
+  await page.goBack();
+  await id('page-query').waitFor();
+  await t.eventually(async () => (await results.count()) === 20, { what: 'the query again after Back' });
+  t.assert((await id('query-collection').inputValue()) === 'rooms/*/messages', 'the pattern after Back');
+  t.assert((await id('filter-field-0').inputValue()) === 'author' && (await id('filter-value-0').inputValue()) === 'ann', 'the filter after Back');
+  t.assert((await id('order-dir-0').inputValue()) === 'desc' && (await id('query-limit').inputValue()) === '20', 'the order and limit after Back');
 }
