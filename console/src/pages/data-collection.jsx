@@ -2,6 +2,7 @@
 // chosen order, and a form to create a document.
 import { useState } from 'preact/hooks';
 import { api, docURL, pageOf } from '../api.js';
+import { route } from '../router.js';
 import { ErrorBox, More } from '../ui.jsx';
 import { DocTable, JsonArea, dataChanged, dataHref, hasLossyNumbers, isSystem, parseObject, usePaged } from './data-util.jsx';
 
@@ -70,7 +71,12 @@ function NewDocument({ db, collection, onClose }) {
 }
 
 export default function CollectionView({ db, path }) {
-  const [order, setOrder] = useState('');
+  // The order is in the route (?order=), so Back from a document keeps it.
+  const wanted = route.value.params.get('order') || '';
+  const order = ORDERS.some(([v]) => v === wanted) ? wanted : '';
+  const setOrder = (v) => {
+    location.hash = v ? `${dataHref(db, path)}?order=${encodeURIComponent(v)}` : dataHref(db, path);
+  };
   const [creating, setCreating] = useState(false);
   const list = usePaged(
     async (after) => {

@@ -63,6 +63,18 @@ export default async function (t) {
   await page.goBack();
   await id('collection-view').waitFor();
 
+  // The chosen order survives opening a document and coming Back.
+  await id('docs-order').selectOption('createdAt:desc');
+  await t.eventually(async () => new URL(page.url()).hash.endsWith('?order=createdAt%3Adesc'), { what: 'the order in the route' });
+  await t.eventually(async () => (await rows.count()) === 50, { what: 'the first page in that order' });
+  await rows.first().locator('a').click();
+  await id('document-view').waitFor();
+  await page.goBack();
+  await id('collection-view').waitFor();
+  t.assert((await id('docs-order').inputValue()) === 'createdAt:desc', 'the order after Back');
+  await id('docs-order').selectOption('');
+  await t.eventually(async () => !new URL(page.url()).hash.includes('order='), { what: 'ID order again' });
+
   // Create: invalid JSON is flagged as you type and cannot be submitted.
   await id('new-doc').click();
   await id('new-doc-id').fill('hello-console');
