@@ -12,7 +12,13 @@ function parse() {
 /** The current route: {page, parts, params}. */
 export const route = signal(parse());
 addEventListener('hashchange', () => {
+  const prev = route.value;
   route.value = parse();
+  // Another page or path starts at the top (a link low in a long table
+  // would otherwise open the next view scrolled to its end); a change of
+  // the query parameters alone (a filter) keeps the place.
+  const next = route.value;
+  if (prev.page !== next.page || prev.parts.join('/') !== next.parts.join('/')) scrollTo(0, 0);
 });
 
 /** The hash link of a page and its parts (each part URL-encoded). */

@@ -65,10 +65,18 @@ export default function Rules() {
               )}
             </dd>
           </dl>
-          <p class="small muted">
-            The text below is the file as it is on disk now; until a reload succeeds, the rules in force may be an older version. A reload
-            acts on this node only.
-          </p>
+          {r.builtin ? (
+            <p class="small muted" data-testid="rules-builtin-hint">
+              This server started without a rules file, so the built-in rules below are in force and Reload keeps them. To change
+              them, save this text as <code>rules/security.toml</code> in the server's working directory (or name a file in{' '}
+              <code>[security] rules_file</code>), edit it and restart; from then on Reload re-reads that file.
+            </p>
+          ) : (
+            <p class="small muted">
+              The text below is the file as it is on disk now; until a reload succeeds, the rules in force may be an older version. A
+              reload acts on this node only.
+            </p>
+          )}
           {r.sourceError ? <div class="error">{r.sourceError}</div> : null}
           {r.source !== null && r.source !== undefined ? (
             <pre class="json" data-testid="rules-source">

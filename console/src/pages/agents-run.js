@@ -49,7 +49,7 @@ export function useRun(uid, chatId) {
             return;
           }
           if (msg.type === 'error') {
-            setState((s) => ({ ...s, error: { code: p.code, message: p.message || 'realtime error' } }));
+            setState((s) => ({ ...s, error: { code: p.details?.code || p.code, message: p.message || 'realtime error' } }));
             return;
           }
           setState((s) => {

@@ -44,7 +44,19 @@ function Meta({ children }) {
   return <div class="meta small muted">{children}</div>;
 }
 
-function Message({ doc, onReply }) {
+/**
+ * The state of a question now. The question message keeps the "waiting" it
+ * was written with; its task says whether that wait is still open (the task
+ * waits with the question's waitId) or how it ended (waitState.resolution).
+ */
+export function questionState(doc, task) {
+  if (!task) return { status: doc.status, open: doc.status === 'waiting' };
+  if (task.status === 'waiting' && task.waitId === doc.waitId) return { status: 'waiting', open: true };
+  const ws = task.waitState;
+  return { status: (ws && ws.messageId === doc.id && ws.resolution) || 'ended', open: false };
+}
+
+function Message({ doc, onReply, tasks }) {
   if (doc.role === 'user') {
     return (
       <li class="tl-user" data-testid="tl-user">
@@ -80,18 +92,20 @@ function Message({ doc, onReply }) {
   }
   const kind = doc.kind || (doc.taskId ? 'answer' : 'reply');
   const testid = { answer: 'tl-answer', tool: 'tl-mirror', question: 'tl-question' }[kind] || 'tl-message';
+  const q = kind === 'question' ? questionState(doc, tasks?.get(doc.taskId)) : null;
+  const status = q ? q.status : doc.status;
   return (
     <li class={`tl-${kind}`} data-testid={testid}>
       <div class="who">
         {kind === 'answer' ? 'Answer' : kind === 'tool' ? `Tool call (shown in the chat): ${doc.toolName || ''}` : `Assistant ${kind}`}{' '}
-        {doc.status ? <Badge status={doc.status} /> : null}
+        {status ? <Badge status={status} testid={q ? 'tl-question-status' : undefined} /> : null}
       </div>
       <div class="text">{String(doc.content ?? '')}</div>
       <Meta>
         <Time value={doc.createdAt} /> · {doc.id}
         {doc.taskId ? ` · task ${doc.taskId}` : ''}
       </Meta>
-      {kind === 'question' ? (
+      {q?.open ? (
         // A reply names the question (replyTo), so it reaches this wait even
         // when several tasks of the chat wait (docs/agent-runs.md).
         <button class="link small" data-testid="tl-question-reply" onClick={() => onReply(doc.id)}>
@@ -205,11 +219,12 @@ function Task({ doc, sub, subItems }) {
 /** The merged, chronological run (see buildRun). */
 export default function Timeline({ run, onReply }) {
   if (run.items.length === 0) return <p class="muted">No messages in this chat yet.</p>;
+  const tasks = new Map(run.items.filter((it) => it.kind === 'task').map((it) => [it.doc.id, it.doc]));
   return (
     <ul class="timeline agent-run" data-testid="agents-timeline">
       {run.items.map((it) =>
         it.kind === 'message' ? (
-          <Message key={it.doc.collection + it.doc.id} doc={it.doc} onReply={onReply} />
+          <Message key={it.doc.collection + it.doc.id} doc={it.doc} onReply={onReply} tasks={tasks} />
         ) : it.kind === 'task' ? (
           <Task key={it.doc.collection + it.doc.id} doc={it.doc} sub={it.sub} subItems={it.subItems} />
         ) : (

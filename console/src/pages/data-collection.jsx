@@ -2,8 +2,9 @@
 // chosen order, and a form to create a document.
 import { useState } from 'preact/hooks';
 import { api, docURL, pageOf } from '../api.js';
+import { route } from '../router.js';
 import { ErrorBox, More } from '../ui.jsx';
-import { DocTable, JsonArea, dataChanged, dataHref, isSystem, parseObject, usePaged } from './data-util.jsx';
+import { DocTable, JsonArea, dataChanged, dataHref, hasLossyNumbers, isSystem, parseObject, usePaged } from './data-util.jsx';
 
 const PAGE = 50;
 
@@ -50,6 +51,12 @@ function NewDocument({ db, collection, onClose }) {
       </label>
       <label>Fields (JSON object)</label>
       <JsonArea text={text} onChange={setText} testid="new-doc-json" rows={8} />
+      {!parsed.error && hasLossyNumbers(parsed.value) ? (
+        <div class="error" data-testid="new-doc-json-lossy">
+          An integer here is beyond 2^53: this page reads it as a double, so it would be stored rounded. Write it as a string, or
+          create the document through the API.
+        </div>
+      ) : null}
       <ErrorBox error={error} testid="new-doc-error" />
       <div class="row">
         <button type="submit" class="primary" data-testid="new-doc-submit" disabled={busy || !!parsed.error}>
@@ -64,7 +71,12 @@ function NewDocument({ db, collection, onClose }) {
 }
 
 export default function CollectionView({ db, path }) {
-  const [order, setOrder] = useState('');
+  // The order is in the route (?order=), so Back from a document keeps it.
+  const wanted = route.value.params.get('order') || '';
+  const order = ORDERS.some(([v]) => v === wanted) ? wanted : '';
+  const setOrder = (v) => {
+    location.hash = v ? `${dataHref(db, path)}?order=${encodeURIComponent(v)}` : dataHref(db, path);
+  };
   const [creating, setCreating] = useState(false);
   const list = usePaged(
     async (after) => {

@@ -49,6 +49,9 @@ function Conflict({ db, collection, conflict, mine, invalid, onReload, onRetry, 
   return (
     <div class="panel conflict" data-testid="doc-conflict" role="alert">
       <h3>Someone else changed this document</h3>
+      <p class="small muted" data-testid="conflict-status">
+        HTTP {conflict.status} {conflict.code}: the version you edited is no longer the current one.
+      </p>
       {current ? (
         <p>
           Your {action} was refused: the document is now at version <b data-testid="conflict-version">{current.version}</b> (updated{' '}
@@ -155,7 +158,7 @@ function Editor({ db, path, loaded }) {
       await fn();
     } catch (err) {
       if (err.status === 412 && err.details && 'current' in err.details) {
-        setConflict({ action, current: err.details.current });
+        setConflict({ action, current: err.details.current, status: err.status, code: err.code });
       } else {
         setError(err);
       }

@@ -106,7 +106,9 @@ export function JsonArea({ text, onChange, testid, rows = 14, readOnly = false }
  */
 export function DocTable({ db, docs, showPath = false, testid, rowTestid }) {
   if (!docs.length) return <p class="muted" data-testid={`${testid}-empty`}>No documents.</p>;
+  // Scrolls sideways inside its panel on a narrow window, not the page.
   return (
+    <div class="table-scroll">
     <table data-testid={testid} class="docs">
       <thead>
         <tr>
@@ -138,6 +140,7 @@ export function DocTable({ db, docs, showPath = false, testid, rowTestid }) {
         })}
       </tbody>
     </table>
+    </div>
   );
 }
 

@@ -55,7 +55,7 @@ export function DeliveryRow({ d, onChange, onRefresh }) {
           <a href={href('triggers', d.triggerId)} class="mono">
             {d.triggerId}
           </a>
-          {d.orderingKey ? <div class="small muted">key {d.orderingKey}</div> : null}
+          {d.orderingKey ? <div class="small muted ordering-key">key {d.orderingKey}</div> : null}
         </td>
         <td class="mono">{d.seq}</td>
         <td>

@@ -185,6 +185,8 @@ export default function Deliveries({ params }) {
           No deliveries{status ? ` with status ${status}` : ''}{triggerId ? ` of ${triggerId}` : ''}.
         </p>
       ) : (
+        // Scrolls sideways inside itself on a narrow window, not the page.
+        <div class="table-scroll">
         <table data-testid="deliveries-table">
           <thead>
             <tr>
@@ -207,6 +209,7 @@ export default function Deliveries({ params }) {
             ))}
           </tbody>
         </table>
+        </div>
       )}
       <More cursor={cursor} onMore={more} loading={loadingMore} testid="deliveries-more" />
       <Revealed />

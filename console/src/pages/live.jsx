@@ -82,7 +82,8 @@ export default function Live() {
     } else if (msg.type === 'error') {
       // The server ended this subscription (a bad pattern or filter, no
       // rule opening it): drop it so a reconnect does not repeat it.
-      setErrors((e) => [...e, { pattern, code: p.code || '', message: p.message || 'error' }]);
+      // Under [compat] syntrix the code is renamed; Loom's own is in details.code.
+      setErrors((e) => [...e, { pattern, code: p.details?.code || p.code || '', message: p.message || 'error' }]);
       end(pattern, 'ended');
     } else if (msg.type === 'reset') {
       setErrors((e) => [...e, { pattern, code: 'RESET', message: `${p.reason || 'The stream was reset.'} Press Start again.` }]);
@@ -240,7 +241,7 @@ function EventTable({ events, db, showPattern }) {
         <tr>
           <th>Time</th>
           <th>Op</th>
-          <th>Type</th>
+          <th title="What this change did to the subscription's results (with filters, an update can enter or leave them)">Effect</th>
           <th>Path</th>
           <th>Version</th>
           <th>Document</th>

@@ -4,7 +4,7 @@
 // page's collection groups link here).
 import { useEffect, useState } from 'preact/hooks';
 import { api, queryURL } from '../api.js';
-import { navigate } from '../router.js';
+import { href, navigate } from '../router.js';
 import { ErrorBox, Header, More, useAsync } from '../ui.jsx';
 import { DocTable } from './data-util.jsx';
 
@@ -35,6 +35,35 @@ function buildBody({ collection, filters, orders, limit, showDeleted }) {
   if (String(limit).trim()) body.limit = Number(limit);
   if (showDeleted) body.showDeleted = true;
   return body;
+}
+
+/**
+ * The rest of the form (filters, orderings, limit, deleted) as the route's
+ * `q` parameter, so Back from a result (or a reload) brings the same query
+ * back; the collection has its own parameter. Anything odd in it is dropped.
+ */
+const DEFAULTS = { filters: [], orders: [], limit: '50', showDeleted: false };
+
+export function formOfParam(text) {
+  let q;
+  try {
+    q = JSON.parse(text || 'null');
+  } catch {
+    return DEFAULTS;
+  }
+  if (!q || typeof q !== 'object') return DEFAULTS;
+  const rows = (v) => (Array.isArray(v) ? v.filter((r) => r && typeof r === 'object') : []);
+  return {
+    filters: rows(q.filters).map((f) => ({ field: String(f.field ?? ''), op: OPS.includes(f.op) ? f.op : '==', value: String(f.value ?? '') })),
+    orders: rows(q.orders).map((o) => ({ field: String(o.field ?? ''), direction: o.direction === 'desc' ? 'desc' : 'asc' })),
+    limit: q.limit === undefined ? DEFAULTS.limit : String(q.limit),
+    showDeleted: q.showDeleted === true,
+  };
+}
+
+function paramOfForm({ filters, orders, limit, showDeleted }) {
+  if (!filters.length && !orders.length && String(limit) === DEFAULTS.limit && !showDeleted) return undefined;
+  return JSON.stringify({ filters, orders, limit, showDeleted });
 }
 
 /** The same query as a shell command (the token is left as a variable). */
@@ -110,10 +139,11 @@ export default function Query({ parts, params }) {
   const routeCollection = params.get('collection') || '';
   const [db, setDb] = useState(routeDb);
   const [collection, setCollection] = useState(routeCollection);
-  const [filters, setFilters] = useState([]);
-  const [orders, setOrders] = useState([]);
-  const [limit, setLimit] = useState('50');
-  const [showDeleted, setShowDeleted] = useState(false);
+  const [saved] = useState(() => formOfParam(params.get('q')));
+  const [filters, setFilters] = useState(saved.filters);
+  const [orders, setOrders] = useState(saved.orders);
+  const [limit, setLimit] = useState(saved.limit);
+  const [showDeleted, setShowDeleted] = useState(saved.showDeleted);
   // ran: the query as sent ({db, body}) with its results so far.
   const [ran, setRan] = useState(null);
   const [error, setError] = useState(null);
@@ -137,7 +167,12 @@ export default function Query({ parts, params }) {
     }
   }
 
-  const run = (target = db, form = { collection, filters, orders, limit, showDeleted }) => fetchPage(target, buildBody(form), null);
+  const run = (target = db, form = { collection, filters, orders, limit, showDeleted }) => {
+    // Written without a hashchange: the page stays as it is, and Back from a
+    // result returns to this query.
+    history.replaceState(history.state, '', href('query', target, { collection: form.collection.trim(), q: paramOfForm(form) }));
+    return fetchPage(target, buildBody(form), null);
+  };
 
   // A route with a collection (a link from the tree) fills the form and runs.
   useEffect(() => {

@@ -82,6 +82,10 @@ export default async function (t) {
   });
   t.assert(replies.body.docs.length === 1 && replies.body.docs[0].content === 'What is 6*7?', `the reply names the question: ${JSON.stringify(replies.body)}`);
   await t.expectText(t.id('agents-status'), 'idle');
+  // The answered question no longer shows as waiting (its message keeps the
+  // "waiting" it was written with; the task tells how the wait ended).
+  await t.expectText(question.getByTestId('tl-question-status'), 'replied');
+  t.assert((await question.getByTestId('tl-question-reply').count()) === 0, 'no Reply on an answered question');
 
   // Cancel a run that waits for the user: its task is canceled and the chat
   // gets the runtime's notice.
@@ -93,4 +97,8 @@ export default async function (t) {
   await t.expectText(t.id('task-status').nth(2), 'canceled', { timeout: 30000 });
   await t.expectText(t.id('agents-timeline'), 'Canceled:', { timeout: 30000 });
   await t.expectText(t.id('agents-status'), 'idle', { timeout: 30000 });
+  await t.eventually(async () => (await t.id('tl-question').nth(1).getByTestId('tl-question-status').innerText()).trim() !== 'waiting', {
+    what: 'the question of the canceled task no longer waiting',
+  });
+  t.assert((await t.id('tl-question').nth(1).getByTestId('tl-question-reply').count()) === 0, 'no Reply once the wait is over');
 }

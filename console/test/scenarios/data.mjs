@@ -52,13 +52,40 @@ export default async function (t) {
   await t.expectText(id('docs-count'), `${R1} shown`);
   t.assert((await id('docs-more').count()) === 0, 'no More button after the last page');
 
+  // A link at the end of a long table opens the document at the top of the
+  // page, not scrolled down where the table ended.
+  const last = id(`doc-row-rooms/r1/messages/m${pad(R1 - 1)}`).locator('a');
+  await last.scrollIntoViewIfNeeded();
+  t.assert((await page.evaluate(() => scrollY)) > 0, 'the table is scrolled down');
+  await last.click();
+  await id('document-view').waitFor();
+  await t.eventually(async () => (await page.evaluate(() => scrollY)) === 0, { what: 'the document opens at the top' });
+  await page.goBack();
+  await id('collection-view').waitFor();
+
+  // The chosen order survives opening a document and coming Back.
+  await id('docs-order').selectOption('createdAt:desc');
+  await t.eventually(async () => new URL(page.url()).hash.endsWith('?order=createdAt%3Adesc'), { what: 'the order in the route' });
+  await t.eventually(async () => (await rows.count()) === 50, { what: 'the first page in that order' });
+  await rows.first().locator('a').click();
+  await id('document-view').waitFor();
+  await page.goBack();
+  await id('collection-view').waitFor();
+  t.assert((await id('docs-order').inputValue()) === 'createdAt:desc', 'the order after Back');
+  await id('docs-order').selectOption('');
+  await t.eventually(async () => !new URL(page.url()).hash.includes('order='), { what: 'ID order again' });
+
   // Create: invalid JSON is flagged as you type and cannot be submitted.
   await id('new-doc').click();
   await id('new-doc-id').fill('hello-console');
   await id('new-doc-json').fill('{"text": ');
   await id('new-doc-json-error').waitFor();
   t.assert(await id('new-doc-submit').isDisabled(), 'Create is disabled while the JSON does not parse');
+  // An integer beyond 2^53 would be stored rounded: the form says so.
+  await id('new-doc-json').fill('{"big": 12345678901234567890}');
+  await id('new-doc-json-lossy').waitFor();
   await id('new-doc-json').fill('{"text": "first", "n": 1}');
+  t.assert((await id('new-doc-json-lossy').count()) === 0, 'no rounding warning for small numbers');
   await id('new-doc-submit').click();
   const path = 'rooms/r1/messages/hello-console';
   await id('document-view').waitFor();
@@ -74,6 +101,7 @@ export default async function (t) {
   await id('doc-save').click();
   await id('doc-conflict').waitFor();
   await t.expectText(id('conflict-version'), '2');
+  await t.expectText(id('conflict-status'), '412');
   await t.expectText(id('conflict-current'), 'theirs');
   await t.expectText(id('conflict-mine'), 'mine');
 
@@ -146,4 +174,12 @@ export default async function (t) {
   await t.expectText(id('data-crumbs'), 'default / rooms / r1 / messages / m117');
   await t.expectText(id('doc-version'), '1');
   t.assert((await id('doc-editor').inputValue()).includes('hello 117'), 'the clicked document opens');
+
+  // Back from the document: the same query, filled in and run again.
+  await page.goBack();
+  await id('page-query').waitFor();
+  await t.eventually(async () => (await results.count()) === 20, { what: 'the query again after Back' });
+  t.assert((await id('query-collection').inputValue()) === 'rooms/*/messages', 'the pattern after Back');
+  t.assert((await id('filter-field-0').inputValue()) === 'author' && (await id('filter-value-0').inputValue()) === 'ann', 'the filter after Back');
+  t.assert((await id('order-dir-0').inputValue()) === 'desc' && (await id('query-limit').inputValue()) === '20', 'the order and limit after Back');
 }

@@ -173,5 +173,22 @@ async function cancelAndPage(t) {
   await t.id('deliveries-more').click();
   await t.eventually(async () => (await t.id('delivery-row').count()) === 61, { what: 'all 61 deliveries after Load more' });
   await t.eventually(async () => !(await t.id('deliveries-more').isVisible()), { what: 'no Load more at the end' });
+
+  // A 1024 px window: the log (every trigger's, ordering keys included)
+  // scrolls sideways inside its own box; the page itself does not.
+  await page.setViewportSize({ width: 1024, height: 800 });
+  await page.goto(`${t.url}/console/#/deliveries`);
+  await t.eventually(async () => (await t.id('delivery-row').count()) > 0, { what: 'the delivery log' });
+  const widths = await page.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+  t.assert(widths[0] <= widths[1], `at 1024 px the page scrolls sideways: ${widths[0]} > ${widths[1]}`);
+  // ... and every trigger's actions are in view without scrolling the table.
+  await page.goto(`${t.url}/console/#/triggers`);
+  await t.id('trigger-row').first().waitFor();
+  const cut = await page.evaluate(() =>
+    [...document.querySelectorAll('[data-testid="trigger-row"]')]
+      .filter((r) => r.querySelector('[data-testid="trigger-rotate"]').getBoundingClientRect().right > document.documentElement.clientWidth)
+      .map((r) => r.dataset.id),
+  );
+  t.assert(cut.length === 0, `at 1024 px the actions of ${cut.join(', ')} are out of view`);
   t.assert((await t.api('DELETE', `/admin/v1/triggers/${retry}`)).status === 204, `delete ${retry}`);
 }
