@@ -108,7 +108,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 		return nil, err
 	}
 	a.AdminKey = admin.generated
-	ruleSet, rulesFile, err := loadRules(cfg, a.Logger)
+	ruleSet, rulesFile, rulesOptional, err := loadRules(cfg, a.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +156,7 @@ func New(ctx context.Context, cfg config.Config, opts Options) (_ *App, err erro
 	scfg.Auth = a.Auth
 	scfg.Rules = ruleSet
 	scfg.RulesFile = rulesFile
+	scfg.RulesFileOptional = rulesOptional
 	scfg.Logger = a.Logger
 	scfg.Registry = a.Registry
 	scfg.Triggers = a.Triggers

@@ -24,21 +24,22 @@ import (
 const builtin = "built-in"
 
 // loadRules compiles the security rules file. The default file may be
-// absent: then the built-in rules apply, returned as a nil Set and no file
-// (the server's built-in rules, which a reload keeps). A file named in the
-// configuration must exist. A bad file refuses to start, naming the rule
-// and the error.
-func loadRules(cfg config.Config, logger *slog.Logger) (*rules.Set, string, error) {
-	set, err := rules.Load(cfg.Security.RulesFile)
+// absent: then the built-in rules apply, returned as a nil Set with
+// optional set (the server keeps the built-in rules until a reload finds
+// the file, so a user can create it without a restart). A file named in
+// the configuration must exist. A bad file refuses to start, naming the
+// rule and the error.
+func loadRules(cfg config.Config, logger *slog.Logger) (set *rules.Set, file string, optional bool, err error) {
+	set, err = rules.Load(cfg.Security.RulesFile)
 	if err == nil {
 		logger.Info("security rules loaded", "file", cfg.Security.RulesFile, "rules", set.Len())
-		return set, cfg.Security.RulesFile, nil
+		return set, cfg.Security.RulesFile, false, nil
 	}
 	if errors.Is(err, fs.ErrNotExist) && cfg.Security.RulesFile == config.DefaultRulesFile {
 		logger.Info("security rules loaded", "file", builtin, "rules", rules.Default().Len(), "absent", cfg.Security.RulesFile)
-		return nil, "", nil
+		return nil, cfg.Security.RulesFile, true, nil
 	}
-	return nil, "", fmt.Errorf("security rules: %w", err)
+	return nil, "", false, fmt.Errorf("security rules: %w", err)
 }
 
 // triggersSource picks the triggers: the file config.Load found (flag, env,

@@ -54,18 +54,19 @@ func TestLoadRules_Precedence(t *testing.T) {
 		dir      string
 		flags    config.Flags
 		file     string
+		optional bool
 		rules    int // 0: the built-in rules
 		errorHas string
 	}{
 		{name: "configured", dir: withCwdFile, flags: configured(own), file: own, rules: 1},
 		{name: "working directory", dir: withCwdFile, file: "rules/security.toml", rules: 2},
-		{name: "built-in", dir: t.TempDir()},
+		{name: "built-in", dir: t.TempDir(), file: "rules/security.toml", optional: true},
 		{name: "configured but missing", dir: t.TempDir(), flags: configured(filepath.Join(withCwdFile, "nope.toml")), errorHas: "nope.toml"},
 		{name: "bad", dir: withCwdFile, flags: configured(bad), errorHas: "rule 1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var log bytes.Buffer
-			set, file, err := loadRules(loadIn(t, tt.dir, tt.flags), slog.New(slog.NewTextHandler(&log, nil)))
+			set, file, optional, err := loadRules(loadIn(t, tt.dir, tt.flags), slog.New(slog.NewTextHandler(&log, nil)))
 			if tt.errorHas != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.errorHas) {
 					t.Fatalf("err=%v, want one naming %q", err, tt.errorHas)
@@ -75,8 +76,8 @@ func TestLoadRules_Precedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if file != tt.file {
-				t.Errorf("file=%q, want %q", file, tt.file)
+			if file != tt.file || optional != tt.optional {
+				t.Errorf("file=%q optional=%v, want %q %v", file, optional, tt.file, tt.optional)
 			}
 			switch {
 			case tt.rules == 0 && set != nil:
@@ -85,7 +86,7 @@ func TestLoadRules_Precedence(t *testing.T) {
 				t.Errorf("set %v, want %d rules", set, tt.rules)
 			}
 			want := "file=" + tt.file
-			if tt.file == "" {
+			if tt.optional {
 				want = "file=built-in"
 			}
 			if !strings.Contains(log.String(), want) {

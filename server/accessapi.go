@@ -176,17 +176,22 @@ func (l *lastReload) view() any {
 // differ from the rules in force until a reload; at most maxRulesSource
 // bytes) and the last reload's outcome.
 func (s *Server) getRules(c *gin.Context) {
+	builtin := s.rulesBuiltin.Load()
 	res := gin.H{
 		"file":       nil,
-		"builtin":    s.rulesBuiltin,
+		"builtin":    builtin,
 		"rules":      s.access.Rules().Len(),
 		"source":     nil,
 		"truncated":  false,
 		"lastReload": s.rulesReload.view(),
 	}
 	switch {
-	case s.rulesBuiltin:
+	case builtin:
+		// With a file: it does not exist yet; a reload loads it once it does.
 		res["source"] = rules.DefaultSource()
+		if s.rulesFile != "" {
+			res["file"], res["fileAbsent"] = s.rulesFile, true
+		}
 	case s.rulesFile != "":
 		res["file"] = s.rulesFile
 		src, truncated, err := readCapped(s.rulesFile, maxRulesSource)

@@ -362,3 +362,56 @@ func TestAccessAPI_RulesWithoutFile(t *testing.T) {
 		t.Fatalf("rules given without a file: %+v", v)
 	}
 }
+
+// TestAccessAPI_OptionalRulesFileCreatedLater: a server started with the
+// built-in rules because its default rules file did not exist picks the
+// file up at the first reload after it is created (no restart); until then
+// a reload keeps the built-in rules, and a bad file is refused with its
+// error while the built-in rules stay.
+func TestAccessAPI_OptionalRulesFileCreatedLater(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "security.toml")
+	env := newAuthEnv(t, server.Config{RulesFile: file, RulesFileOptional: true})
+	reload := func(what string, status int) map[string]any {
+		t.Helper()
+		r := env.Do(t, "POST", "/admin/v1/rules/reload", "", nil)
+		wantStatus(t, what, r, status)
+		return r.JSON(t)
+	}
+
+	v := env.rules(t)
+	if !v.Builtin || v.File == nil || *v.File != file || v.Rules != rules.Default().Len() || v.Source == nil || *v.Source != rules.DefaultSource() {
+		t.Fatalf("rules with the file absent: %+v", v)
+	}
+	if got := reload("reload, file absent", http.StatusOK); got["builtin"] != true || got["fileAbsent"] != true {
+		t.Fatalf("reload with the file absent: %v", got)
+	}
+
+	if err := os.WriteFile(file, []byte("[[rule]]\nmatch = \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := reload("reload a bad file", http.StatusBadRequest); !strings.Contains(fmt.Sprint(got["message"]), "previous rules stay") {
+		t.Fatalf("bad file: %v", got)
+	}
+	if v = env.rules(t); !v.Builtin || v.Rules != rules.Default().Len() {
+		t.Fatalf("after a bad file: %+v, want the built-in rules still", v)
+	}
+
+	if err := os.WriteFile(file, []byte(oneRule), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := reload("reload the new file", http.StatusOK); got["builtin"] != nil || fmt.Sprint(got["rules"]) != "1" || got["file"] != file {
+		t.Fatalf("reload of the new file: %v", got)
+	}
+	if v = env.rules(t); v.Builtin || v.Rules != 1 || v.Source == nil || *v.Source != oneRule {
+		t.Fatalf("after loading the file: %+v", v)
+	}
+	// From now on the file is the rules: removing it is an error, not a
+	// silent return to the built-in rules.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	reload("reload, file removed", http.StatusBadRequest)
+	if v = env.rules(t); v.Builtin || v.Rules != 1 {
+		t.Fatalf("after removing the file: %+v", v)
+	}
+}

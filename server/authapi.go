@@ -1,6 +1,8 @@
 package server
 
 import (
+	"io/fs"
+	"errors"
 	"context"
 	"fmt"
 	"net/http"
@@ -180,28 +182,41 @@ func (s *Server) me(c *gin.Context) {
 
 // reloadRules serves POST /admin/v1/rules/reload: re-read the rules file;
 // a bad file keeps the current rules and reports why. The built-in rules
-// (no file) stay as they are.
+// stay as they are while there is no file (none configured, or the
+// default file not created yet).
 func (s *Server) reloadRules(c *gin.Context) {
 	s.rulesReload.serial.Lock()
 	defer s.rulesReload.serial.Unlock()
-	if s.rulesBuiltin {
+	keepBuiltin := func() {
 		s.rulesReload.record(nil)
 		n := s.access.Rules().Len()
-		s.log.Info("security rules reload: no rules file; the built-in rules stay in force", "rules", n)
-		c.JSON(http.StatusOK, gin.H{"rules": n, "builtin": true})
-		return
+		s.log.Info("security rules reload: no rules file; the built-in rules stay in force", "rules", n, "file", s.rulesFile)
+		res := gin.H{"rules": n, "builtin": true}
+		if s.rulesFile != "" {
+			res["file"], res["fileAbsent"] = s.rulesFile, true
+		}
+		c.JSON(http.StatusOK, res)
 	}
 	if s.rulesFile == "" {
+		if s.rulesBuiltin.Load() {
+			keepBuiltin()
+			return
+		}
 		s.writeError(c, errorf(http.StatusConflict, codeConflict, "This server has no rules file to reload."))
 		return
 	}
 	set, err := rules.Load(s.rulesFile)
+	if err != nil && s.rulesBuiltin.Load() && errors.Is(err, fs.ErrNotExist) {
+		keepBuiltin()
+		return
+	}
 	if err != nil {
 		s.rulesReload.record(err)
 		s.writeError(c, errorf(http.StatusBadRequest, codeBadRequest, "The rules file was not loaded; the previous rules stay in force: %s", err.Error()))
 		return
 	}
 	s.access.SetRules(set)
+	s.rulesBuiltin.Store(false)
 	s.rulesReload.record(nil)
 	s.log.Info("security rules reloaded", "file", s.rulesFile, "rules", set.Len())
 	c.JSON(http.StatusOK, gin.H{"rules": set.Len(), "file": s.rulesFile})

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -125,6 +126,11 @@ type Config struct {
 	// RulesFile is re-read by POST /admin/v1/rules/reload. "": with nil
 	// Rules the reload keeps the built-in rules, else it is unavailable.
 	RulesFile string
+	// RulesFileOptional (with nil Rules): RulesFile does not exist yet, so
+	// the built-in rules are in force until a reload finds the file (the
+	// default rules/security.toml, created after start). A reload while it
+	// is still absent keeps the built-in rules.
+	RulesFileOptional bool
 	// Realtime tunes /realtime/ws and /realtime/sse (zero values are the
 	// defaults).
 	Realtime RealtimeConfig
@@ -187,7 +193,9 @@ type Server struct {
 	auth            *auth.Service
 	access          *access.Service
 	rulesFile       string
-	rulesBuiltin    bool // no file, the built-in rules: a reload keeps them
+	// rulesBuiltin: the built-in rules are in force (no file, or an
+	// optional file not there yet). Cleared when a reload loads the file.
+	rulesBuiltin atomic.Bool
 	metrics         *httpMetrics
 	metricsAuth     bool
 	rt              *realtimeServer
@@ -239,7 +247,6 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		corsOrigins:     cfg.CORSOrigins,
 		auth:            cfg.Auth,
 		rulesFile:       cfg.RulesFile,
-		rulesBuiltin:    cfg.Rules == nil && cfg.RulesFile == "",
 		rxdb:            cfg.RxDB,
 		triggers:        cfg.Triggers,
 		webhooks:        cfg.Webhooks,
@@ -251,6 +258,7 @@ func New(store collections.Store, cfg Config) (*Server, error) {
 		console:         cfg.Console,
 		trustedProxies:  parseProxies(cfg.TrustedProxies),
 	}
+	s.rulesBuiltin.Store(cfg.Rules == nil && (cfg.RulesFile == "" || cfg.RulesFileOptional))
 	s.access = cfg.Access
 	if s.access == nil {
 		if s.access, err = access.New(access.Config{Store: store, Rules: cfg.Rules, CursorKey: cfg.CursorKey}); err != nil {
