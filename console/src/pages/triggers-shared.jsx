@@ -5,10 +5,11 @@
 // GET /admin/v1/triggers (and /{id}) returns a generated signing secret the
 // first time anyone reads it, and never again. Every read here therefore
 // takes such secrets out of the answer into `revealed`, which <Revealed/>
-// shows once; dismissing it forgets the secret. Nothing else keeps it.
+// shows once; dismissing it (or signing out) forgets the secret. Nothing
+// else keeps it.
 import { signal } from '@preact/signals';
 import { useEffect, useRef } from 'preact/hooks';
-import { api } from '../api.js';
+import { api, onToken } from '../api.js';
 import { href } from '../router.js';
 import { Badge, ShowOnce, Time } from '../ui.jsx';
 
@@ -17,6 +18,10 @@ export const DELIVERIES = '/admin/v1/deliveries';
 
 /** Secrets waiting to be shown once: [{id, secret, why}]. */
 export const revealed = signal([]);
+// Signing out forgets them: the next user of this tab must not see them.
+onToken((tok) => {
+  if (!tok) revealed.value = [];
+});
 
 /** Queues t's secret (if the answer carried one) and returns t without it. */
 export function takeSecret(t, why) {
