@@ -72,7 +72,8 @@ class Conn {
         // Only an accepted connection resets the backoff: a server that
         // opens the socket and closes it at once is not hammered every 500 ms.
         this.retry = 500;
-        for (const [id, s] of this.subs) this.subscribe(id, s);
+        // A subscription the server ended stays ended: its page has the error.
+        for (const [id, s] of this.subs) if (!s.ended) this.subscribe(id, s);
       }
       return;
     }

@@ -128,6 +128,31 @@ test('realtime: the reconnect backoff resets only once a connection is accepted'
   off();
 });
 
+test('realtime: a subscription the server ended is not resubscribed on reconnect', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  handler = async () => answer(200, tokenBody('G'));
+  await api.signIn({ adminKey: 'k' });
+  sockets.length = 0;
+  const offBad = ws.subscribe({ database: 'ended', query: { collection: 'bad' } }, () => {});
+  const offGood = ws.subscribe({ database: 'ended', query: { collection: 'good' } }, () => {});
+  sockets[0].opened();
+  sockets[0].message({ type: 'auth_ack' });
+  const subs = (s) => s.sent.filter((m) => m.type === 'subscribe');
+  const [bad, good] = subs(sockets[0]);
+  sockets[0].message({ type: 'error', id: bad.id, payload: { code: 'PERMISSION_DENIED', message: 'no' } });
+  sockets[0].closed();
+  t.mock.timers.tick(500);
+  sockets[1].opened();
+  sockets[1].message({ type: 'auth_ack' });
+  assert.deepEqual(
+    subs(sockets[1]).map((m) => m.id),
+    [good.id],
+    'the ended subscription was sent again',
+  );
+  offBad();
+  offGood();
+});
+
 test('realtime: a conn ended by sign-out does not drop the next one of its database', async () => {
   handler = async (url) => (url.endsWith('/logout') ? answer(204) : answer(200, tokenBody('F')));
   await api.signIn({ adminKey: 'k' });
