@@ -5,10 +5,10 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { href, navigate } from '../router.js';
-import { ErrorBox, Header, More } from '../ui.jsx';
+import { ErrorBox, Header, More, useEvery } from '../ui.jsx';
 import { DeadSummary } from './deliveries-summary.jsx';
 import { DeliveryRow } from './deliveries-row.jsx';
-import { DELIVERIES, Revealed, listTriggers, useEvery } from './triggers-shared.jsx';
+import { DELIVERIES, Revealed, listTriggers } from './triggers-shared.jsx';
 
 const PAGE = 50;
 const REFRESH_MS = 3000;

@@ -5,19 +5,13 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, queryURL } from '../api.js';
 import { navigate } from '../router.js';
-import { ErrorBox, Header, More, useAsync } from '../ui.jsx';
+import { ErrorBox, Header, More, parseJSONOr, useAsync } from '../ui.jsx';
 import { DocTable } from './data-util.jsx';
 
 const OPS = ['==', '!=', '<', '<=', '>', '>=', 'in', 'not-in', 'array-contains', 'array-contains-any', 'prefix'];
 
 /** A filter value: JSON when it parses, else the text as a string. */
-export function parseValue(text) {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
-}
+export const parseValue = parseJSONOr;
 
 function kindOf(v) {
   if (v === null) return 'null';
