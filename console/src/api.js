@@ -17,8 +17,9 @@ export const booting = signal(true);
 let token = null;
 let refreshTimer = null;
 let refreshing = null;
-// Bumped when the session ends: a refresh that answers after a sign-out
-// must not bring the session back.
+// Bumped when a session ends or a new one starts: a refresh that answers
+// after a sign-out must not bring the session back, and one that fails
+// after a new sign-in must not end the new session.
 let epoch = 0;
 const tokenListeners = new Set();
 
@@ -89,7 +90,9 @@ async function post(path, body, headers = {}) {
 
 /** Signs in with {adminKey} or {username, password}. Throws ApiError. */
 export async function signIn(credentials) {
-  adopt(await post(`${SESSION}/session`, credentials));
+  const body = await post(`${SESSION}/session`, credentials);
+  epoch++;
+  adopt(body);
 }
 
 /**

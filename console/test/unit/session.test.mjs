@@ -103,6 +103,18 @@ test('a refresh that answers after sign-out does not bring the session back', as
   assert.equal(api.currentToken(), null);
 });
 
+test('a refresh that fails after a new sign-in does not end the new session', async () => {
+  await api.signOut();
+  let release;
+  handler = async (url) => (url.endsWith('/refresh') ? new Promise((r) => (release = r)) : answer(200, tokenBody('S')));
+  const pending = api.refresh().catch(() => {}); // as at page load: no session yet
+  await api.signIn({ adminKey: 'k' });
+  release(answer(401, { code: 'UNAUTHENTICATED', message: 'no session' }));
+  await pending;
+  assert.equal(api.currentToken(), 'S', 'the stale refresh ended the new session');
+  assert.equal(api.session.value?.username, 'admin');
+});
+
 test('realtime: the reconnect backoff resets only once a connection is accepted', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   handler = async () => answer(200, tokenBody('E'));
