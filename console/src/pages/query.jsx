@@ -2,7 +2,7 @@
 // rows of filters and orderings, run through POST …/query and paged with
 // its nextCursor. A collection given in the route runs at once (the Data
 // page's collection groups link here).
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, queryURL } from '../api.js';
 import { navigate } from '../router.js';
 import { ErrorBox, Header, More, parseJSONOr, useAsync } from '../ui.jsx';
@@ -114,20 +114,25 @@ export default function Query({ parts, params }) {
   const [loading, setLoading] = useState(false);
   const dbs = useAsync(async () => (await api.get('/admin/v1/databases?limit=1000')).body.databases, []);
 
+  // An answer for a query run before the latest one is dropped.
+  const gen = useRef(0);
   async function fetchPage(target, body, prev) {
+    const g = ++gen.current;
     setLoading(true);
     setError(null);
     try {
       const send = prev ? { ...body, startAfter: prev.next } : body;
       const res = await api.post(queryURL(target), send);
+      if (g !== gen.current) return;
       const docs = Array.isArray(res.body) ? res.body : res.body.docs;
       const next = Array.isArray(res.body) ? res.headers.get('X-Next-Cursor') : res.body.nextCursor;
       setRan({ db: target, body, docs: prev ? [...prev.docs, ...docs] : docs, next: next || null });
     } catch (err) {
+      if (g !== gen.current) return;
       setError(err);
       if (!prev) setRan(null);
     } finally {
-      setLoading(false);
+      if (g === gen.current) setLoading(false);
     }
   }
 
