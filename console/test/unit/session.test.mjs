@@ -113,6 +113,7 @@ test('a refresh that fails after a new sign-in does not end the new session', as
   await pending;
   assert.equal(api.currentToken(), 'S', 'the stale refresh ended the new session');
   assert.equal(api.session.value?.username, 'admin');
+  await api.signOut(); // its refresh timer is real: the mocked timers below cannot clear it
 });
 
 test('realtime: the reconnect backoff resets only once a connection is accepted', async (t) => {
