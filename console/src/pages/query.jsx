@@ -31,10 +31,16 @@ function buildBody({ collection, filters, orders, limit, showDeleted }) {
   return body;
 }
 
-/** The same query as a shell command (the token is left as a variable). */
+// Single-quoted for a POSIX shell: a ' inside ends the quote, adds \' and reopens.
+const sq = (s) => `'${String(s).replaceAll("'", "'\\''")}'`;
+
+/**
+ * The same query as a shell command (the token is left as a variable). The
+ * URL is quoted like the body: encodeURIComponent leaves ' in a database
+ * name taken from the route.
+ */
 function curlOf(db, body) {
-  const json = JSON.stringify(body).replaceAll("'", "'\\''");
-  return `curl -s -X POST '${location.origin}${queryURL(db)}' \\\n  -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\\n  -d '${json}'`;
+  return `curl -s -X POST ${sq(location.origin + queryURL(db))} \\\n  -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\\n  -d ${sq(JSON.stringify(body))}`;
 }
 
 /** Edits rows of a list: update(i, patch), remove(i), add(). */

@@ -146,4 +146,12 @@ export default async function (t) {
   await t.expectText(id('data-crumbs'), 'default / rooms / r1 / messages / m117');
   await t.expectText(id('doc-version'), '1');
   t.assert((await id('doc-editor').inputValue()).includes('hello 117'), 'the clicked document opens');
+
+  // A database name from the route stays inside the curl line's quotes
+  // (encodeURIComponent leaves ' as it is).
+  await page.goto(`${t.url}/console/#/query/it's?collection=x`);
+  await id('query-form').waitFor();
+  await id('query-curl-toggle').click();
+  const curl = await id('query-curl-text').textContent();
+  t.assert(curl.includes(`/databases/it'\\''s/query'`), `the database name breaks the curl line's quoting: ${curl}`);
 }
