@@ -17,6 +17,10 @@ export const booting = signal(true);
 let token = null;
 let refreshTimer = null;
 let refreshing = null;
+// Bumped when a session ends or a new one starts: a refresh that answers
+// after a sign-out must not bring the session back, and one that fails
+// after a new sign-in must not end the new session.
+let epoch = 0;
 const tokenListeners = new Set();
 
 /** The current access token (for the realtime client), or null. */
@@ -65,6 +69,7 @@ function adopt(body) {
 }
 
 function drop() {
+  epoch++;
   token = null;
   clearTimeout(refreshTimer);
   session.value = null;
@@ -85,7 +90,9 @@ async function post(path, body, headers = {}) {
 
 /** Signs in with {adminKey} or {username, password}. Throws ApiError. */
 export async function signIn(credentials) {
-  adopt(await post(`${SESSION}/session`, credentials));
+  const body = await post(`${SESSION}/session`, credentials);
+  epoch++;
+  adopt(body);
 }
 
 /**
@@ -94,11 +101,17 @@ export async function signIn(credentials) {
  */
 export function refresh() {
   if (!refreshing) {
+    const e = epoch;
     refreshing = post(`${SESSION}/refresh`, undefined, CSRF)
-      .then(adopt, (err) => {
-        drop();
-        throw err;
-      })
+      .then(
+        (body) => {
+          if (e === epoch) adopt(body);
+        },
+        (err) => {
+          if (e === epoch) drop();
+          throw err;
+        },
+      )
       .finally(() => {
         refreshing = null;
       });
@@ -128,11 +141,14 @@ export async function signOut() {
 /**
  * Calls the API as the console user. Resolves {status, headers, body} for a
  * 2xx answer; throws ApiError otherwise. A 401 refreshes the token once and
- * retries; a second 401 ends the session.
+ * retries (a failed refresh ends the session); a second 401 is thrown. A 401
+ * for a token another request has already replaced retries with the new one
+ * without minting another (concurrent 401s share one refresh).
  */
 export async function request(method, path, { body, headers = {}, retried = false } = {}) {
   const h = { ...headers };
-  if (token) h.Authorization = `Bearer ${token}`;
+  const sent = token;
+  if (sent) h.Authorization = `Bearer ${sent}`;
   if (body !== undefined) h['Content-Type'] = 'application/json';
   const res = await fetch(path, {
     method,
@@ -141,7 +157,7 @@ export async function request(method, path, { body, headers = {}, retried = fals
     credentials: 'omit',
   });
   if (res.status === 401 && !retried && token) {
-    await refresh();
+    if (token === sent) await refresh();
     return request(method, path, { body, headers, retried: true });
   }
   const parsed = await parse(res);

@@ -2,10 +2,20 @@
 // one index.html, so no path needs a server-side fallback.
 import { signal } from '@preact/signals';
 
+// A malformed escape (a hand-edited link: #/data/%E0) is kept as typed
+// rather than throwing, which would leave the console blank.
+function decode(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 function parse() {
   const raw = location.hash.replace(/^#\/?/, '');
   const [path, qs = ''] = raw.split('?');
-  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  const parts = path.split('/').filter(Boolean).map(decode);
   return { page: parts[0] || 'data', parts: parts.slice(1), params: new URLSearchParams(qs) };
 }
 

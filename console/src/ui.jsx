@@ -111,3 +111,105 @@ export function Header({ title, children }) {
     </div>
   );
 }
+
+/**
+ * An action run from a button or form: {busy, error, setError, run}.
+ * run(fn) clears the error, marks busy while fn runs, and keeps what fn
+ * threw as error (shown with <ErrorBox/>).
+ */
+export function useAction() {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState(null);
+  const run = async (fn) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await fn();
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, setError, run };
+}
+
+/**
+ * Calls fn every `every` ms while the page is visible (and once when it
+ * becomes visible again); stops on unmount. fn should be cheap and quiet.
+ */
+export function useEvery(fn, every, deps) {
+  const ref = useRef(fn);
+  ref.current = fn;
+  useEffect(() => {
+    let timer = null;
+    const arm = () => {
+      clearInterval(timer);
+      timer = document.hidden ? null : setInterval(() => ref.current(), every);
+    };
+    const onVisible = () => {
+      if (!document.hidden) ref.current();
+      arm();
+    };
+    arm();
+    document.addEventListener('visibilitychange', onVisible);
+    return () => {
+      clearInterval(timer);
+      document.removeEventListener('visibilitychange', onVisible);
+    };
+  }, [every, ...(deps || [])]);
+}
+
+/**
+ * Loads fetch() on mount and when deps change, then again every `every` ms
+ * while the page is visible: {data, setData, error, load}. One load at a
+ * time; an answer for earlier deps is dropped.
+ */
+export function usePoll(fetch, every, deps = []) {
+  const [data, setData] = useState(null);
+  const [error, setError] = useState(null);
+  const ref = useRef(fetch);
+  ref.current = fetch;
+  const gen = useRef(0);
+  const inFlight = useRef(false);
+  async function load() {
+    if (inFlight.current) return;
+    inFlight.current = true;
+    const g = gen.current;
+    try {
+      const d = await ref.current();
+      if (g === gen.current) {
+        setData(d);
+        setError(null);
+      }
+    } catch (err) {
+      if (g === gen.current) setError(err);
+    } finally {
+      if (g === gen.current) inFlight.current = false;
+    }
+  }
+  useEffect(() => {
+    gen.current++;
+    inFlight.current = false;
+    setData(null);
+    load();
+  }, deps);
+  useEvery(load, every, deps);
+  return { data, setData, error, load };
+}
+
+/** A duration in ms: "340 ms", "1.2 s", "2 min 5 s"; null for a missing or negative one. */
+export function fmtDuration(ms) {
+  if (ms === null || ms === undefined || Number.isNaN(ms) || ms < 0) return null;
+  return ms < 1000 ? `${Math.round(ms)} ms` : ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+/** The value of a JSON text, or the text itself when it is not JSON (a non-string is returned as is). */
+export function parseJSONOr(text) {
+  if (typeof text !== 'string') return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}

@@ -32,10 +32,17 @@ class Conn {
     this.ws = ws;
     this.authed = false;
     ws.onopen = () => {
-      this.retry = 500;
       this.send({ type: 'auth', payload: { token: currentToken(), database: this.db } });
     };
-    ws.onmessage = (e) => this.receive(JSON.parse(e.data));
+    ws.onmessage = (e) => {
+      let msg;
+      try {
+        msg = JSON.parse(e.data);
+      } catch {
+        return; // not a message of the protocol
+      }
+      this.receive(msg);
+    };
     ws.onclose = () => {
       if (this.ws !== ws) return;
       this.ws = null;
@@ -62,7 +69,11 @@ class Conn {
     if (msg.type === 'auth_ack') {
       if (!this.authed) {
         this.authed = true;
-        for (const [id, s] of this.subs) this.subscribe(id, s);
+        // Only an accepted connection resets the backoff: a server that
+        // opens the socket and closes it at once is not hammered every 500 ms.
+        this.retry = 500;
+        // A subscription the server ended stays ended: its page has the error.
+        for (const [id, s] of this.subs) if (!s.ended) this.subscribe(id, s);
       }
       return;
     }
@@ -105,7 +116,9 @@ class Conn {
   close() {
     clearTimeout(this.timer);
     this.offToken();
-    conns.delete(this.db);
+    // A conn closed by a sign-out is still removed from by its pages later:
+    // it must not drop a newer conn of the same database from the map.
+    if (conns.get(this.db) === this) conns.delete(this.db);
     const ws = this.ws;
     this.ws = null;
     ws?.close();

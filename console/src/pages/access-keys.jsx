@@ -3,7 +3,7 @@
 // until dismissed, nothing else keeps it), DELETE /admin/v1/keys/{name}.
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { ErrorBox, ShowOnce, Time, useAsync } from '../ui.jsx';
+import { ErrorBox, ShowOnce, Time, useAction, useAsync } from '../ui.jsx';
 import { splitRoles } from './access-users.jsx';
 
 // Keys Loom issues itself: `loom serve` mints "loom-agents" for its agent
@@ -15,8 +15,7 @@ const isSystem = (name) => name.startsWith(SYSTEM_PREFIX);
 function Revoke({ name, onDone }) {
   const [asking, setAsking] = useState(false);
   const [ack, setAck] = useState(false);
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
   const system = isSystem(name);
   if (!asking) {
     return (
@@ -25,17 +24,11 @@ function Revoke({ name, onDone }) {
       </button>
     );
   }
-  async function go() {
-    setBusy(true);
-    setError(null);
-    try {
+  const go = () =>
+    run(async () => {
       await api.del(`/admin/v1/keys/${encodeURIComponent(name)}`);
       onDone();
-    } catch (err) {
-      setError(err);
-      setBusy(false);
-    }
-  }
+    });
   return (
     <div class="confirm">
       <span>Revoke {name}? Clients using it get 401 at once.</span>
@@ -61,21 +54,14 @@ function Revoke({ name, onDone }) {
 function CreateKey({ onCreated }) {
   const [name, setName] = useState('');
   const [roles, setRoles] = useState('service');
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
-  async function submit(e) {
+  const { busy, error, run } = useAction();
+  function submit(e) {
     e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    run(async () => {
       const r = await api.post('/admin/v1/keys', { name, roles: splitRoles(roles) });
       setName('');
       onCreated(r.body);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   }
   return (
     <form class="row bottom" onSubmit={submit} data-testid="key-form">

@@ -5,26 +5,22 @@
 // panel shows that message as is.
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { Badge, ErrorBox, Time, useAsync } from '../ui.jsx';
+import { Badge, ErrorBox, Time, useAction, useAsync } from '../ui.jsx';
 
 export default function Rules() {
   const info = useAsync(() => api.get('/admin/v1/rules').then((r) => r.body), []);
   const [result, setResult] = useState(null);
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
 
-  async function reload() {
-    setBusy(true);
-    setError(null);
+  function reload() {
     setResult(null);
-    try {
-      setResult((await api.post('/admin/v1/rules/reload')).body);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-      info.reload();
-    }
+    run(async () => {
+      try {
+        setResult((await api.post('/admin/v1/rules/reload')).body);
+      } finally {
+        info.reload();
+      }
+    });
   }
 
   const r = info.data;

@@ -4,7 +4,7 @@
 // until they expire, which the panel says.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { ErrorBox, More, Time } from '../ui.jsx';
+import { ErrorBox, More, Time, useAction } from '../ui.jsx';
 
 const PAGE = 50;
 
@@ -24,20 +24,13 @@ export function splitRoles(text) {
 
 function RolesEditor({ user, onSaved, onCancel }) {
   const [text, setText] = useState(user.roles.join(', '));
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
-  async function save(e) {
+  const { busy, error, run } = useAction();
+  function save(e) {
     e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    run(async () => {
       const r = await api.put(`/admin/v1/users/${encodeURIComponent(user.uid)}/roles`, { roles: splitRoles(text) });
       onSaved(r.body);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   }
   return (
     <form class="row" onSubmit={save}>

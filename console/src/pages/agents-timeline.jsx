@@ -2,36 +2,20 @@
 // decisions (its reply holds the decided plan), each task with its
 // sub-agent, the sub-agent's messages and tool calls, and the answers.
 // Everything here is rendered as text (Preact escapes it).
-import { useState } from 'preact/hooks';
 import { api, docURL } from '../api.js';
-import { Badge, ErrorBox, Json, Time } from '../ui.jsx';
+import { Badge, ErrorBox, Json, Time, fmtDuration, parseJSONOr, useAction } from '../ui.jsx';
 
 const UNFINISHED = new Set(['pending', 'running', 'waiting', 'waiting_tool']);
-
-/** "1.2 s" / "340 ms"; null for a missing or negative span. */
-export function fmtDuration(ms) {
-  if (ms === null || ms === undefined || Number.isNaN(ms) || ms < 0) return null;
-  return ms < 1000 ? `${Math.round(ms)} ms` : ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
-}
 
 /** updatedAt − createdAt: how long a finished task or sub-agent took (so far, while running). */
 function span(doc) {
   return typeof doc.createdAt === 'number' && typeof doc.updatedAt === 'number' ? doc.updatedAt - doc.createdAt : null;
 }
 
-function parseJSON(s) {
-  if (typeof s !== 'string') return s;
-  try {
-    return JSON.parse(s);
-  } catch {
-    return s;
-  }
-}
-
 /** Collapsed JSON or text, opened on demand. */
 function Fold({ label, value, testid }) {
   if (value === undefined || value === null || value === '') return null;
-  const v = parseJSON(value);
+  const v = parseJSONOr(value);
   return (
     <details class="fold" data-testid={testid}>
       <summary>{label}</summary>
@@ -169,20 +153,9 @@ function SubAgent({ sub, items }) {
 }
 
 function CancelTask({ doc }) {
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
   if (!UNFINISHED.has(doc.status)) return null;
-  async function cancel() {
-    setBusy(true);
-    setError(null);
-    try {
-      await api.patch(docURL('default', `${doc.collection}/${doc.id}`), { doc: { status: 'canceled' } });
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
-  }
+  const cancel = () => run(() => api.patch(docURL('default', `${doc.collection}/${doc.id}`), { doc: { status: 'canceled' } }));
   return (
     <>
       <button class="danger" data-testid="task-cancel" disabled={busy} onClick={cancel}>

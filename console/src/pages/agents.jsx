@@ -5,7 +5,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, docURL, pageOf, queryURL } from '../api.js';
 import { href, navigate } from '../router.js';
-import { Badge, ErrorBox, Header, More, Time } from '../ui.jsx';
+import { Badge, ErrorBox, Header, More, Time, useAction } from '../ui.jsx';
 import { buildRun, useRun } from './agents-run.js';
 import Timeline from './agents-timeline.jsx';
 
@@ -109,23 +109,16 @@ function NewChat({ defaultUid }) {
     if (defaultUid) setUid(defaultUid);
   }, [defaultUid]);
   const [text, setText] = useState('');
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
-  async function submit(e) {
+  const { busy, error, run } = useAction();
+  function submit(e) {
     e.preventDefault();
     const u = uid.trim();
     const chatId = newId('c');
-    setBusy(true);
-    setError(null);
-    try {
+    run(async () => {
       await ask(u, chatId, text);
       setText('');
       navigate('agents', u, chatId);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   }
   return (
     <form class="new-chat" onSubmit={submit} data-testid="agents-new">
@@ -148,21 +141,14 @@ function NewChat({ defaultUid }) {
 
 function AskBox({ uid, chatId, disabled, replyTo, onSent }) {
   const [text, setText] = useState('');
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
-  async function submit(e) {
+  const { busy, error, run } = useAction();
+  function submit(e) {
     e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+    run(async () => {
       await ask(uid, chatId, text, replyTo);
       setText('');
       onSent();
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   }
   return (
     <form class="ask row" onSubmit={submit}>
@@ -192,20 +178,9 @@ function AskBox({ uid, chatId, disabled, replyTo, onSent }) {
 }
 
 function CancelRun({ chat }) {
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
   if (!chat || chat.runStatus !== 'running') return null;
-  async function cancel() {
-    setBusy(true);
-    setError(null);
-    try {
-      await api.patch(docURL('default', `${chat.collection}/${chat.id}`), { doc: { runStatus: 'canceled' } });
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
-  }
+  const cancel = () => run(() => api.patch(docURL('default', `${chat.collection}/${chat.id}`), { doc: { runStatus: 'canceled' } }));
   return (
     <>
       <button class="danger" data-testid="agents-cancel" disabled={busy} onClick={cancel}>

@@ -4,7 +4,7 @@
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { href } from '../router.js';
-import { Badge, ErrorBox, Time } from '../ui.jsx';
+import { Badge, ErrorBox, Time, useAction } from '../ui.jsx';
 import { DELIVERIES, ms } from './triggers-shared.jsx';
 
 function AttemptStatus({ a, testid }) {
@@ -20,25 +20,17 @@ function AttemptStatus({ a, testid }) {
 
 export function DeliveryRow({ d, onChange, onRefresh }) {
   const [open, setOpen] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState(null);
+  const { busy, error, run } = useAction();
   const attempts = d.attempts || [];
   const last = attempts[attempts.length - 1];
   const cancelable = d.status === 'pending' || d.status === 'scheduled';
 
-  async function act(action) {
-    setBusy(true);
-    setError(null);
-    try {
+  const act = (action) =>
+    run(async () => {
       const res = await api.post(`${DELIVERIES}/${encodeURIComponent(d.id)}/${action}`);
       onChange({ id: d.id, status: res.body.status }, action);
       onRefresh();
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
-  }
+    });
 
   return (
     <>

@@ -5,13 +5,16 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { href, navigate } from '../router.js';
-import { ErrorBox, Header, More } from '../ui.jsx';
+import { ErrorBox, Header, More, useEvery } from '../ui.jsx';
 import { DeadSummary } from './deliveries-summary.jsx';
 import { DeliveryRow } from './deliveries-row.jsx';
-import { DELIVERIES, Revealed, listTriggers, useEvery } from './triggers-shared.jsx';
+import { DELIVERIES, Revealed, listTriggers } from './triggers-shared.jsx';
 
 const PAGE = 50;
 const REFRESH_MS = 3000;
+// With more pages loaded, a refresh adds new rows on top; past this many
+// rows it starts again from the first page, so the list stays bounded.
+const MAX_ROWS = 1000;
 const STATUSES = ['pending', 'scheduled', 'delivered', 'dead', 'canceled'];
 
 function logURL(triggerId, status, cursor) {
@@ -55,7 +58,12 @@ export default function Deliveries({ params }) {
       const res = await api.get(logURL(triggerId, status));
       if (key.current !== k) return; // the filter changed meanwhile
       const fresh = res.body.deliveries || [];
-      if (replace || pages === 1) {
+      const old = rows || [];
+      const known = new Set(old.map((d) => d.id));
+      // A whole page of rows not seen before may hide more between it and
+      // the rows below: start again from the first page rather than show a gap.
+      const gap = fresh.length >= PAGE && fresh.every((d) => !known.has(d.id));
+      if (replace || pages === 1 || gap || old.length >= MAX_ROWS) {
         setRows(fresh);
         setCursor(res.body.nextCursor || null);
         setPages(1);

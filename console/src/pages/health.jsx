@@ -4,7 +4,7 @@
 // so the first scrape shows totals and "measuring…".
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { ErrorBox, Header, Badge, Time } from '../ui.jsx';
+import { ErrorBox, Header, Badge, Time, useEvery } from '../ui.jsx';
 import { parseMetrics, sum, sumBy, buckets, bucketDelta, quantileBound } from '../metrics.js';
 
 const INTERVAL = 5000;
@@ -24,35 +24,30 @@ async function scrape() {
 /** Scrapes now and every INTERVAL while the document is visible. */
 function useScrapes() {
   const [state, setState] = useState({ now: null, before: null, error: null });
-  const timer = useRef(null);
-  useEffect(() => {
-    let alive = true;
-    let busy = false; // one scrape at a time, whatever woke us
-    async function tick() {
-      clearTimeout(timer.current);
-      if (document.hidden || busy) return;
-      busy = true;
-      try {
-        const s = await scrape();
-        if (alive) setState((old) => ({ now: s, before: old.now, error: null }));
-      } catch (error) {
-        if (alive) setState((old) => ({ ...old, error }));
-      } finally {
-        busy = false;
-      }
-      if (alive && !document.hidden) timer.current = setTimeout(tick, INTERVAL);
+  const alive = useRef(true);
+  const busy = useRef(false); // one scrape at a time, whatever woke us
+  async function tick() {
+    if (document.hidden || busy.current) return;
+    busy.current = true;
+    try {
+      const s = await scrape();
+      if (alive.current) setState((old) => ({ now: s, before: old.now, error: null }));
+    } catch (error) {
+      if (alive.current) setState((old) => ({ ...old, error }));
+    } finally {
+      busy.current = false;
     }
-    // Hidden: stop; visible again: scrape at once (the rate then spans the
-    // pause, which is still a true average over it).
-    const onVis = () => (document.hidden ? clearTimeout(timer.current) : tick());
-    document.addEventListener('visibilitychange', onVis);
+  }
+  useEffect(() => {
+    alive.current = true;
     tick();
     return () => {
-      alive = false;
-      clearTimeout(timer.current);
-      document.removeEventListener('visibilitychange', onVis);
+      alive.current = false;
     };
   }, []);
+  // Hidden: stop; visible again: scrape at once (the rate then spans the
+  // pause, which is still a true average over it).
+  useEvery(tick, INTERVAL);
   return state;
 }
 

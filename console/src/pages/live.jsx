@@ -6,6 +6,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { subscribe } from '../ws.js';
 import { href } from '../router.js';
 import { Badge, ErrorBox, Header, Json } from '../ui.jsx';
+import { preview } from './data-util.jsx';
 
 // The table keeps the newest MAX events: a busy database must not grow the
 // page without bound.
@@ -257,13 +258,6 @@ function EventTable({ events, db, showPattern }) {
   );
 }
 
-// The document's own fields, without the metadata Loom adds around them.
-function dataOf(doc) {
-  if (!doc || typeof doc !== 'object') return doc;
-  const { id, collection, version, createdAt, updatedAt, deleted, ...rest } = doc;
-  return rest;
-}
-
 // The time of day of a change (the date is in the tooltip): a tail is read
 // as it happens.
 function Clock({ ms }) {
@@ -279,7 +273,6 @@ function Clock({ ms }) {
 function EventRow({ ev, db, showPattern }) {
   const [open, setOpen] = useState(false);
   const doc = ev.document || ev.before;
-  const preview = doc ? JSON.stringify(dataOf(doc)) : '';
   return (
     <tr data-testid="live-row" data-path={ev.path} data-op={ev.op}>
       <Clock ms={ev.timestamp} />
@@ -304,7 +297,7 @@ function EventRow({ ev, db, showPattern }) {
             </div>
           ) : (
             <button class="link mono preview" data-testid="live-row-expand" title="Show the whole document" onClick={() => setOpen(true)}>
-              {preview.length > 120 ? `${preview.slice(0, 120)}…` : preview}
+              {preview(doc, 121)}
             </button>
           )
         ) : (

@@ -2,22 +2,16 @@
 // rows of filters and orderings, run through POST …/query and paged with
 // its nextCursor. A collection given in the route runs at once (the Data
 // page's collection groups link here).
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, queryURL } from '../api.js';
 import { href, navigate } from '../router.js';
-import { ErrorBox, Header, More, useAsync } from '../ui.jsx';
+import { ErrorBox, Header, More, parseJSONOr, useAsync } from '../ui.jsx';
 import { DocTable } from './data-util.jsx';
 
 const OPS = ['==', '!=', '<', '<=', '>', '>=', 'in', 'not-in', 'array-contains', 'array-contains-any', 'prefix'];
 
 /** A filter value: JSON when it parses, else the text as a string. */
-export function parseValue(text) {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
-}
+export const parseValue = parseJSONOr;
 
 function kindOf(v) {
   if (v === null) return 'null';
@@ -66,10 +60,16 @@ function paramOfForm({ filters, orders, limit, showDeleted }) {
   return JSON.stringify({ filters, orders, limit, showDeleted });
 }
 
-/** The same query as a shell command (the token is left as a variable). */
+// Single-quoted for a POSIX shell: a ' inside ends the quote, adds \' and reopens.
+const sq = (s) => `'${String(s).replaceAll("'", "'\\''")}'`;
+
+/**
+ * The same query as a shell command (the token is left as a variable). The
+ * URL is quoted like the body: encodeURIComponent leaves ' in a database
+ * name taken from the route.
+ */
 function curlOf(db, body) {
-  const json = JSON.stringify(body).replaceAll("'", "'\\''");
-  return `curl -s -X POST '${location.origin}${queryURL(db)}' \\\n  -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\\n  -d '${json}'`;
+  return `curl -s -X POST ${sq(location.origin + queryURL(db))} \\\n  -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\\n  -d ${sq(JSON.stringify(body))}`;
 }
 
 /** Edits rows of a list: update(i, patch), remove(i), add(). */
@@ -150,20 +150,25 @@ export default function Query({ parts, params }) {
   const [loading, setLoading] = useState(false);
   const dbs = useAsync(async () => (await api.get('/admin/v1/databases?limit=1000')).body.databases, []);
 
+  // An answer for a query run before the latest one is dropped.
+  const gen = useRef(0);
   async function fetchPage(target, body, prev) {
+    const g = ++gen.current;
     setLoading(true);
     setError(null);
     try {
       const send = prev ? { ...body, startAfter: prev.next } : body;
       const res = await api.post(queryURL(target), send);
+      if (g !== gen.current) return;
       const docs = Array.isArray(res.body) ? res.body : res.body.docs;
       const next = Array.isArray(res.body) ? res.headers.get('X-Next-Cursor') : res.body.nextCursor;
       setRan({ db: target, body, docs: prev ? [...prev.docs, ...docs] : docs, next: next || null });
     } catch (err) {
+      if (g !== gen.current) return;
       setError(err);
       if (!prev) setRan(null);
     } finally {
-      setLoading(false);
+      if (g === gen.current) setLoading(false);
     }
   }
 

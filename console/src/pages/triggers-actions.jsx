@@ -3,25 +3,12 @@
 // only; file triggers are read-only) with an inline confirmation.
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { ErrorBox } from '../ui.jsx';
+import { ErrorBox, useAction } from '../ui.jsx';
 import { TRIGGERS, triggerAction } from './triggers-shared.jsx';
 
 export function TriggerActions({ t, onChange, onDeleted }) {
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState(null);
+  const { busy, error, run } = useAction();
   const [confirm, setConfirm] = useState(false);
-
-  async function run(fn) {
-    setBusy(true);
-    setError(null);
-    try {
-      await fn();
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
-  }
 
   const act = (action) => run(async () => onChange(await triggerAction(t.triggerId, action)));
   const remove = () =>

@@ -1,11 +1,10 @@
 // One trigger (#/triggers/<id>): its definition as the API returns it
 // (never its secret), its counters and last error, the operations, and a
 // way into its delivery log.
-import { useEffect, useRef, useState } from 'preact/hooks';
 import { href, navigate } from '../router.js';
-import { ErrorBox, Header, Json, Time } from '../ui.jsx';
+import { ErrorBox, Header, Json, Time, usePoll } from '../ui.jsx';
 import { TriggerActions } from './triggers-actions.jsx';
-import { Counts, LastError, TriggerStatus, getTrigger, useEvery } from './triggers-shared.jsx';
+import { Counts, LastError, TriggerStatus, getTrigger } from './triggers-shared.jsx';
 
 // The definition's fields, without the state the list shows separately.
 function definitionOf(t) {
@@ -14,27 +13,7 @@ function definitionOf(t) {
 }
 
 export function TriggerDetail({ id }) {
-  const [t, setT] = useState(null);
-  const [error, setError] = useState(null);
-  const inFlight = useRef(false);
-
-  async function load() {
-    if (inFlight.current) return;
-    inFlight.current = true;
-    try {
-      setT(await getTrigger(id));
-      setError(null);
-    } catch (err) {
-      setError(err);
-    } finally {
-      inFlight.current = false;
-    }
-  }
-  useEffect(() => {
-    setT(null);
-    load();
-  }, [id]);
-  useEvery(load, 4000, [id]);
+  const { data: t, setData: setT, error } = usePoll(() => getTrigger(id), 4000, [id]);
 
   return (
     <div class="trigger-detail" data-testid="trigger-detail">

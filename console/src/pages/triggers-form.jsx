@@ -4,7 +4,7 @@
 // URL) is shown as it answers.
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
-import { ErrorBox } from '../ui.jsx';
+import { ErrorBox, useAction } from '../ui.jsx';
 import { TRIGGERS, takeSecret } from './triggers-shared.jsx';
 
 const EVENTS = ['create', 'update', 'delete'];
@@ -45,8 +45,7 @@ function definition(f, events) {
 
 export function TriggerForm({ onDone, onCancel }) {
   const [events, setEvents] = useState(['create', 'update', 'delete']);
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, setError, run } = useAction();
 
   function toggle(ev, on) {
     setEvents((list) => EVENTS.filter((x) => (x === ev ? on : list.includes(x))));
@@ -62,16 +61,11 @@ export function TriggerForm({ onDone, onCancel }) {
       setError(err);
       return;
     }
-    setBusy(true);
-    try {
+    run(async () => {
       const res = await api.post(TRIGGERS, def);
       takeSecret(res.body, def.secret ? 'registered' : 'generated');
       onDone(def.triggerId);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   }
 
   return (

@@ -1,22 +1,26 @@
 // What the Triggers and Deliveries pages share: reading triggers through
-// the admin API, the secrets that reading reveals, auto-refresh, and the
+// the admin API, the secrets that reading reveals, and the
 // small views of a trigger's status, counters and last error.
 //
 // GET /admin/v1/triggers (and /{id}) returns a generated signing secret the
 // first time anyone reads it, and never again. Every read here therefore
 // takes such secrets out of the answer into `revealed`, which <Revealed/>
-// shows once; dismissing it forgets the secret. Nothing else keeps it.
+// shows once; dismissing it (or signing out) forgets the secret. Nothing
+// else keeps it.
 import { signal } from '@preact/signals';
-import { useEffect, useRef } from 'preact/hooks';
-import { api } from '../api.js';
+import { api, onToken } from '../api.js';
 import { href } from '../router.js';
-import { Badge, ShowOnce, Time } from '../ui.jsx';
+import { Badge, ShowOnce, Time, fmtDuration } from '../ui.jsx';
 
 export const TRIGGERS = '/admin/v1/triggers';
 export const DELIVERIES = '/admin/v1/deliveries';
 
 /** Secrets waiting to be shown once: [{id, secret, why}]. */
 export const revealed = signal([]);
+// Signing out forgets them: the next user of this tab must not see them.
+onToken((tok) => {
+  if (!tok) revealed.value = [];
+});
 
 /** Queues t's secret (if the answer carried one) and returns t without it. */
 export function takeSecret(t, why) {
@@ -67,36 +71,9 @@ export function Revealed() {
   );
 }
 
-/** A duration in ms as "850 ms" or "1.2 s". */
+/** A latency in ms as "850 ms" or "1.2 s" (— when missing). */
 export function ms(v) {
-  if (v === undefined || v === null) return '—';
-  return v < 1000 ? `${v} ms` : `${(v / 1000).toFixed(1)} s`;
-}
-
-/**
- * Calls fn every `every` ms while the page is visible (and once when it
- * becomes visible again); stops on unmount. fn should be cheap and quiet.
- */
-export function useEvery(fn, every, deps) {
-  const ref = useRef(fn);
-  ref.current = fn;
-  useEffect(() => {
-    let timer = null;
-    const arm = () => {
-      clearInterval(timer);
-      timer = document.hidden ? null : setInterval(() => ref.current(), every);
-    };
-    const onVisible = () => {
-      if (!document.hidden) ref.current();
-      arm();
-    };
-    arm();
-    document.addEventListener('visibilitychange', onVisible);
-    return () => {
-      clearInterval(timer);
-      document.removeEventListener('visibilitychange', onVisible);
-    };
-  }, [every, ...(deps || [])]);
+  return fmtDuration(v) ?? '—';
 }
 
 export function TriggerStatus({ t }) {

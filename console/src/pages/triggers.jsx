@@ -1,14 +1,14 @@
 // Triggers: every trigger with its status, counters and last error; the
 // operations on each; reload of triggers.json; the register form; and the
 // detail view (#/triggers/<id>).
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { href } from '../router.js';
-import { ErrorBox, Header } from '../ui.jsx';
+import { ErrorBox, Header, usePoll } from '../ui.jsx';
 import { TriggerActions } from './triggers-actions.jsx';
 import { TriggerDetail } from './triggers-detail.jsx';
 import { TriggerForm } from './triggers-form.jsx';
-import { COUNTS, Count, LastError, Revealed, TRIGGERS, TriggerStatus, listTriggers, useEvery } from './triggers-shared.jsx';
+import { COUNTS, Count, LastError, Revealed, TRIGGERS, TriggerStatus, listTriggers } from './triggers-shared.jsx';
 
 // The list re-reads itself this often while visible, so counters move.
 const REFRESH_MS = 4000;
@@ -31,29 +31,10 @@ export default function Triggers({ parts }) {
 }
 
 function TriggerList() {
-  const [list, setList] = useState(null);
-  const [error, setError] = useState(null);
+  const { data: list, setData: setList, error, load } = usePoll(listTriggers, REFRESH_MS);
   const [showForm, setShowForm] = useState(false);
   const [notice, setNotice] = useState(null);
   const [reload, setReload] = useState(null); // {result} | {error}
-  const inFlight = useRef(false);
-
-  async function load() {
-    if (inFlight.current) return;
-    inFlight.current = true;
-    try {
-      setList(await listTriggers());
-      setError(null);
-    } catch (err) {
-      setError(err);
-    } finally {
-      inFlight.current = false;
-    }
-  }
-  useEffect(() => {
-    load();
-  }, []);
-  useEvery(load, REFRESH_MS);
 
   const replace = (t) => setList((l) => l.map((x) => (x.triggerId === t.triggerId ? t : x)));
   const removed = (id) => {

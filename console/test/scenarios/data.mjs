@@ -182,4 +182,12 @@ export default async function (t) {
   t.assert((await id('query-collection').inputValue()) === 'rooms/*/messages', 'the pattern after Back');
   t.assert((await id('filter-field-0').inputValue()) === 'author' && (await id('filter-value-0').inputValue()) === 'ann', 'the filter after Back');
   t.assert((await id('order-dir-0').inputValue()) === 'desc' && (await id('query-limit').inputValue()) === '20', 'the order and limit after Back');
+
+  // A database name from the route stays inside the curl line's quotes
+  // (encodeURIComponent leaves ' as it is).
+  await page.goto(`${t.url}/console/#/query/it's?collection=x`);
+  await id('query-form').waitFor();
+  await id('query-curl-toggle').click();
+  const curl = await id('query-curl-text').textContent();
+  t.assert(curl.includes(`/databases/it'\\''s/query'`), `the database name breaks the curl line's quoting: ${curl}`);
 }
