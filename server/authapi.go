@@ -1,10 +1,10 @@
 package server
 
 import (
-	"io/fs"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"time"
 

@@ -196,14 +196,14 @@ type Server struct {
 	// rulesBuiltin: the built-in rules are in force (no file, or an
 	// optional file not there yet). Cleared when a reload loads the file.
 	rulesBuiltin atomic.Bool
-	metrics         *httpMetrics
-	metricsAuth     bool
-	rt              *realtimeServer
-	rxdb            RxDBConfig
-	triggers        *triggers.Service
-	webhooks        http.Handler
-	agentsAdmin     http.Handler
-	engine          *gin.Engine
+	metrics      *httpMetrics
+	metricsAuth  bool
+	rt           *realtimeServer
+	rxdb         RxDBConfig
+	triggers     *triggers.Service
+	webhooks     http.Handler
+	agentsAdmin  http.Handler
+	engine       *gin.Engine
 	// console is Config.Console (nil: off).
 	console fs.FS
 	// trustedProxies is Config.TrustedProxies parsed, for
