@@ -39,14 +39,14 @@ export default function Rules() {
       <ErrorBox error={error} testid="rules-error" />
       {result ? (
         <p class="notice" data-testid="rules-ok">
-          Reloaded: {result.rules} rules {result.builtin ? 'built in (no rules file)' : `from ${result.file}`}.
+          Reloaded: {result.rules} rules {result.builtin ? `built in (${result.fileAbsent ? `${result.file} does not exist yet` : 'no rules file'})` : `from ${result.file}`}.
         </p>
       ) : null}
       {r ? (
         <>
           <dl class="facts">
             <dt>Source</dt>
-            <dd data-testid="rules-file">{r.builtin ? 'built-in default rules (no rules file)' : r.file || 'none'}</dd>
+            <dd data-testid="rules-file">{r.builtin ? `built-in default rules${r.file ? ` (${r.file} not created yet)` : ' (no rules file)'}` : r.file || 'none'}</dd>
             <dt>Rules in force</dt>
             <dd data-testid="rules-count">{r.rules}</dd>
             <dt>Last reload</dt>
@@ -63,9 +63,18 @@ export default function Rules() {
           </dl>
           {r.builtin ? (
             <p class="small muted" data-testid="rules-builtin-hint">
-              This server started without a rules file, so the built-in rules below are in force and Reload keeps them. To change
-              them, save this text as <code>rules/security.toml</code> in the server's working directory (or name a file in{' '}
-              <code>[security] rules_file</code>), edit it and restart; from then on Reload re-reads that file.
+              {r.file ? (
+                <>
+                  No rules file yet, so the built-in rules below are in force. To change them, save this text as{' '}
+                  <code>{r.file}</code> (relative to the server's working directory), edit it and press Reload: from then on
+                  Reload re-reads that file, and a bad file shows its error here while the rules in force stay.
+                </>
+              ) : (
+                <>
+                  This server runs the built-in rules below and has no rules file to reload. To use your own, name a file in{' '}
+                  <code>[security] rules_file</code> and restart.
+                </>
+              )}
             </p>
           ) : (
             <p class="small muted">
