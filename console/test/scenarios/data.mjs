@@ -104,6 +104,8 @@ export default async function (t) {
   await t.expectText(id('conflict-status'), '412');
   await t.expectText(id('conflict-current'), 'theirs');
   await t.expectText(id('conflict-mine'), 'mine');
+  await id('doc-conflict').scrollIntoViewIfNeeded();
+  await t.shot('data-conflict');
 
   // Reload current, edit again, save: version 3.
   await id('conflict-reload').click();
