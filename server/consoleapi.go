@@ -136,6 +136,8 @@ func parseConsoleSignIn(m map[string]any) (consoleSignInBody, error) {
 		}
 	case !hasUser || !hasPassword:
 		return bad("The body is {\"adminKey\"} or {\"username\", \"password\"}.")
+	case out.username == "" || out.password == "":
+		return bad("Fields \"username\" and \"password\" must not be empty.")
 	}
 	return out, nil
 }

@@ -421,6 +421,8 @@ func TestConsole_SignInBodies(t *testing.T) {
 		`{"adminKey":"k","password":"p"}`,
 		`{"username":"u"}`,
 		`{"password":"p"}`,
+		`{"username":"","password":"p"}`,
+		`{"username":"u","password":""}`,
 		`{"username":"u","password":"p","extra":1}`,
 		`{"username":["u"],"password":"p"}`,
 		`{"adminKey":"` + testAdminKey + `"`,
