@@ -14,7 +14,9 @@ export default async function (t) {
   // Every auth message the page sends on a realtime socket, and the acks.
   const auths = [];
   let acks = 0;
+  const sockets = [];
   page.on('websocket', (ws) => {
+    sockets.push(ws);
     ws.on('framesent', (f) => {
       const m = parse(f.payload);
       if (m && m.type === 'auth') auths.push(m.payload && m.payload.token);
@@ -86,12 +88,17 @@ export default async function (t) {
   await t.eventually(async () => (await page.locator('[data-testid="live-row"][data-path="rooms/live-r2/messages/m1"]').count()) === 1, { timeout: 5000, what: 'the first pattern’s change after a restart' });
   await t.shot('live');
 
-  // Stop ends the subscriptions: a later change does not arrive.
+  // Stop ends the subscriptions: with none left the page closes its
+  // socket, and a later change does not arrive.
   await t.id('live-stop').click();
   await t.expectText(t.id('live-status'), 'stopped');
-  const before = await t.id('live-row').count();
+  await t.eventually(async () => sockets.length > 0 && sockets.every((ws) => ws.isClosed()), { what: 'every realtime socket closed after Stop' });
+  const [before, opened] = [await t.id('live-row').count(), sockets.length];
   await t.api('PUT', `${DOCS}/rooms/live-r1/messages/m2`, { doc: { text: 'after stop' } });
-  await page.waitForTimeout(700);
+  // Nothing to wait for when nothing should happen: a short window in
+  // which a reopened socket or a late row would show.
+  await page.waitForTimeout(500);
+  t.assert(sockets.length === opened, 'a realtime socket was opened after Stop');
   t.assert((await t.id('live-row').count()) === before, 'a change arrived after Stop');
 }
 

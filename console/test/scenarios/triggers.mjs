@@ -7,11 +7,18 @@ export const name = 'triggers';
 
 const ID = 'console-orders';
 
-/** Closes show-once dialogs (e.g. a built-in trigger's generated secret). */
+/**
+ * Closes show-once dialogs (e.g. a built-in trigger's generated secret):
+ * each Done shows the next queued secret, or closes the dialog.
+ */
 async function dismissSecrets(t) {
   while (await t.id('secret-once').isVisible()) {
+    const shown = await t.id('secret-value').innerText();
     await t.id('secret-close').click();
-    await t.page.waitForTimeout(100);
+    // allInnerTexts does not wait: [] once the dialog is gone.
+    await t.eventually(async () => (await t.id('secret-value').allInnerTexts())[0] !== shown, {
+      what: 'the dialog to close or show the next secret',
+    });
   }
 }
 
