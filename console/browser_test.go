@@ -98,6 +98,9 @@ func TestConsoleBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node test/run.mjs: %v (ctx: %v)", err, ctx.Err())
 	}
+	if n := rc.dropped(); n > 0 {
+		t.Errorf("the webhook receiver dropped %d requests beyond its %d: a delivery is being retried without end", n, maxHookRequests)
+	}
 }
 
 // findChromium is $LOOM_CHROMIUM, else Debian's /usr/bin/chromium, else
@@ -187,6 +190,7 @@ type receiver struct {
 	mu     sync.Mutex
 	status int
 	got    []hookRequest
+	over   int // requests not kept: beyond maxHookRequests
 }
 
 // hookRequest is one recorded /hook request, as GET /requests lists it.
@@ -200,7 +204,8 @@ type hookRequest struct {
 }
 
 // maxHookRequests bounds what the receiver keeps: far more than any
-// scenario provokes, so hitting it means a runaway retry loop.
+// scenario provokes, so hitting it means a runaway retry loop, which fails
+// the test once the scenarios are done.
 const maxHookRequests = 10000
 
 func newReceiver(t *testing.T) *receiver {
@@ -232,6 +237,8 @@ func (rc *receiver) hook(w http.ResponseWriter, r *http.Request) {
 	status := rc.status
 	if len(rc.got) < maxHookRequests {
 		rc.got = append(rc.got, hookRequest{N: len(rc.got) + 1, Path: r.URL.Path, Headers: h, Body: raw, Status: status, At: time.Now()})
+	} else {
+		rc.over++
 	}
 	rc.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
@@ -251,6 +258,13 @@ func (rc *receiver) control(w http.ResponseWriter, r *http.Request) {
 	rc.status = c.Status
 	rc.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// dropped is how many /hook requests were not kept.
+func (rc *receiver) dropped() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.over
 }
 
 func (rc *receiver) requests(w http.ResponseWriter, _ *http.Request) {
