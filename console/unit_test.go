@@ -30,9 +30,13 @@ func TestConsoleUnit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, node, append([]string{"--test"}, files...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, node, append([]string{"--test"}, files...)...)
+	// node --test runs each file in a child process holding the output
+	// pipe: after a timeout's kill, stop waiting for it.
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test %v: %v\n%s", files, err, out)
+		t.Fatalf("node --test %v: %v (ctx: %v)\n%s", files, err, ctx.Err(), out)
 	}
 	t.Logf("node --test %v: ok", files)
 }
