@@ -85,7 +85,8 @@ export default async function (t) {
   await id('new-doc-json').fill('{"big": 12345678901234567890}');
   await id('new-doc-json-lossy').waitFor();
   await id('new-doc-json').fill('{"text": "first", "n": 1}');
-  t.assert((await id('new-doc-json-lossy').count()) === 0, 'no rounding warning for small numbers');
+  // The warning goes once the text holds only small numbers.
+  await id('new-doc-json-lossy').waitFor({ state: 'detached' });
   await id('new-doc-submit').click();
   const path = 'rooms/r1/messages/hello-console';
   await id('document-view').waitFor();
