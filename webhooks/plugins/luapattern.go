@@ -281,6 +281,11 @@ func (ms *matchState) endCapture(s, p int) int {
 func (ms *matchState) matchCapture(s int, l byte) int {
 	i := ms.checkCapture(l)
 	c := ms.capture[i]
+	// A position capture has no text: Lua 5.1 reads its length as a
+	// huge size_t, so a back-reference to it never matches.
+	if c.len < 0 {
+		return -1
+	}
 	if len(ms.src)-s >= c.len && ms.src[c.init:c.init+c.len] == ms.src[s:s+c.len] {
 		return s + c.len
 	}

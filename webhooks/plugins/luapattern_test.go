@@ -148,6 +148,7 @@ func FuzzLuaPattern(f *testing.F) {
 	f.Add("x", "%f")
 	f.Add("x", "[%")
 	f.Add("x", "(()")
+	f.Add("a", "()%1") // a back-reference to a position capture (sliced [:-2])
 	f.Fuzz(func(t *testing.T, s, p string) {
 		if len(s) > 1000 || len(p) > 100 {
 			return
