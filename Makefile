@@ -99,6 +99,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCalculator -fuzztime 20s ./webhooks/tools/
 	$(GO) test -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 20s ./webhooks/
 	$(GO) test -run '^$$' -fuzz FuzzDeriveID -fuzztime 20s ./webhooks/
+	$(GO) test -run '^$$' -fuzz '^FuzzTokenScope$$' -fuzztime 20s ./triggers/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime 20s ./webhooks/plugins/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseManifest$$' -fuzztime 20s ./webhooks/plugins/
+	$(GO) test -run '^$$' -fuzz '^FuzzUserSettings$$' -fuzztime 20s ./webhooks/plugins/
+	$(GO) test -run '^$$' -fuzz '^FuzzCELCondition$$' -fuzztime 20s ./webhooks/plugins/
+	$(GO) test -run '^$$' -fuzz '^FuzzTemplate$$' -fuzztime 20s ./webhooks/plugins/
+	$(GO) test -run '^$$' -fuzz '^FuzzLuaScript$$' -fuzztime 20s ./webhooks/plugins/
+	$(GO) test -run '^$$' -fuzz '^FuzzLuaPattern$$' -fuzztime 20s ./webhooks/plugins/
 
 clean:
 	rm -rf bin
