@@ -7,7 +7,7 @@ import { href } from '../router.js';
 import { Time } from '../ui.jsx';
 
 /** The server-owned names of a document's wire envelope (never user data). */
-export const ENVELOPE = ['id', 'collection', 'version', 'createdAt', 'updatedAt', 'deleted'];
+const ENVELOPE = ['id', 'collection', 'version', 'createdAt', 'updatedAt', 'deleted'];
 
 /** A document's user fields, without its envelope. */
 export function userFields(doc) {
@@ -24,7 +24,7 @@ export function fieldsText(doc) {
 }
 
 /** The path of a document from its envelope. */
-export function pathOf(doc) {
+function pathOf(doc) {
   return `${doc.collection}/${doc.id}`;
 }
 
