@@ -3,6 +3,7 @@
 // the documents table.
 import { signal } from '@preact/signals';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { api } from '../api.js';
 import { href } from '../router.js';
 import { Time } from '../ui.jsx';
 
@@ -173,4 +174,17 @@ export function usePaged(load, deps) {
     fetchPage(null, false);
   }, [fetchPage]);
   return { ...state, more: () => fetchPage(state.next, true) };
+}
+
+/**
+ * A page of a catalog listing of db for usePaged: its 'collections' (top
+ * level, or under the document path parent) or its 'groups', as {items:
+ * [path or pattern], next}.
+ */
+export async function catalogPage(db, what, after, parent) {
+  const qs = new URLSearchParams({ limit: '100' });
+  if (parent) qs.set('parent', parent);
+  if (after) qs.set('after', after);
+  const res = await api.get(`/admin/v1/databases/${encodeURIComponent(db)}/${what}?${qs}`);
+  return { items: res.body[what].map((x) => (what === 'groups' ? x.pattern : x.path)), next: res.body.nextCursor };
 }
