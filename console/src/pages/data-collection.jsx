@@ -69,7 +69,7 @@ export default function CollectionView({ db, path }) {
   const wanted = route.value.params.get('order') || '';
   const order = ORDERS.some(([v]) => v === wanted) ? wanted : '';
   const setOrder = (v) => {
-    location.hash = v ? `${dataHref(db, path)}?order=${encodeURIComponent(v)}` : dataHref(db, path);
+    location.hash = dataHref(db, path, { order: v });
   };
   const [creating, setCreating] = useState(false);
   const list = usePaged(

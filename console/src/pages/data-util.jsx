@@ -29,9 +29,9 @@ function pathOf(doc) {
   return `${doc.collection}/${doc.id}`;
 }
 
-/** The hash link of the Data page for a database and a collection or document path. */
-export function dataHref(db, path) {
-  return href('data', db, ...(path ? path.split('/') : []));
+/** The hash link of the Data page for a database and a collection or document path (and route params). */
+export function dataHref(db, path, params) {
+  return href('data', db, ...(path ? path.split('/') : []), ...(params ? [params] : []));
 }
 
 /** True for a path below a system collection (its first segment starts with "_"). */
