@@ -113,7 +113,7 @@ export function Header({ title, children }) {
 }
 
 /**
- * An action run from a button or form: {busy, error, setError, run}.
+ * An action run from a button or form: {busy, error, run}.
  * run(fn) clears the error, marks busy while fn runs, and keeps what fn
  * threw as error (shown with <ErrorBox/>).
  */
@@ -131,7 +131,7 @@ export function useAction() {
       setBusy(false);
     }
   };
-  return { busy, error, setError, run };
+  return { busy, error, run };
 }
 
 /**

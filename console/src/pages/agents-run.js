@@ -6,7 +6,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { subscribe } from '../ws.js';
 
 /** The run's collections below users/{uid}/orch-chats/{chatId}: kind → pattern. */
-export function runQueries(uid, chatId) {
+function runQueries(uid, chatId) {
   const chat = `users/${uid}/orch-chats/${chatId}`;
   return [
     // The chat document itself: its collection, narrowed to its id.
@@ -20,7 +20,7 @@ export function runQueries(uid, chatId) {
 }
 
 /** The sub-agent id of a document in sub-agents/{id}/messages or …/tool-calls. */
-export function subAgentOf(collection) {
+function subAgentOf(collection) {
   const parts = collection.split('/');
   return parts[parts.length - 2];
 }

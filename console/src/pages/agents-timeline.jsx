@@ -33,7 +33,7 @@ function Meta({ children }) {
  * was written with; its task says whether that wait is still open (the task
  * waits with the question's waitId) or how it ended (waitState.resolution).
  */
-export function questionState(doc, task) {
+function questionState(doc, task) {
   if (!task) return { status: doc.status, open: doc.status === 'waiting' };
   if (task.status === 'waiting' && task.waitId === doc.waitId) return { status: 'waiting', open: true };
   const ws = task.waitState;

@@ -3,7 +3,7 @@
 import { useState } from 'preact/hooks';
 import { api, docURL, pageOf } from '../api.js';
 import { route } from '../router.js';
-import { ErrorBox, More } from '../ui.jsx';
+import { ErrorBox, More, useAction } from '../ui.jsx';
 import { DocTable, JsonArea, dataChanged, dataHref, hasLossyNumbers, isSystem, parseObject, usePaged } from './data-util.jsx';
 
 const PAGE = 50;
@@ -20,26 +20,20 @@ const ORDERS = [
 function NewDocument({ db, collection, onClose }) {
   const [id, setId] = useState('');
   const [text, setText] = useState('{\n  \n}');
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
   const parsed = parseObject(text);
 
-  async function submit(e) {
+  function submit(e) {
     e.preventDefault();
     if (parsed.error) return;
-    setBusy(true);
-    setError(null);
-    try {
+    run(async () => {
       // POST creates and never replaces: a taken id is an error (409),
       // where a PUT would silently overwrite the existing document.
       const body = id.trim() ? { ...parsed.value, id: id.trim() } : parsed.value;
       const res = await api.post(docURL(db, collection), body);
       dataChanged.value++;
       location.hash = dataHref(db, `${collection}/${res.body.id}`);
-    } catch (err) {
-      setError(err);
-      setBusy(false);
-    }
+    });
   }
 
   return (
@@ -75,7 +69,7 @@ export default function CollectionView({ db, path }) {
   const wanted = route.value.params.get('order') || '';
   const order = ORDERS.some(([v]) => v === wanted) ? wanted : '';
   const setOrder = (v) => {
-    location.hash = v ? `${dataHref(db, path)}?order=${encodeURIComponent(v)}` : dataHref(db, path);
+    location.hash = dataHref(db, path, { order: v });
   };
   const [creating, setCreating] = useState(false);
   const list = usePaged(

@@ -5,7 +5,7 @@
 import { useState } from 'preact/hooks';
 import { api, docURL } from '../api.js';
 import { ErrorBox, Json, Time, useAsync } from '../ui.jsx';
-import { JsonArea, dataChanged, dataHref, fieldsText, hasLossyNumbers, isSystem, parseObject, userFields } from './data-util.jsx';
+import { JsonArea, catalogPage, dataChanged, dataHref, fieldsText, hasLossyNumbers, isSystem, parseObject, userFields } from './data-util.jsx';
 
 const ifMatch = (version) => ({ headers: { 'If-Match': `"${version}"` } });
 
@@ -104,25 +104,22 @@ function Conflict({ db, collection, conflict, mine, invalid, onReload, onRetry, 
 }
 
 function Subcollections({ db, path }) {
-  const { data, error } = useAsync(async () => {
-    const qs = new URLSearchParams({ parent: path, limit: '100' });
-    return (await api.get(`/admin/v1/databases/${encodeURIComponent(db)}/collections?${qs}`)).body;
-  }, [db, path, dataChanged.value]);
+  const { data, error } = useAsync(() => catalogPage(db, 'collections', null, path), [db, path, dataChanged.value]);
   return (
     <div class="panel" data-testid="doc-subcollections">
       <h3>Subcollections</h3>
       <ErrorBox error={error} />
-      {data && !data.collections.length ? <p class="muted">None.</p> : null}
+      {data && !data.items.length ? <p class="muted">None.</p> : null}
       {data ? (
         <ul class="plain">
-          {data.collections.map((c) => (
-            <li key={c.path}>
-              <a href={dataHref(db, c.path)} class="mono" data-testid={`subcollection-${c.path}`}>
-                {c.path.split('/').pop()}
+          {data.items.map((p) => (
+            <li key={p}>
+              <a href={dataHref(db, p)} class="mono" data-testid={`subcollection-${p}`}>
+                {p.split('/').pop()}
               </a>
             </li>
           ))}
-          {data.nextCursor ? <li class="muted small">… more in the tree</li> : null}
+          {data.next ? <li class="muted small">… more in the tree</li> : null}
         </ul>
       ) : null}
     </div>

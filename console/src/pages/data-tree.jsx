@@ -6,9 +6,8 @@ import { useEffect, useState } from 'preact/hooks';
 import { api, docURL, pageOf } from '../api.js';
 import { href } from '../router.js';
 import { ErrorBox, More } from '../ui.jsx';
-import { dataChanged, dataHref, usePaged } from './data-util.jsx';
+import { catalogPage, dataChanged, dataHref, usePaged } from './data-util.jsx';
 
-const enc = encodeURIComponent;
 const DOCS_PER_NODE = 50;
 
 /** Whether the route {db, path} is at or below path in db. */
@@ -56,16 +55,7 @@ function Paged({ list, testid, empty, children }) {
 
 /** The collections under parent ("" = top level, else a document path). */
 function Collections({ db, parent, current }) {
-  const list = usePaged(
-    async (after) => {
-      const qs = new URLSearchParams({ limit: '100' });
-      if (parent) qs.set('parent', parent);
-      if (after) qs.set('after', after);
-      const res = await api.get(`/admin/v1/databases/${enc(db)}/collections?${qs}`);
-      return { items: res.body.collections.map((c) => c.path), next: res.body.nextCursor };
-    },
-    [db, parent, dataChanged.value],
-  );
+  const list = usePaged((after) => catalogPage(db, 'collections', after, parent), [db, parent, dataChanged.value]);
   return (
     <ul>
       <Paged list={list} testid={`tree-more-${parent || db}`} empty={parent ? 'No subcollections' : 'No collections'}>
@@ -132,16 +122,7 @@ function DocNode({ db, path, id, current }) {
 /** Collection groups (patterns of depth ≥ 3) open as queries. */
 function Groups({ db }) {
   const [open, setOpen] = useState(false);
-  const list = usePaged(
-    async (after) => {
-      if (!open) return { items: [], next: null };
-      const qs = new URLSearchParams({ limit: '100' });
-      if (after) qs.set('after', after);
-      const res = await api.get(`/admin/v1/databases/${enc(db)}/groups?${qs}`);
-      return { items: res.body.groups.map((g) => g.pattern), next: res.body.nextCursor };
-    },
-    [db, open],
-  );
+  const list = usePaged(async (after) => (open ? catalogPage(db, 'groups', after) : { items: [], next: null }), [db, open]);
   return (
     <li>
       <div class="node">

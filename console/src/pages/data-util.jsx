@@ -3,11 +3,12 @@
 // the documents table.
 import { signal } from '@preact/signals';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { api } from '../api.js';
 import { href } from '../router.js';
 import { Time } from '../ui.jsx';
 
 /** The server-owned names of a document's wire envelope (never user data). */
-export const ENVELOPE = ['id', 'collection', 'version', 'createdAt', 'updatedAt', 'deleted'];
+const ENVELOPE = ['id', 'collection', 'version', 'createdAt', 'updatedAt', 'deleted'];
 
 /** A document's user fields, without its envelope. */
 export function userFields(doc) {
@@ -24,13 +25,13 @@ export function fieldsText(doc) {
 }
 
 /** The path of a document from its envelope. */
-export function pathOf(doc) {
+function pathOf(doc) {
   return `${doc.collection}/${doc.id}`;
 }
 
-/** The hash link of the Data page for a database and a collection or document path. */
-export function dataHref(db, path) {
-  return href('data', db, ...(path ? path.split('/') : []));
+/** The hash link of the Data page for a database and a collection or document path (and route params). */
+export function dataHref(db, path, params) {
+  return href('data', db, ...(path ? path.split('/') : []), ...(params ? [params] : []));
 }
 
 /** True for a path below a system collection (its first segment starts with "_"). */
@@ -173,4 +174,17 @@ export function usePaged(load, deps) {
     fetchPage(null, false);
   }, [fetchPage]);
   return { ...state, more: () => fetchPage(state.next, true) };
+}
+
+/**
+ * A page of a catalog listing of db for usePaged: its 'collections' (top
+ * level, or under the document path parent) or its 'groups', as {items:
+ * [path or pattern], next}.
+ */
+export async function catalogPage(db, what, after, parent) {
+  const qs = new URLSearchParams({ limit: '100' });
+  if (parent) qs.set('parent', parent);
+  if (after) qs.set('after', after);
+  const res = await api.get(`/admin/v1/databases/${encodeURIComponent(db)}/${what}?${qs}`);
+  return { items: res.body[what].map((x) => (what === 'groups' ? x.pattern : x.path)), next: res.body.nextCursor };
 }

@@ -1,30 +1,16 @@
 // The Data page (#/data/<db>/<path…>): the tree on the left; on the right a
 // collection's documents (odd number of segments) or one document (even).
-import { api } from '../api.js';
 import { href } from '../router.js';
 import { ErrorBox, Header, More } from '../ui.jsx';
 import CollectionView from './data-collection.jsx';
 import DocumentView from './data-document.jsx';
 import Tree from './data-tree.jsx';
-import { dataHref, usePaged } from './data-util.jsx';
-
-/** A page of a catalog listing (collections or groups) of db. */
-function useCatalog(db, what, key) {
-  return usePaged(
-    async (after) => {
-      const qs = new URLSearchParams({ limit: '100' });
-      if (after) qs.set('after', after);
-      const res = await api.get(`/admin/v1/databases/${encodeURIComponent(db)}/${what}?${qs}`);
-      return { items: res.body[what].map((x) => x[key]), next: res.body.nextCursor };
-    },
-    [db, what],
-  );
-}
+import { catalogPage, dataHref, usePaged } from './data-util.jsx';
 
 /** A database: its top-level collections and its collection groups. */
 function DatabaseView({ db }) {
-  const cols = useCatalog(db, 'collections', 'path');
-  const groups = useCatalog(db, 'groups', 'pattern');
+  const cols = usePaged((after) => catalogPage(db, 'collections', after), [db]);
+  const groups = usePaged((after) => catalogPage(db, 'groups', after), [db]);
   return (
     <div data-testid="db-view">
       <div class="panel">

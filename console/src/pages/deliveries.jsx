@@ -80,14 +80,16 @@ export default function Deliveries({ params }) {
 
   async function more() {
     setLoadingMore(true);
+    const k = filterKey;
     try {
       const res = await api.get(logURL(triggerId, status, cursor));
+      if (key.current !== k) return; // the filter changed meanwhile: not these rows
       const known = new Set((rows || []).map((d) => d.id));
       setRows((r) => [...(r || []), ...(res.body.deliveries || []).filter((d) => !known.has(d.id))]);
       setCursor(res.body.nextCursor || null);
       setPages((n) => n + 1);
     } catch (err) {
-      setError(err);
+      if (key.current === k) setError(err);
     } finally {
       setLoadingMore(false);
     }

@@ -4,9 +4,8 @@
 // events are merged here, newest first, each labelled with its pattern.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { subscribe } from '../ws.js';
-import { href } from '../router.js';
 import { Badge, ErrorBox, Header, Json } from '../ui.jsx';
-import { preview } from './data-util.jsx';
+import { dataHref, preview } from './data-util.jsx';
 
 // The table keeps the newest MAX events: a busy database must not grow the
 // page without bound.
@@ -281,7 +280,7 @@ function EventRow({ ev, db, showPattern }) {
       </td>
       <td class="muted">{ev.type}</td>
       <td>
-        <a class="mono" data-testid="live-row-path" href={href('data', db, ...String(ev.path).split('/'))}>
+        <a class="mono" data-testid="live-row-path" href={dataHref(db, String(ev.path))}>
           {ev.path}
         </a>
       </td>

@@ -3,15 +3,12 @@
 // its nextCursor. A collection given in the route runs at once (the Data
 // page's collection groups link here).
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { api, queryURL } from '../api.js';
+import { api, pageOf, queryURL } from '../api.js';
 import { href, navigate } from '../router.js';
 import { ErrorBox, Header, More, parseJSONOr, useAsync } from '../ui.jsx';
 import { DocTable } from './data-util.jsx';
 
 const OPS = ['==', '!=', '<', '<=', '>', '>=', 'in', 'not-in', 'array-contains', 'array-contains-any', 'prefix'];
-
-/** A filter value: JSON when it parses, else the text as a string. */
-export const parseValue = parseJSONOr;
 
 function kindOf(v) {
   if (v === null) return 'null';
@@ -19,11 +16,11 @@ function kindOf(v) {
   return typeof v;
 }
 
-/** The request body of the form's query (empty rows left out). */
+/** The request body of the form's query (empty rows left out; a filter value is JSON when it parses, else the text as a string). */
 function buildBody({ collection, filters, orders, limit, showDeleted }) {
   const body = { collection: collection.trim() };
   const fs = filters.filter((f) => f.field.trim());
-  if (fs.length) body.filters = fs.map((f) => ({ field: f.field.trim(), op: f.op, value: parseValue(f.value) }));
+  if (fs.length) body.filters = fs.map((f) => ({ field: f.field.trim(), op: f.op, value: parseJSONOr(f.value) }));
   const os = orders.filter((o) => o.field.trim());
   if (os.length) body.orderBy = os.map((o) => ({ field: o.field.trim(), direction: o.direction }));
   if (String(limit).trim()) body.limit = Number(limit);
@@ -38,7 +35,7 @@ function buildBody({ collection, filters, orders, limit, showDeleted }) {
  */
 const DEFAULTS = { filters: [], orders: [], limit: '50', showDeleted: false };
 
-export function formOfParam(text) {
+function formOfParam(text) {
   let q;
   try {
     q = JSON.parse(text || 'null');
@@ -96,7 +93,7 @@ function FilterRows({ filters, setFilters }) {
           </select>
           <input class="mono" placeholder='value: JSON, or text' value={f.value} data-testid={`filter-value-${i}`} onInput={(e) => r.update(i, { value: e.currentTarget.value })} />
           <span class="muted small" data-testid={`filter-kind-${i}`} title="How the value is sent">
-            {kindOf(parseValue(f.value))}
+            {kindOf(parseJSONOr(f.value))}
           </span>
           <button type="button" class="link" data-testid={`filter-remove-${i}`} onClick={() => r.remove(i)}>
             remove
@@ -160,9 +157,8 @@ export default function Query({ parts, params }) {
       const send = prev ? { ...body, startAfter: prev.next } : body;
       const res = await api.post(queryURL(target), send);
       if (g !== gen.current) return;
-      const docs = Array.isArray(res.body) ? res.body : res.body.docs;
-      const next = Array.isArray(res.body) ? res.headers.get('X-Next-Cursor') : res.body.nextCursor;
-      setRan({ db: target, body, docs: prev ? [...prev.docs, ...docs] : docs, next: next || null });
+      const { docs, nextCursor } = pageOf(res);
+      setRan({ db: target, body, docs: prev ? [...prev.docs, ...docs] : docs, next: nextCursor });
     } catch (err) {
       if (g !== gen.current) return;
       setError(err);

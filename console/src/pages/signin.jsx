@@ -2,26 +2,17 @@
 // with the admin role. The credential is sent once and never stored.
 import { useState } from 'preact/hooks';
 import { signIn } from '../api.js';
-import { ErrorBox } from '../ui.jsx';
+import { ErrorBox, useAction } from '../ui.jsx';
 
 export default function SignIn() {
   const [mode, setMode] = useState('key');
-  const [error, setError] = useState(null);
-  const [busy, setBusy] = useState(false);
+  const { busy, error, run } = useAction();
 
-  async function submit(e) {
+  function submit(e) {
     e.preventDefault();
     const f = new FormData(e.currentTarget);
     const creds = mode === 'key' ? { adminKey: f.get('key') } : { username: f.get('username'), password: f.get('password') };
-    setBusy(true);
-    setError(null);
-    try {
-      await signIn(creds);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    run(() => signIn(creds));
   }
 
   return (

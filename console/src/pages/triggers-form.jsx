@@ -45,23 +45,18 @@ function definition(f, events) {
 
 export function TriggerForm({ onDone, onCancel }) {
   const [events, setEvents] = useState(['create', 'update', 'delete']);
-  const { busy, error, setError, run } = useAction();
+  const { busy, error, run } = useAction();
 
   function toggle(ev, on) {
     setEvents((list) => EVENTS.filter((x) => (x === ev ? on : list.includes(x))));
   }
 
-  async function submit(e) {
+  function submit(e) {
     e.preventDefault();
-    setError(null);
-    let def;
-    try {
-      def = definition(new FormData(e.currentTarget), events);
-    } catch (err) {
-      setError(err);
-      return;
-    }
+    const form = new FormData(e.currentTarget);
+    // A field the page can check throws before anything is sent; run shows it.
     run(async () => {
+      const def = definition(form, events);
       const res = await api.post(TRIGGERS, def);
       takeSecret(res.body, def.secret ? 'registered' : 'generated');
       onDone(def.triggerId);

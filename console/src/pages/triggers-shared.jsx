@@ -16,7 +16,7 @@ export const TRIGGERS = '/admin/v1/triggers';
 export const DELIVERIES = '/admin/v1/deliveries';
 
 /** Secrets waiting to be shown once: [{id, secret, why}]. */
-export const revealed = signal([]);
+const revealed = signal([]);
 // Signing out forgets them: the next user of this tab must not see them.
 onToken((tok) => {
   if (!tok) revealed.value = [];

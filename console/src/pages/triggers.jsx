@@ -4,7 +4,7 @@
 import { useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { href } from '../router.js';
-import { ErrorBox, Header, usePoll } from '../ui.jsx';
+import { ErrorBox, Header, useAction, usePoll } from '../ui.jsx';
 import { TriggerActions } from './triggers-actions.jsx';
 import { TriggerDetail } from './triggers-detail.jsx';
 import { TriggerForm } from './triggers-form.jsx';
@@ -34,7 +34,8 @@ function TriggerList() {
   const { data: list, setData: setList, error, load } = usePoll(listTriggers, REFRESH_MS);
   const [showForm, setShowForm] = useState(false);
   const [notice, setNotice] = useState(null);
-  const [reload, setReload] = useState(null); // {result} | {error}
+  const [reloaded, setReloaded] = useState(null); // the reload's answer
+  const reloading = useAction();
 
   const replace = (t) => setList((l) => l.map((x) => (x.triggerId === t.triggerId ? t : x)));
   const removed = (id) => {
@@ -42,15 +43,12 @@ function TriggerList() {
     setNotice(`Deleted ${id}.`);
   };
 
-  async function reloadFile() {
-    setReload(null);
-    try {
-      const res = await api.post(`${TRIGGERS}/reload`);
-      setReload({ result: res.body });
+  function reloadFile() {
+    setReloaded(null);
+    reloading.run(async () => {
+      setReloaded((await api.post(`${TRIGGERS}/reload`)).body);
       load();
-    } catch (err) {
-      setReload({ error: err });
-    }
+    });
   }
 
   return (
@@ -59,20 +57,20 @@ function TriggerList() {
         <button class="primary" data-testid="triggers-new" onClick={() => setShowForm(true)} disabled={showForm}>
           Register trigger
         </button>
-        <button data-testid="triggers-reload" onClick={reloadFile} title="Re-read triggers.json">
+        <button data-testid="triggers-reload" onClick={reloadFile} disabled={reloading.busy} title="Re-read triggers.json">
           Reload from file
         </button>
         <button data-testid="triggers-refresh" onClick={load}>
           Refresh
         </button>
       </Header>
-      {reload?.result ? (
+      {reloaded ? (
         <div class="notice" data-testid="triggers-reload-result">
-          Reloaded: {reload.result.triggers} trigger{reload.result.triggers === 1 ? '' : 's'} in force
-          {reload.result.builtin ? ' (no triggers.json: the built-in set stays)' : ''}.
+          Reloaded: {reloaded.triggers} trigger{reloaded.triggers === 1 ? '' : 's'} in force
+          {reloaded.builtin ? ' (no triggers.json: the built-in set stays)' : ''}.
         </div>
       ) : null}
-      <ErrorBox error={reload?.error} testid="triggers-reload-error" />
+      <ErrorBox error={reloading.error} testid="triggers-reload-error" />
       {notice ? (
         <div class="notice" data-testid="triggers-notice">
           {notice}
