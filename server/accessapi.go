@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"strconv"
@@ -187,10 +188,13 @@ func (s *Server) getRules(c *gin.Context) {
 	}
 	switch {
 	case builtin:
-		// With a file: it does not exist yet; a reload loads it once it does.
+		// With a file: it was absent at start; a reload loads it once it
+		// exists. fileAbsent says whether it is still absent (a file
+		// created but refused by a reload is there, yet not in force).
 		res["source"] = rules.DefaultSource()
 		if s.rulesFile != "" {
-			res["file"], res["fileAbsent"] = s.rulesFile, true
+			_, err := os.Stat(s.rulesFile)
+			res["file"], res["fileAbsent"] = s.rulesFile, errors.Is(err, fs.ErrNotExist)
 		}
 	case s.rulesFile != "":
 		res["file"] = s.rulesFile

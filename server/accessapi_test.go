@@ -258,6 +258,7 @@ type rulesView struct {
 		Error *string `json:"error"`
 	} `json:"lastReload"`
 	SourceError *string `json:"sourceError"`
+	FileAbsent  bool    `json:"fileAbsent"`
 }
 
 func (e *testEnv) rules(t *testing.T) rulesView {
@@ -379,7 +380,7 @@ func TestAccessAPI_OptionalRulesFileCreatedLater(t *testing.T) {
 	}
 
 	v := env.rules(t)
-	if !v.Builtin || v.File == nil || *v.File != file || v.Rules != rules.Default().Len() || v.Source == nil || *v.Source != rules.DefaultSource() {
+	if !v.Builtin || v.File == nil || *v.File != file || v.Rules != rules.Default().Len() || v.Source == nil || *v.Source != rules.DefaultSource() || !v.FileAbsent {
 		t.Fatalf("rules with the file absent: %+v", v)
 	}
 	if got := reload("reload, file absent", http.StatusOK); got["builtin"] != true || got["fileAbsent"] != true {
@@ -392,8 +393,8 @@ func TestAccessAPI_OptionalRulesFileCreatedLater(t *testing.T) {
 	if got := reload("reload a bad file", http.StatusBadRequest); !strings.Contains(fmt.Sprint(got["message"]), "previous rules stay") {
 		t.Fatalf("bad file: %v", got)
 	}
-	if v = env.rules(t); !v.Builtin || v.Rules != rules.Default().Len() {
-		t.Fatalf("after a bad file: %+v, want the built-in rules still", v)
+	if v = env.rules(t); !v.Builtin || v.Rules != rules.Default().Len() || v.FileAbsent {
+		t.Fatalf("after a bad file: %+v, want the built-in rules still, and the file no longer absent", v)
 	}
 
 	if err := os.WriteFile(file, []byte(oneRule), 0o600); err != nil {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"io/fs"
@@ -136,14 +135,11 @@ func (s *Server) serveConsole(c *gin.Context) {
 // errNotConsoleFile: a name that is not a regular file of the console FS.
 var errNotConsoleFile = errors.New("not a console file")
 
-// maxConsoleFile bounds what one console file may make a request hold
-// when its FS cannot seek (the built bundle is a few tens of KB).
-const maxConsoleFile = 8 << 20
-
 // consoleFile opens a regular file of the console FS for serving; done
-// closes it. A file that can seek (the embedded ones) is served in place,
-// so a request holds no copy of it (a slow reader would otherwise pin one
-// per connection); any other is read into memory, at most maxConsoleFile.
+// closes it. The file is served in place, so a request holds no copy of it
+// (a slow reader would otherwise pin one per connection): every fs.FS the
+// console comes from (embed, os.DirFS, fstest.MapFS) opens files that can
+// seek, which http.ServeContent needs for HEAD and Range anyway.
 func (s *Server) consoleFile(name string) (body io.ReadSeeker, done func(), err error) {
 	if !fs.ValidPath(name) || name == "." {
 		return nil, nil, errNotConsoleFile
@@ -153,22 +149,15 @@ func (s *Server) consoleFile(name string) (body io.ReadSeeker, done func(), err 
 		return nil, nil, err
 	}
 	st, err := f.Stat()
-	if err == nil && (!st.Mode().IsRegular() || st.Size() > maxConsoleFile) {
+	rs, seeks := f.(io.ReadSeeker)
+	if err == nil && (!st.Mode().IsRegular() || !seeks) {
 		err = errNotConsoleFile
 	}
 	if err != nil {
 		f.Close()
 		return nil, nil, err
 	}
-	if rs, ok := f.(io.ReadSeeker); ok {
-		return rs, func() { f.Close() }, nil
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxConsoleFile))
-	if err != nil {
-		return nil, nil, err
-	}
-	return bytes.NewReader(b), func() {}, nil
+	return rs, func() { f.Close() }, nil
 }
 
 // consoleType is the Content-Type of a console file by its extension.

@@ -232,3 +232,31 @@ func TestConsole_ServingReadsInPlace(t *testing.T) {
 		t.Errorf("serving 10 bytes read %d bytes of the file", n)
 	}
 }
+
+// noSeekFS opens files that cannot seek.
+type noSeekFS struct{ fstest.MapFS }
+
+type noSeekFile struct{ f fs.File }
+
+func (f noSeekFile) Read(p []byte) (int, error) { return f.f.Read(p) }
+func (f noSeekFile) Stat() (fs.FileInfo, error) { return f.f.Stat() }
+func (f noSeekFile) Close() error               { return f.f.Close() }
+
+func (n noSeekFS) Open(name string) (fs.File, error) {
+	f, err := n.MapFS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return noSeekFile{f}, nil
+}
+
+// A console FS whose files cannot seek is not copied into memory per
+// request: its files are refused like missing ones.
+func TestConsole_ServingRefusesUnseekableFiles(t *testing.T) {
+	env := newEnv(t, server.Config{Console: noSeekFS{testConsoleFS()}})
+	res := env.rawGet(t, "GET", "/console/")
+	if b := body(t, res); res.StatusCode != http.StatusNotFound || !strings.Contains(b, `"code":"NOT_FOUND"`) {
+		t.Fatalf("GET /console/ from an FS that cannot seek: %d %s, want the JSON 404", res.StatusCode, b)
+	}
+	wantSecurityHeaders(t, "a 404", res)
+}

@@ -138,7 +138,7 @@ func wantCleared(t *testing.T, what string, a consoleAnswer, status int) {
 	}
 }
 
-// makeAdmin gives the user the roles with the admin key.
+// setRoles gives the user the roles, with the admin key.
 func (e *testEnv) setRoles(t *testing.T, uid string, roles ...string) {
 	t.Helper()
 	b, _ := json.Marshal(map[string]any{"roles": roles})

@@ -66,7 +66,9 @@ func announce(stdout io.Writer, a *app.App) {
 	}
 	fmt.Fprintf(stdout, "Loom %s listening on http://%s (engine %s, data %s)\n", version, a.Addr, cfg.Engine, cfg.Data)
 	if cfg.Console.Enabled {
-		fmt.Fprintf(stdout, "Console: http://%s/console/ (sign in with the admin key)\n", a.Addr)
+		// a.URL, not a.Addr: a wildcard listen address ("[::]:8080") is
+		// not one a browser opens.
+		fmt.Fprintf(stdout, "Console: %s/console/ (sign in with the admin key)\n", a.URL)
 	}
 	a.Logger.Info("serving", "addr", a.Addr.String(), "engine", cfg.Engine, "data", cfg.Data, "config", cfg.File)
 }

@@ -412,18 +412,6 @@ func ParseConsoleCookie(v string) (id, secret string, ok bool) {
 	return id, secret, true
 }
 
-func base64URL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // newConsoleCookie returns a fresh session id and secret.
 func newConsoleCookie() (id, secret string) {
 	b := make([]byte, consoleIDBytes+secretTokenBytes)

@@ -47,11 +47,14 @@ func hashToken(token string) string {
 
 // wellFormed reports whether token has the shape newSecretToken produces.
 func wellFormed(token, prefix string) bool {
-	if len(token) != len(prefix)+secretTokenLength || !strings.HasPrefix(token, prefix) {
-		return false
-	}
-	for i := len(prefix); i < len(token); i++ {
-		c := token[i]
+	return len(token) == len(prefix)+secretTokenLength && strings.HasPrefix(token, prefix) && base64URL(token[len(prefix):])
+}
+
+// base64URL reports whether s holds only characters of unpadded base64url
+// (what newSecretToken and newConsoleCookie encode with).
+func base64URL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
 		default:
