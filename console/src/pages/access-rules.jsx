@@ -46,7 +46,7 @@ export default function Rules() {
         <>
           <dl class="facts">
             <dt>Source</dt>
-            <dd data-testid="rules-file">{r.builtin ? `built-in default rules${r.file ? ` (${r.file} not created yet)` : ' (no rules file)'}` : r.file || 'none'}</dd>
+            <dd data-testid="rules-file">{r.builtin ? `built-in default rules${!r.file ? ' (no rules file)' : r.fileAbsent ? ` (${r.file} not created yet)` : ` (${r.file} exists but is not loaded: press Reload)`}` : r.file || 'none'}</dd>
             <dt>Rules in force</dt>
             <dd data-testid="rules-count">{r.rules}</dd>
             <dt>Last reload</dt>
