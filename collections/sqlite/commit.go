@@ -91,6 +91,9 @@ type committer struct {
 
 type writeStmts struct {
 	load, put, change, getCursor, setCursor, delCursor, setMeta *sql.Stmt
+	// The per-request savepoint, prepared once rather than parsed and
+	// compiled by sqlite3_exec on every request.
+	savepoint, release, rollbackTo *sql.Stmt
 }
 
 func newCommitter(ctx context.Context, s *Store) (*committer, error) {
@@ -125,6 +128,9 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 		{&st.setCursor, `INSERT OR REPLACE INTO cursors (name, seq) VALUES (?, ?)`},
 		{&st.delCursor, `DELETE FROM cursors WHERE name = ?`},
 		{&st.setMeta, `UPDATE meta SET value = CASE key WHEN 'last_seq' THEN ?1 ELSE ?2 END WHERE key IN ('last_seq', 'last_time')`},
+		{&st.savepoint, `SAVEPOINT req`},
+		{&st.release, `RELEASE req`},
+		{&st.rollbackTo, `ROLLBACK TO req`},
 	} {
 		if err := prep(p.dst, p.q); err != nil {
 			c.close()
@@ -136,7 +142,8 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 
 func (c *committer) close() {
 	st := &c.stmts
-	for _, p := range []*sql.Stmt{st.load, st.put, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta} {
+	for _, p := range []*sql.Stmt{st.load, st.put, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta,
+		st.savepoint, st.release, st.rollbackTo} {
 		if p != nil {
 			p.Close()
 		}
@@ -205,20 +212,20 @@ func (c *committer) runTx(batch []*request) error {
 			r.Err = err // the caller has gone; do not write on its behalf
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT req"); err != nil {
+		if _, err := t.stmt(c.stmts.savepoint).ExecContext(ctx); err != nil {
 			return err
 		}
 		seq, lt := c.seq, c.lastTime
 		if err := t.apply(r); err != nil {
 			r.Err, r.results = err, nil
 			c.seq, c.lastTime = seq, lt
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO req"); err != nil {
+			if _, err := t.stmt(c.stmts.rollbackTo).ExecContext(ctx); err != nil {
 				return err
 			}
 		} else {
 			applied++
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE req"); err != nil {
+		if _, err := t.stmt(c.stmts.release).ExecContext(ctx); err != nil {
 			return err
 		}
 	}
