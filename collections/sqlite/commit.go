@@ -245,9 +245,31 @@ type txn struct {
 	c   *committer
 	tx  *sql.Tx
 	ctx context.Context
+	// bound holds the transaction's wrapper of each prepared statement
+	// used so far: tx.StmtContext allocates a new *sql.Stmt on every call,
+	// and a batch runs the same few statements for every write. The
+	// wrappers are closed with the transaction. A fixed array: the
+	// committer has ten statements, so it never grows.
+	bound  [10]boundStmt
+	nbound int
 }
 
-func (t *txn) stmt(st *sql.Stmt) *sql.Stmt { return t.tx.StmtContext(t.ctx, st) }
+type boundStmt struct{ prepared, inTx *sql.Stmt }
+
+// stmt returns st bound to the transaction, wrapping it on first use only.
+func (t *txn) stmt(st *sql.Stmt) *sql.Stmt {
+	for _, b := range t.bound[:t.nbound] {
+		if b.prepared == st {
+			return b.inTx
+		}
+	}
+	in := t.tx.StmtContext(t.ctx, st)
+	if t.nbound < len(t.bound) {
+		t.bound[t.nbound] = boundStmt{st, in}
+		t.nbound++
+	}
+	return in
+}
 
 func (t *txn) apply(r *request) error {
 	switch r.kind {
