@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"strings"
 	"sync"
 	"time"
 )
@@ -88,7 +89,9 @@ func (c *verifiedCache) put(tok string, e verifiedEntry) {
 			delete(c.m, k)
 		}
 	}
-	c.m[tok] = e
+	// A copy: tok may be a slice of a much longer header value (spaces
+	// after "Bearer "), which the key must not keep alive.
+	c.m[strings.Clone(tok)] = e
 }
 
 // len is the number of entries (tests).
