@@ -140,7 +140,9 @@ type Limit struct {
 	UserFailures int
 }
 
-// Identity is an authenticated caller.
+// Identity is an authenticated caller. Its Roles and Claims may be shared
+// with every other request presenting the same access token (see
+// tokencache.go): read them, never modify them.
 type Identity struct {
 	UID      string
 	Username string
@@ -182,6 +184,7 @@ type Service struct {
 	// one bcrypt comparison whether or not the user exists.
 	dummyHash []byte
 	access    *jwt.Parser
+	verified  *verifiedCache // access tokens verifyAccess accepted (tokencache.go)
 	limiter   *loginLimiter
 	hashes    *hashGate
 	oidc      *oidcVerifier // nil unless Config.JWKSURL is set
@@ -276,6 +279,7 @@ func New(ctx context.Context, store collections.Store, cfg Config) (*Service, er
 		limiter:     newLoginLimiter(cfg.LoginLimit),
 		hashes:      gate,
 		console:     cfg.Console,
+		verified:    newVerifiedCache(verifiedCacheSize),
 	}
 	s.triggerSecret = triggerKey(s.secret)
 	s.access = jwt.NewParser(
@@ -336,6 +340,11 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (*Identity, e
 		return s.authenticateServiceKey(ctx, tok)
 	case strings.HasPrefix(tok, refreshTokenPrefix):
 		return nil, fmt.Errorf("%w: a refresh token is not an access token", ErrInvalidToken)
+	}
+	// A token verifyAccess accepted before is accepted again while the
+	// clock is inside its validity window (tokencache.go).
+	if id, ok := s.verified.get(tok, s.now()); ok {
+		return id, nil
 	}
 	hdr, ok := peekHeader(tok)
 	if !ok {

@@ -132,15 +132,40 @@ func (s *Service) verifyAccess(tok string) (*Identity, error) {
 	if sub == "" {
 		return nil, fmt.Errorf("%w: no subject", ErrInvalidToken)
 	}
+	var id *Identity
 	if console, _ := claims[claimConsole].(string); console == consoleKindAdminKey {
-		return consoleAdminIdentity(sub, claims)
+		var err error
+		if id, err = consoleAdminIdentity(sub, claims); err != nil {
+			return nil, err
+		}
+	} else {
+		username, _ := claims["username"].(string)
+		roles := stringList(claims["roles"])
+		if roles == nil {
+			roles = []string{}
+		}
+		id = &Identity{UID: sub, Username: username, Roles: roles, Claims: claims, Kind: KindUser}
 	}
-	username, _ := claims["username"].(string)
-	roles := stringList(claims["roles"])
-	if roles == nil {
-		roles = []string{}
+	s.verified.put(tok, validity(claims, id))
+	return id, nil
+}
+
+// validity is the cache entry of an accepted token: its identity (a copy,
+// so the caller's is its own) and the window the validator accepts it in.
+func validity(claims jwt.MapClaims, id *Identity) verifiedEntry {
+	cp := *id
+	e := verifiedEntry{id: &cp}
+	// The parse succeeded, so these do not fail and exp is set.
+	if exp, _ := claims.GetExpirationTime(); exp != nil {
+		e.exp = exp.Time
 	}
-	return &Identity{UID: sub, Username: username, Roles: roles, Claims: claims, Kind: KindUser}, nil
+	if iat, _ := claims.GetIssuedAt(); iat != nil {
+		e.from = iat.Time
+	}
+	if nbf, _ := claims.GetNotBefore(); nbf != nil && nbf.After(e.from) {
+		e.from = nbf.Time
+	}
+	return e
 }
 
 // jwtHeader is the part of a JWT header used to pick a verifier.
