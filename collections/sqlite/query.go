@@ -188,6 +188,9 @@ type plan struct {
 	// yielding the order: "score > 3" orderBy score sorted every match), and
 	// a continuation seeks on the term after them.
 	fixed map[string]int
+	// exact is set when the WHERE clause selects exactly q.Matches'
+	// documents (exactFilter), so rows need no check in Go.
+	exact bool
 }
 
 func (p *plan) arg(v any) string {
@@ -215,10 +218,12 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	if !q.ShowDeleted {
 		p.where = append(p.where, "deleted = 0")
 	}
+	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
 		if cond := p.pushdown(f); cond != "" {
 			p.where = append(p.where, cond)
 		}
+		p.exact = p.exact && exactFilter(f)
 	}
 	for _, o := range q.OrderBy {
 		k, ok := fieldKey(o.Field)
@@ -233,6 +238,27 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.terms = append(p.terms, term{expr: "path"})
 	return p, true
+}
+
+// exactFilter reports whether pushdown's condition for f holds for exactly
+// the documents f matches (collections.MatchValue), not only for a
+// superset: an equality with a string on a field SQL can address. The
+// condition pins the field's type class to string (json_type 'text', or a
+// column that always holds a string) and compares json_extract's text with
+// BINARY collation, i.e. by bytes, as collections.Equal compares strings.
+// Stored data is json.Marshal output (valid UTF-8, standard escapes), so
+// json_extract decodes a stored string to the same bytes as DecodeJSON.
+// Anything else (numbers, whose SQL form may round; ranges; prefixes;
+// null, bools, lists) is checked in Go as before.
+func exactFilter(f collections.Filter) bool {
+	if f.Op != collections.OpEq {
+		return false
+	}
+	if _, ok := f.Value.(string); !ok {
+		return false
+	}
+	k, ok := fieldKey(f.Field)
+	return ok && (k.rank != "" || k.constRank == rankString)
 }
 
 // pushdown returns a SQL condition implied by the filter (a superset of its
@@ -439,14 +465,14 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		n := 0
 		var last *collections.Document
 		for rows.Next() {
-			d, err := scanRow(rows, raw, len(q.Filters) > 0)
+			d, err := scanRow(rows, raw, !p.exact && len(q.Filters) > 0)
 			if err != nil {
 				rows.Close()
 				return nil, s.readErr("query "+q.Collection, err)
 			}
 			n++
 			last = d
-			if q.Matches(d) {
+			if p.exact || q.Matches(d) {
 				out = append(out, d)
 				if len(out) == want {
 					break
