@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
@@ -13,13 +14,36 @@ import (
 // a missing document and a forbidden one fail alike (*Denied); with it, a
 // missing one is collections.ErrNotFound.
 func (s *Service) Get(ctx context.Context, caller *Caller, db, path string) (*collections.Document, error) {
+	return s.get(ctx, caller, db, path, false)
+}
+
+// GetForResponse is Get for a caller that only writes the document out
+// with AppendJSON (the REST get): when the engine is a
+// collections.RawReader the document may carry only its stored encoding
+// (Raw, Data nil), and is written from it with no decode and no encode.
+// Every check is Get's, made the same way: a caller the rules decide for
+// gets its document decoded before they run.
+func (s *Service) GetForResponse(ctx context.Context, caller *Caller, db, path string) (*collections.Document, error) {
+	return s.get(ctx, caller, db, path, true)
+}
+
+func (s *Service) get(ctx context.Context, caller *Caller, db, path string, forResponse bool) (*collections.Document, error) {
 	if err := collections.ValidateDocPath(path); err != nil {
 		return nil, err
 	}
 	if err := Authorize(caller, ActionGet, path); err != nil {
 		return nil, err
 	}
-	d, err := s.store.Get(ctx, db, path)
+	var d *collections.Document
+	var err error
+	if rr, ok := s.store.(collections.RawReader); ok && forResponse {
+		d, err = rr.GetRaw(ctx, db, path)
+		if err == nil && !caller.Admin {
+			err = decodeRaw(d) // the rules read the document
+		}
+	} else {
+		d, err = s.store.Get(ctx, db, path)
+	}
 	if err != nil && !errors.Is(err, collections.ErrNotFound) {
 		return nil, err
 	}
@@ -72,6 +96,20 @@ func (s *Service) Readable(ctx context.Context, caller *Caller, db string, op ru
 // and q.OrderBy in place: q shares those arrays with the caller, so a
 // caller that reuses a Query must pass a copy (Docs.Query decodes its own).
 func (s *Service) Query(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
+	return s.query(ctx, caller, db, q, false)
+}
+
+// QueryForResponse is Query for a caller that only writes the page out
+// with AppendJSON (the REST query and listing): when the engine is a
+// collections.RawReader documents may carry only their stored encoding
+// (Raw, Data nil) and are written from it. Every check is Query's, made
+// the same way: when the rules decide per document, each document is
+// decoded before they run.
+func (s *Service) QueryForResponse(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
+	return s.query(ctx, caller, db, q, true)
+}
+
+func (s *Service) query(ctx context.Context, caller *Caller, db string, q collections.Query, forResponse bool) (collections.QueryResult, error) {
 	if err := s.openQueryCursor(db, caller, &q); err != nil {
 		return collections.QueryResult{}, err
 	}
@@ -81,7 +119,11 @@ func (s *Service) Query(ctx context.Context, caller *Caller, db string, q collec
 	if err := s.CheckList(caller, q.Collection); err != nil {
 		return collections.QueryResult{}, err
 	}
-	res, err := s.queryReadable(ctx, caller, db, q)
+	read := s.store.Query
+	if rr, ok := s.store.(collections.RawReader); ok && forResponse {
+		read = rr.QueryRaw
+	}
+	res, err := s.queryReadable(ctx, caller, db, q, read)
 	if err != nil {
 		return collections.QueryResult{}, err
 	}
@@ -98,6 +140,9 @@ func (s *Service) filterReadable(ctx context.Context, caller *Caller, db string,
 	}
 	out := docs[:0]
 	for _, d := range docs {
+		if err := decodeRaw(d); err != nil { // the rules read the document
+			return nil, err
+		}
 		ok, err := s.Readable(ctx, caller, db, rules.OpList, d)
 		if err != nil {
 			return nil, err
@@ -112,10 +157,11 @@ func (s *Service) filterReadable(ctx context.Context, caller *Caller, db string,
 // queryReadable runs q and returns a page of documents the caller may read.
 // Pages are refilled from the following engine pages (a bounded number of
 // rounds) so that rules filtering rarely shortens a page; the cursor always
-// continues after the last document examined, so nothing is skipped.
-func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query) (collections.QueryResult, error) {
+// continues after the last document examined, so nothing is skipped. read
+// is the store's Query or its RawReader QueryRaw.
+func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query, read func(context.Context, string, collections.Query) (collections.QueryResult, error)) (collections.QueryResult, error) {
 	const maxRounds = 8
-	res, err := s.store.Query(ctx, db, q)
+	res, err := read(ctx, db, q)
 	if err != nil || caller.Admin {
 		return res, err
 	}
@@ -132,9 +178,24 @@ func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, 
 		next := q
 		next.StartAfter = res.NextCursor
 		next.Limit = q.Limit - len(out)
-		if res, err = s.store.Query(ctx, db, next); err != nil {
+		if res, err = read(ctx, db, next); err != nil {
 			return collections.QueryResult{}, err
 		}
 	}
 	return collections.QueryResult{Docs: out, NextCursor: res.NextCursor}, nil
+}
+
+// decodeRaw fills in Data of a document a RawReader left undecoded (Raw is
+// kept: it still is the wire form of Data). Nil and decoded documents are
+// left as they are.
+func decodeRaw(d *collections.Document) error {
+	if d == nil || d.Data != nil {
+		return nil
+	}
+	m, err := collections.DecodeObject(d.Raw)
+	if err != nil {
+		return fmt.Errorf("access: corrupt document %s: %w", d.Path, err)
+	}
+	d.Data = m
+	return nil
 }

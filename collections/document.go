@@ -46,6 +46,12 @@ type Document struct {
 	// (but _triggers ones: IsLogged).
 	Seq  int64
 	Data map[string]any
+	// Raw, when not nil, is the stored encoding of Data in exactly the
+	// form AppendJSON would write for it (see WireData), and AppendJSON
+	// writes it as is. Only the optional RawReader reads return documents
+	// with Raw set, and only those may leave Data nil: such a document is
+	// for writing out, not for reading its fields. Raw is never modified.
+	Raw []byte
 }
 
 // MarshalJSON writes the flat wire envelope: user fields plus id, collection,
@@ -58,10 +64,11 @@ func (d *Document) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// AppendJSON writes the wire envelope of d to buf.
+// AppendJSON writes the wire envelope of d to buf: from Raw when it is set,
+// else by encoding Data.
 func (d *Document) AppendJSON(buf *bytes.Buffer) error {
-	var data []byte
-	if len(d.Data) > 0 {
+	data := d.Raw
+	if data == nil && len(d.Data) > 0 {
 		var err error
 		data, err = json.Marshal(d.Data)
 		if err != nil {
@@ -103,6 +110,7 @@ func (d *Document) Clone() *Document {
 	c := *d
 	if d.Data != nil {
 		c.Data = CloneValue(d.Data).(map[string]any)
+		c.Raw = nil // the copy's Data may change; it is encoded from Data
 	}
 	return &c
 }

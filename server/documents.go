@@ -21,7 +21,7 @@ func (s *Server) getDocuments(c *gin.Context) {
 		s.listCollection(c, p)
 		return
 	}
-	d, err := s.access.Get(c.Request.Context(), callerOf(c), c.Param("db"), p)
+	d, err := s.access.GetForResponse(c.Request.Context(), callerOf(c), c.Param("db"), p)
 	if err != nil {
 		s.writeError(c, err)
 		return

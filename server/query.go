@@ -52,7 +52,7 @@ func (s *Server) serveQuery(c *gin.Context, q collections.Query) {
 	if s.syntrix && q.Limit == 0 {
 		q.Limit = collections.MaxLimit
 	}
-	res, err := s.access.Query(c.Request.Context(), callerOf(c), c.Param("db"), q)
+	res, err := s.access.QueryForResponse(c.Request.Context(), callerOf(c), c.Param("db"), q)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -188,6 +188,9 @@ type plan struct {
 	// yielding the order: "score > 3" orderBy score sorted every match), and
 	// a continuation seeks on the term after them.
 	fixed map[string]int
+	// exact is set when the WHERE clause selects exactly q.Matches'
+	// documents (exactFilter), so rows need no check in Go.
+	exact bool
 }
 
 func (p *plan) arg(v any) string {
@@ -215,10 +218,12 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	if !q.ShowDeleted {
 		p.where = append(p.where, "deleted = 0")
 	}
+	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
 		if cond := p.pushdown(f); cond != "" {
 			p.where = append(p.where, cond)
 		}
+		p.exact = p.exact && exactFilter(f)
 	}
 	for _, o := range q.OrderBy {
 		k, ok := fieldKey(o.Field)
@@ -233,6 +238,27 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.terms = append(p.terms, term{expr: "path"})
 	return p, true
+}
+
+// exactFilter reports whether pushdown's condition for f holds for exactly
+// the documents f matches (collections.MatchValue), not only for a
+// superset: an equality with a string on a field SQL can address. The
+// condition pins the field's type class to string (json_type 'text', or a
+// column that always holds a string) and compares json_extract's text with
+// BINARY collation, i.e. by bytes, as collections.Equal compares strings.
+// Stored data is json.Marshal output (valid UTF-8, standard escapes), so
+// json_extract decodes a stored string to the same bytes as DecodeJSON.
+// Anything else (numbers, whose SQL form may round; ranges; prefixes;
+// null, bools, lists) is checked in Go as before.
+func exactFilter(f collections.Filter) bool {
+	if f.Op != collections.OpEq {
+		return false
+	}
+	if _, ok := f.Value.(string); !ok {
+		return false
+	}
+	k, ok := fieldKey(f.Field)
+	return ok && (k.rank != "" || k.constRank == rankString)
 }
 
 // pushdown returns a SQL condition implied by the filter (a superset of its
@@ -371,6 +397,18 @@ const maxChunk = 2000
 
 // Query returns one page of q in CompareDocs order.
 func (s *Store) Query(ctx context.Context, db string, q collections.Query) (collections.QueryResult, error) {
+	return s.query(ctx, db, q, false)
+}
+
+// QueryRaw is Query for collections.RawReader: documents may carry only
+// their stored encoding (Raw, Data nil). Data is decoded only where the
+// page needs it: for q.Matches when q has filters, for the Go sort of
+// queryScan, and for the document a cursor is made from.
+func (s *Store) QueryRaw(ctx context.Context, db string, q collections.Query) (collections.QueryResult, error) {
+	return s.query(ctx, db, q, true)
+}
+
+func (s *Store) query(ctx context.Context, db string, q collections.Query, raw bool) (collections.QueryResult, error) {
 	if err := s.begin(ctx); err != nil {
 		return collections.QueryResult{}, err
 	}
@@ -389,9 +427,9 @@ func (s *Store) Query(ctx context.Context, db string, q collections.Query) (coll
 	var docs []*collections.Document
 	var err error
 	if ok {
-		docs, err = s.queryOrdered(ctx, p, &q, cur, limit+1)
+		docs, err = s.queryOrdered(ctx, p, &q, cur, limit+1, raw)
 	} else {
-		docs, err = s.queryScan(ctx, p, &q, cur, limit+1)
+		docs, err = s.queryScan(ctx, p, &q, cur, limit+1, raw)
 	}
 	if err != nil {
 		return collections.QueryResult{}, err
@@ -399,6 +437,9 @@ func (s *Store) Query(ctx context.Context, db string, q collections.Query) (coll
 	var res collections.QueryResult
 	if len(docs) > limit {
 		docs = docs[:limit]
+		if err := decodeRaw(docs[limit-1]); err != nil {
+			return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
+		}
 		res.NextCursor = collections.MakeCursor(q.OrderBy, docs[limit-1])
 	}
 	res.Docs = docs
@@ -407,7 +448,7 @@ func (s *Store) Query(ctx context.Context, db string, q collections.Query) (coll
 
 // queryOrdered reads rows in order, in growing chunks, until want matching
 // documents are found or the candidates run out.
-func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int) ([]*collections.Document, error) {
+func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int, raw bool) ([]*collections.Document, error) {
 	base := len(p.args)
 	chunk := want
 	var out []*collections.Document
@@ -424,14 +465,14 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		n := 0
 		var last *collections.Document
 		for rows.Next() {
-			d, err := scanDoc(rows, nil)
+			d, err := scanRow(rows, raw, !p.exact && len(q.Filters) > 0)
 			if err != nil {
 				rows.Close()
 				return nil, s.readErr("query "+q.Collection, err)
 			}
 			n++
 			last = d
-			if q.Matches(d) {
+			if p.exact || q.Matches(d) {
 				out = append(out, d)
 				if len(out) == want {
 					break
@@ -445,9 +486,25 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if len(out) == want || n < chunk {
 			return out, nil
 		}
+		if err := decodeRaw(last); err != nil {
+			return nil, s.readErr("query "+q.Collection, err)
+		}
 		cur = cursorAt(q.OrderBy, last)
 		chunk = min(chunk*4, maxChunk)
 	}
+}
+
+// scanRow reads one docColumns row of a query: decoded unless raw; when
+// raw, Data is still decoded if decode (the caller reads fields of it).
+func scanRow(rows scanner, raw, decode bool) (*collections.Document, error) {
+	if !raw {
+		return scanDoc(rows, nil)
+	}
+	d, err := scanDocRaw(rows)
+	if err == nil && decode {
+		err = decodeRaw(d)
+	}
+	return d, err
 }
 
 // cursorAt is the decoded cursor of d.
@@ -462,7 +519,7 @@ func cursorAt(order []collections.Order, d *collections.Document) *collections.C
 
 // queryScan reads every candidate and sorts in Go; used only when an
 // orderBy field has no SQL form.
-func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int) ([]*collections.Document, error) {
+func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int, raw bool) ([]*collections.Document, error) {
 	sqlText := "SELECT " + docColumns + " FROM docs WHERE " + strings.Join(p.where, " AND ")
 	rows, err := s.queries.query(ctx, s.rdb, sqlText, p.args...)
 	if err != nil {
@@ -471,7 +528,7 @@ func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cu
 	defer rows.Close()
 	var out []*collections.Document
 	for rows.Next() {
-		d, err := scanDoc(rows, nil)
+		d, err := scanRow(rows, raw, true) // sorted in Go: needs Data
 		if err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}

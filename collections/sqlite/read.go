@@ -13,6 +13,8 @@ import (
 // docColumns are the columns scanDoc reads, in order.
 const docColumns = `path, collection, id, data, version, created_at, updated_at, deleted, seq`
 
+var _ collections.RawReader = (*Store)(nil)
+
 // scanner is *sql.Row or *sql.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
@@ -33,6 +35,41 @@ func scanDoc(sc scanner, raw *[]byte) (*collections.Document, error) {
 		*raw = data
 	}
 	return &d, nil
+}
+
+// scanDocRaw reads one docColumns row for a RawReader read: when the stored
+// data is already its wire form (collections.WireData) the document keeps
+// it in Raw and Data stays nil; otherwise it is decoded as scanDoc does.
+func scanDocRaw(sc scanner) (*collections.Document, error) {
+	var d collections.Document
+	var data []byte
+	if err := sc.Scan(&d.Path, &d.Collection, &d.ID, &data, &d.Version, &d.CreatedAt, &d.UpdatedAt, &d.Deleted, &d.Seq); err != nil {
+		return nil, err
+	}
+	if collections.WireData(data) {
+		d.Raw = data
+		return &d, nil
+	}
+	m, err := collections.DecodeObject(data)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+	}
+	d.Data = m
+	return &d, nil
+}
+
+// decodeRaw fills in Data of a document scanDocRaw left undecoded (Raw is
+// kept: it still is the wire form of Data).
+func decodeRaw(d *collections.Document) error {
+	if d.Data != nil {
+		return nil
+	}
+	m, err := collections.DecodeObject(d.Raw)
+	if err != nil {
+		return fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+	}
+	d.Data = m
+	return nil
 }
 
 type readStmts struct {
@@ -84,10 +121,27 @@ func (s *Store) readErr(op string, err error) error {
 
 // Get returns the live document at path.
 func (s *Store) Get(ctx context.Context, db, path string) (*collections.Document, error) {
+	return s.get(ctx, db, path, false)
+}
+
+// GetRaw is Get for collections.RawReader: the document may carry only its
+// stored encoding (Raw, Data nil).
+func (s *Store) GetRaw(ctx context.Context, db, path string) (*collections.Document, error) {
+	return s.get(ctx, db, path, true)
+}
+
+func (s *Store) get(ctx context.Context, db, path string, raw bool) (*collections.Document, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	d, err := scanDoc(s.reads.get.QueryRowContext(ctx, db, path), nil)
+	row := s.reads.get.QueryRowContext(ctx, db, path)
+	var d *collections.Document
+	var err error
+	if raw {
+		d, err = scanDocRaw(row)
+	} else {
+		d, err = scanDoc(row, nil)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, collections.ErrNotFound
 	}

@@ -230,6 +230,7 @@ func testQueryModel(t *testing.T, f Factory) {
 }
 
 func runQueryModel(t *testing.T, h *harness, seed uint64) {
+	h.raw = true
 	g := gen{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	perCollection := scale(30, 15)
 

@@ -45,6 +45,7 @@ const allItems = "i01,i02,i03,i04,i05,i06,i07,i08,i09,i10"
 
 func testQuery(t *testing.T, f Factory) {
 	h := open(t, f, Options{})
+	h.raw = true
 	var ref []*collections.Document // every document, as the store returned it
 	for _, it := range queryItems {
 		ref = append(ref, h.mustCommitOne(db, h.create("items/"+it.id, it.data)))

@@ -86,6 +86,10 @@ type harness struct {
 	// checked is cleared when the store is abandoned by a crash, so the
 	// invariant check registered for it does not run on a dead store.
 	checked *bool
+	// raw makes every Get and Query also check the engine's RawReader
+	// form against it (raw.go); set by tests that do not write while
+	// they read.
+	raw bool
 }
 
 // open makes a fresh store and registers the invariant check for it.
@@ -165,7 +169,9 @@ func (h *harness) mustCommitOne(db string, w collections.Write) *collections.Doc
 func (h *harness) get(db, path string) (*collections.Document, error) {
 	ctx, cancel := ctxT()
 	defer cancel()
-	return h.s.Get(ctx, db, path)
+	d, err := h.s.Get(ctx, db, path)
+	h.checkGetRaw(db, path, d, err)
+	return d, err
 }
 
 func (h *harness) mustGet(db, path string) *collections.Document {
@@ -253,7 +259,9 @@ func (h *harness) query(db string, q collections.Query) (collections.QueryResult
 	}
 	ctx, cancel := ctxT()
 	defer cancel()
-	return h.s.Query(ctx, db, q)
+	res, err := h.s.Query(ctx, db, q)
+	h.checkQueryRaw(db, q, res, err)
+	return res, err
 }
 
 func (h *harness) mustQuery(db string, q collections.Query) collections.QueryResult {
