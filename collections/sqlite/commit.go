@@ -206,27 +206,37 @@ func (c *committer) runTx(batch []*request) error {
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	t := &txn{c: c, tx: tx, ctx: ctx}
 	startSeq, startTime := c.seq, c.lastTime
+	// A request alone in its batch needs no savepoint: when it fails
+	// nothing is applied and the whole transaction is rolled back below.
+	savepoints := len(batch) > 1
 	applied := 0
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.Err = err // the caller has gone; do not write on its behalf
 			continue
 		}
-		if _, err := t.stmt(c.stmts.savepoint).ExecContext(ctx); err != nil {
-			return err
+		if savepoints {
+			if _, err := t.stmt(c.stmts.savepoint).ExecContext(ctx); err != nil {
+				return err
+			}
 		}
 		seq, lt := c.seq, c.lastTime
 		if err := t.apply(r); err != nil {
 			r.Err, r.results = err, nil
 			c.seq, c.lastTime = seq, lt
+			if !savepoints {
+				continue
+			}
 			if _, err := t.stmt(c.stmts.rollbackTo).ExecContext(ctx); err != nil {
 				return err
 			}
 		} else {
 			applied++
 		}
-		if _, err := t.stmt(c.stmts.release).ExecContext(ctx); err != nil {
-			return err
+		if savepoints {
+			if _, err := t.stmt(c.stmts.release).ExecContext(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if applied == 0 {

@@ -97,3 +97,31 @@ func TestBatchFailingRequestAlone(t *testing.T) {
 		t.Errorf("%d batches for %d requests: no request shared a batch", count, sum)
 	}
 }
+
+// TestLoneFailingRequestRolledBack: a request alone in its batch runs
+// without a savepoint; when its second write fails, its first write must
+// still be rolled back, its seq not used, and the next commit must work.
+func TestLoneFailingRequestRolledBack(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1})
+	if _, err := s.Commit(ctx, testDB, []collections.Write{create("f/exists", nil)}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		p := fmt.Sprintf("f/lone%d", i)
+		_, err := s.Commit(ctx, testDB, []collections.Write{create(p, nil), create("f/exists", nil)}, collections.CommitOptions{})
+		var we *collections.WriteError
+		if !errors.As(err, &we) || we.Index != 1 || !errors.Is(err, collections.ErrAlreadyExists) {
+			t.Fatalf("%s: err %v, want a WriteError at 1 with ErrAlreadyExists", p, err)
+		}
+		if _, err := s.Get(ctx, testDB, p); !errors.Is(err, collections.ErrNotFound) {
+			t.Fatalf("%s: Get err %v, want ErrNotFound (the first write must be rolled back)", p, err)
+		}
+		if h := mustHead(t, s); h != int64(1+i) {
+			t.Fatalf("head %d, want %d", h, 1+i)
+		}
+		if _, err := s.Commit(ctx, testDB, []collections.Write{create(p+"-ok", nil)}, collections.CommitOptions{}); err != nil {
+			t.Fatalf("commit after a failed one: %v", err)
+		}
+	}
+}
