@@ -310,15 +310,7 @@ func TestConsole_AdminTokenEverywhere(t *testing.T) {
 	w.send("a2", "auth", map[string]any{"token": tok2})
 	w.expect("auth_ack")
 	env.MustDo(t, http.StatusCreated, "PUT", api+"/documents/rooms/r4", `{"doc":{"n":4}}`)
-	for {
-		m := w.read()
-		if m.Type == "error" {
-			t.Fatalf("the re-auth ended the subscription: %s", m)
-		}
-		if m.Type == "event" && strings.Contains(m.String(), "r4") {
-			break
-		}
-	}
+	wantEventAfterReauth(w, "r4")
 
 	// SSE with ?access_token= (openSSE fails unless it is 200).
 	env.openSSE(t, "collection=rooms&access_token="+url.QueryEscape(tok2), map[string]string{"Authorization": ""})
@@ -567,17 +559,22 @@ func TestConsole_UserTokenOnWebSocket(t *testing.T) {
 	w.send("a2", "auth", map[string]any{"token": r.Body["access_token"].(string)})
 	w.expect("auth_ack")
 	env.MustDo(t, http.StatusCreated, "PUT", api+"/documents/rooms/u1", `{"doc":{"n":1}}`)
-	for {
-		m := w.read()
-		if m.Type == "error" {
-			t.Fatalf("the re-auth ended the subscription: %s", m)
-		}
-		if m.Type == "event" && strings.Contains(m.String(), "u1") {
-			break
-		}
-	}
+	wantEventAfterReauth(w, "u1")
 	code, msgs := readUntilClose(t, w.conn, 8*time.Second)
 	if code != websocket.ClosePolicyViolation || !strings.Contains(msgs, "expired") {
 		t.Fatalf("close %d, messages %s; want the expiry close", code, msgs)
 	}
+}
+
+// wantEventAfterReauth reads w up to an event naming id (the document just
+// written), failing on an error first: a re-auth with a refreshed console
+// token must leave the subscription live.
+func wantEventAfterReauth(w *wsClient, id string) {
+	w.t.Helper()
+	w.readUntil(func(m wsMsg) bool {
+		if m.Type == "error" {
+			w.t.Fatalf("the re-auth ended the subscription: %s", m)
+		}
+		return m.Type == "event" && strings.Contains(m.String(), id)
+	})
 }

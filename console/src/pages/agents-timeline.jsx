@@ -152,17 +152,30 @@ function SubAgent({ sub, items }) {
   );
 }
 
-function CancelTask({ doc }) {
+/**
+ * A button that cancels an agent document of the default database (a task,
+ * or a chat's run) by setting `field` to "canceled"; the API's answer to a
+ * refusal is shown under it.
+ */
+export function CancelDoc({ doc, field, testid, children }) {
   const { busy, error, run } = useAction();
-  if (!UNFINISHED.has(doc.status)) return null;
-  const cancel = () => run(() => api.patch(docURL('default', `${doc.collection}/${doc.id}`), { doc: { status: 'canceled' } }));
+  const cancel = () => run(() => api.patch(docURL('default', `${doc.collection}/${doc.id}`), { doc: { [field]: 'canceled' } }));
   return (
     <>
-      <button class="danger" data-testid="task-cancel" disabled={busy} onClick={cancel}>
-        Cancel task
+      <button class="danger" data-testid={testid} disabled={busy} onClick={cancel}>
+        {children}
       </button>
       <ErrorBox error={error} />
     </>
+  );
+}
+
+function CancelTask({ doc }) {
+  if (!UNFINISHED.has(doc.status)) return null;
+  return (
+    <CancelDoc doc={doc} field="status" testid="task-cancel">
+      Cancel task
+    </CancelDoc>
   );
 }
 

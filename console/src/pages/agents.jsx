@@ -7,7 +7,7 @@ import { api, docURL, pageOf, queryURL } from '../api.js';
 import { href, navigate } from '../router.js';
 import { Badge, ErrorBox, Header, More, Time, useAction } from '../ui.jsx';
 import { buildRun, useRun } from './agents-run.js';
-import Timeline from './agents-timeline.jsx';
+import Timeline, { CancelDoc } from './agents-timeline.jsx';
 
 const PAGE = 25;
 
@@ -178,16 +178,11 @@ function AskBox({ uid, chatId, disabled, replyTo, onSent }) {
 }
 
 function CancelRun({ chat }) {
-  const { busy, error, run } = useAction();
   if (!chat || chat.runStatus !== 'running') return null;
-  const cancel = () => run(() => api.patch(docURL('default', `${chat.collection}/${chat.id}`), { doc: { runStatus: 'canceled' } }));
   return (
-    <>
-      <button class="danger" data-testid="agents-cancel" disabled={busy} onClick={cancel}>
-        Cancel run
-      </button>
-      <ErrorBox error={error} />
-    </>
+    <CancelDoc doc={chat} field="runStatus" testid="agents-cancel">
+      Cancel run
+    </CancelDoc>
   );
 }
 
