@@ -437,7 +437,7 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	var res collections.QueryResult
 	if len(docs) > limit {
 		docs = docs[:limit]
-		if err := decodeRaw(docs[limit-1]); err != nil {
+		if err := docs[limit-1].DecodeRaw(); err != nil {
 			return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
 		}
 		res.NextCursor = collections.MakeCursor(q.OrderBy, docs[limit-1])
@@ -486,7 +486,7 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if len(out) == want || n < chunk {
 			return out, nil
 		}
-		if err := decodeRaw(last); err != nil {
+		if err := last.DecodeRaw(); err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}
 		cur = cursorAt(q.OrderBy, last)
@@ -502,7 +502,7 @@ func scanRow(rows scanner, raw, decode bool) (*collections.Document, error) {
 	}
 	d, err := scanDocRaw(rows)
 	if err == nil && decode {
-		err = decodeRaw(d)
+		err = d.DecodeRaw()
 	}
 	return d, err
 }
