@@ -3,7 +3,6 @@ package access
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
@@ -39,7 +38,7 @@ func (s *Service) get(ctx context.Context, caller *Caller, db, path string, forR
 	if rr, ok := s.store.(collections.RawReader); ok && forResponse {
 		d, err = rr.GetRaw(ctx, db, path)
 		if err == nil && !caller.Admin {
-			err = decodeRaw(d) // the rules read the document
+			err = d.DecodeRaw() // the rules read the document
 		}
 	} else {
 		d, err = s.store.Get(ctx, db, path)
@@ -140,7 +139,7 @@ func (s *Service) filterReadable(ctx context.Context, caller *Caller, db string,
 	}
 	out := docs[:0]
 	for _, d := range docs {
-		if err := decodeRaw(d); err != nil { // the rules read the document
+		if err := d.DecodeRaw(); err != nil { // the rules read the document
 			return nil, err
 		}
 		ok, err := s.Readable(ctx, caller, db, rules.OpList, d)
@@ -183,19 +182,4 @@ func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, 
 		}
 	}
 	return collections.QueryResult{Docs: out, NextCursor: res.NextCursor}, nil
-}
-
-// decodeRaw fills in Data of a document a RawReader left undecoded (Raw is
-// kept: it still is the wire form of Data). Nil and decoded documents are
-// left as they are.
-func decodeRaw(d *collections.Document) error {
-	if d == nil || d.Data != nil {
-		return nil
-	}
-	m, err := collections.DecodeObject(d.Raw)
-	if err != nil {
-		return fmt.Errorf("access: corrupt document %s: %w", d.Path, err)
-	}
-	d.Data = m
-	return nil
 }

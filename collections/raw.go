@@ -3,6 +3,7 @@ package collections
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"unicode/utf8"
 )
 
@@ -17,6 +18,22 @@ import (
 type RawReader interface {
 	GetRaw(ctx context.Context, db, path string) (*Document, error)
 	QueryRaw(ctx context.Context, db string, q Query) (QueryResult, error)
+}
+
+// DecodeRaw fills in Data of a document a RawReader read left with only its
+// stored encoding (Raw is kept: it still is the wire form of Data), for a
+// caller that reads its fields (rules, a cursor, a filter). Nil and
+// decoded documents are left as they are.
+func (d *Document) DecodeRaw() error {
+	if d == nil || d.Data != nil {
+		return nil
+	}
+	m, err := DecodeObject(d.Raw)
+	if err != nil {
+		return fmt.Errorf("corrupt document %s: %w", d.Path, err)
+	}
+	d.Data = m
+	return nil
 }
 
 // maxWireDepth bounds the nesting WireData checks; deeper data is decoded.

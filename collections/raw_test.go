@@ -140,3 +140,26 @@ func FuzzWireData(f *testing.F) {
 		checkWire(t, b)
 	})
 }
+
+// TestDocumentDecodeRaw: DecodeRaw fills Data from Raw once and keeps Raw;
+// decoded and nil documents are left alone; corrupt bytes are an error.
+func TestDocumentDecodeRaw(t *testing.T) {
+	d := &collections.Document{Path: "a/b", Raw: []byte(`{"n":1,"s":"x"}`)}
+	if err := d.DecodeRaw(); err != nil {
+		t.Fatal(err)
+	}
+	if d.Data["n"] != json.Number("1") || d.Data["s"] != "x" || string(d.Raw) != `{"n":1,"s":"x"}` {
+		t.Fatalf("DecodeRaw: Data %v, Raw %s", d.Data, d.Raw)
+	}
+	d.Raw = []byte(`not json`) // Data is set: not decoded again
+	if err := d.DecodeRaw(); err != nil || d.Data["s"] != "x" {
+		t.Fatalf("DecodeRaw of a decoded document: %v, %v", err, d.Data)
+	}
+	if err := (*collections.Document)(nil).DecodeRaw(); err != nil {
+		t.Fatal(err)
+	}
+	bad := &collections.Document{Path: "a/c", Raw: []byte(`{"n":`)}
+	if err := bad.DecodeRaw(); err == nil || bad.Data != nil {
+		t.Fatalf("DecodeRaw of corrupt bytes: %v, Data %v", err, bad.Data)
+	}
+}

@@ -402,8 +402,9 @@ func (s *Store) Query(ctx context.Context, db string, q collections.Query) (coll
 
 // QueryRaw is Query for collections.RawReader: documents may carry only
 // their stored encoding (Raw, Data nil). Data is decoded only where the
-// page needs it: for q.Matches when q has filters, for the Go sort of
-// queryScan, and for the document a cursor is made from.
+// page needs it: for q.Matches when q has filters the SQL does not apply
+// exactly, and for the document a cursor is made from; the Go sort of
+// queryScan reads decoded documents only.
 func (s *Store) QueryRaw(ctx context.Context, db string, q collections.Query) (collections.QueryResult, error) {
 	return s.query(ctx, db, q, true)
 }
@@ -429,7 +430,7 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	if ok {
 		docs, err = s.queryOrdered(ctx, p, &q, cur, limit+1, raw)
 	} else {
-		docs, err = s.queryScan(ctx, p, &q, cur, limit+1, raw)
+		docs, err = s.queryScan(ctx, p, &q, cur, limit+1)
 	}
 	if err != nil {
 		return collections.QueryResult{}, err
@@ -437,7 +438,7 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	var res collections.QueryResult
 	if len(docs) > limit {
 		docs = docs[:limit]
-		if err := decodeRaw(docs[limit-1]); err != nil {
+		if err := docs[limit-1].DecodeRaw(); err != nil {
 			return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
 		}
 		res.NextCursor = collections.MakeCursor(q.OrderBy, docs[limit-1])
@@ -486,7 +487,7 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if len(out) == want || n < chunk {
 			return out, nil
 		}
-		if err := decodeRaw(last); err != nil {
+		if err := last.DecodeRaw(); err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}
 		cur = cursorAt(q.OrderBy, last)
@@ -502,7 +503,7 @@ func scanRow(rows scanner, raw, decode bool) (*collections.Document, error) {
 	}
 	d, err := scanDocRaw(rows)
 	if err == nil && decode {
-		err = decodeRaw(d)
+		err = d.DecodeRaw()
 	}
 	return d, err
 }
@@ -518,8 +519,11 @@ func cursorAt(order []collections.Order, d *collections.Document) *collections.C
 }
 
 // queryScan reads every candidate and sorts in Go; used only when an
-// orderBy field has no SQL form.
-func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int, raw bool) ([]*collections.Document, error) {
+// orderBy field has no SQL form. The sort needs every candidate decoded,
+// so even for QueryRaw it reads decoded documents only: keeping each
+// candidate's stored bytes as well (and checking them with WireData)
+// would add to what an unbounded scan holds, to save encoding one page.
+func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int) ([]*collections.Document, error) {
 	sqlText := "SELECT " + docColumns + " FROM docs WHERE " + strings.Join(p.where, " AND ")
 	rows, err := s.queries.query(ctx, s.rdb, sqlText, p.args...)
 	if err != nil {
@@ -528,7 +532,7 @@ func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cu
 	defer rows.Close()
 	var out []*collections.Document
 	for rows.Next() {
-		d, err := scanRow(rows, raw, true) // sorted in Go: needs Data
+		d, err := scanDoc(rows, nil)
 		if err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}
@@ -540,5 +544,7 @@ func (s *Store) queryScan(ctx context.Context, p *plan, q *collections.Query, cu
 		return nil, s.readErr("query "+q.Collection, err)
 	}
 	slices.SortFunc(out, func(a, b *collections.Document) int { return collections.CompareDocs(q.OrderBy, a, b) })
-	return out[:min(want, len(out))], nil
+	// A copy of the page, so the rest of the candidates are not held
+	// while the page is written out.
+	return slices.Clone(out[:min(want, len(out))]), nil
 }

@@ -58,20 +58,6 @@ func scanDocRaw(sc scanner) (*collections.Document, error) {
 	return &d, nil
 }
 
-// decodeRaw fills in Data of a document scanDocRaw left undecoded (Raw is
-// kept: it still is the wire form of Data).
-func decodeRaw(d *collections.Document) error {
-	if d.Data != nil {
-		return nil
-	}
-	m, err := collections.DecodeObject(d.Raw)
-	if err != nil {
-		return fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
-	}
-	d.Data = m
-	return nil
-}
-
 type readStmts struct {
 	get, changedSince, cursor *sql.Stmt
 }
