@@ -90,7 +90,12 @@ type committer struct {
 	// (see commit): a workload where requests often fail pays for one
 	// wasted attempt per guardedBatches batches, not for every batch.
 	guarded int
-	stmts   writeStmts
+	// lastSystem is the seq of the newest logged write of a system path
+	// this committer made (Store.lastSystem once committed). A write
+	// rolled back later leaves it too high, which only costs a follower a
+	// read.
+	lastSystem int64
+	stmts      writeStmts
 }
 
 // guardedBatches is how many batches run with savepoints after a batch
@@ -116,6 +121,10 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 		return nil, fmt.Errorf("sqlite: read meta: %w", err)
 	}
 	s.head.Store(c.seq)
+	// The system changes before the open are unknown here: claim one at
+	// the head, so a follower reads what it has not read yet.
+	c.lastSystem = c.seq
+	s.lastSystem.Store(c.seq)
 	prep := func(dst **sql.Stmt, q string) error {
 		st, err := s.wdb.PrepareContext(ctx, q)
 		if err != nil {
@@ -212,6 +221,9 @@ func (c *committer) commit(batch []*request) {
 			}
 		}
 	} else if c.seq != startSeq {
+		if last := min(c.lastSystem, c.seq); last > s.lastSystem.Load() {
+			s.lastSystem.Store(last) // before head: see LastSystemChange
+		}
 		s.head.Store(c.seq)
 		s.wake()
 	}
@@ -415,6 +427,9 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 		c.seq++
 		c.lastTime = now
 		next.Seq = c.seq
+		if collections.IsSystemPath(w.Path) {
+			c.lastSystem = c.seq
+		}
 	}
 	if _, err := t.stmt(c.stmts.put).ExecContext(t.ctx, db, w.Path, coll, collections.Shape(coll), id, data,
 		next.Version, next.CreatedAt, next.UpdatedAt, next.Deleted, next.Seq); err != nil {

@@ -229,3 +229,64 @@ func TestGuardedBatchesAfterFailure(t *testing.T) {
 		t.Errorf("head %d, want %d", got, want)
 	}
 }
+
+// TestLastSystemChange: the engine's claim that no system change lies in
+// (last, head] holds after commits of ordinary documents, of a trigger
+// state, and of a trigger state rolled back with its failing request.
+func TestLastSystemChange(t *testing.T) {
+	ctx := context.Background()
+	path := tempPath(t)
+	s := mustOpen(t, Config{Path: path, PurgeInterval: -1})
+	check := func(label string, wantLast int64) {
+		t.Helper()
+		last, head := s.LastSystemChange()
+		if head != mustHead(t, s) || last > head {
+			t.Fatalf("%s: last %d head %d (store head %d)", label, last, head, mustHead(t, s))
+		}
+		if last < wantLast {
+			t.Fatalf("%s: last %d, want at least %d: a system change is hidden", label, last, wantLast)
+		}
+		if last != wantLast {
+			t.Errorf("%s: last %d, want %d", label, last, wantLast)
+		}
+	}
+	check("empty", 0)
+	mustCommit(t, s, create("notes/a", nil))
+	check("ordinary", 0)
+	res := mustCommit(t, s, create("_triggers/t1", nil), create("_outbox/o1", nil))
+	check("trigger state", res[0].Doc.Seq)
+	mustCommit(t, s, create("notes/b", nil), create("notes/c", nil))
+	check("ordinary after", res[0].Doc.Seq)
+
+	// A batch where the request that writes a trigger state fails: the
+	// claim may err high, never low.
+	c := batchCommitter(t, s)
+	batch := []*request{
+		commitReq(ctx, collections.CommitOptions{}, create("notes/d", nil)),
+		commitReq(ctx, collections.CommitOptions{}, create("_triggers/t2", nil), create("notes/a", nil)),
+		commitReq(ctx, collections.CommitOptions{}, create("notes/e", nil)),
+	}
+	c.commit(batch)
+	if batch[1].Err == nil || batch[0].Err != nil || batch[2].Err != nil {
+		t.Fatalf("errors %v %v %v", batch[0].Err, batch[1].Err, batch[2].Err)
+	}
+	if last, _ := s.LastSystemChange(); last < res[0].Doc.Seq {
+		t.Fatalf("last %d after a failed state write, want at least %d", last, res[0].Doc.Seq)
+	}
+	batch = []*request{
+		commitReq(ctx, collections.CommitOptions{}, create("notes/f", nil)),
+		commitReq(ctx, collections.CommitOptions{}, create("_triggers/t3", nil)),
+	}
+	c.commit(batch)
+	if last, head := s.LastSystemChange(); last != batch[1].results[0].Doc.Seq || head != batch[1].results[0].Doc.Seq {
+		t.Fatalf("last %d head %d, want both %d", last, head, batch[1].results[0].Doc.Seq)
+	}
+
+	// Reopened, the changes before the open are unknown: last is the head.
+	c.close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, Config{Path: path, PurgeInterval: -1})
+	check("reopened", mustHead(t, s))
+}
