@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
+
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/internal/docwrite"
 	"github.com/loomdb/loom/collections/internal/groupcommit"
@@ -108,6 +110,9 @@ var errRetryGuarded = errors.New("sqlite: a request failed; run the batch again 
 
 type writeStmts struct {
 	load, put, change, getCursor, setCursor, delCursor, setMeta *sql.Stmt
+	// insert is put for a path known to hold no row: the primary key
+	// refuses it otherwise (see txn.createFresh).
+	insert *sql.Stmt
 	// The per-request savepoint, prepared once rather than parsed and
 	// compiled by sqlite3_exec on every request.
 	savepoint, release, rollbackTo *sql.Stmt
@@ -141,6 +146,8 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 		{&st.load, `SELECT ` + docColumns + ` FROM docs WHERE db = ? AND path = ?`},
 		{&st.put, `INSERT OR REPLACE INTO docs (db, path, collection, shape, id, data, version, created_at, updated_at, deleted, seq)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&st.insert, `INSERT INTO docs (db, path, collection, shape, id, data, version, created_at, updated_at, deleted, seq)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&st.change, `INSERT INTO changes (seq, db, op, path, time,
 			b_version, b_created, b_updated, b_deleted, b_seq, b_data,
 			a_version, a_created, a_deleted, a_data)
@@ -163,7 +170,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 
 func (c *committer) close() {
 	st := &c.stmts
-	for _, p := range []*sql.Stmt{st.load, st.put, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta,
+	for _, p := range []*sql.Stmt{st.load, st.put, st.insert, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta,
 		st.savepoint, st.release, st.rollbackTo} {
 		if p != nil {
 			p.Close()
@@ -314,8 +321,8 @@ type txn struct {
 	// used so far: tx.StmtContext allocates a new *sql.Stmt on every call,
 	// and a batch runs the same few statements for every write. The
 	// wrappers are closed with the transaction. A fixed array: the
-	// committer has ten statements, so it never grows.
-	bound  [10]boundStmt
+	// committer has eleven statements, so it never grows.
+	bound  [11]boundStmt
 	nbound int
 }
 
@@ -406,7 +413,9 @@ func (t *txn) commitWrites(r *request) error {
 // write applies one write; errors are the write's own (wrapped by the caller
 // into a *WriteError).
 func (t *txn) write(db string, w *collections.Write, now int64) (collections.WriteResult, error) {
-	c := t.c
+	if res, ok, err := t.createFresh(db, w, now); ok || err != nil {
+		return res, err
+	}
 	cur, err := t.load(db, w.Path)
 	if err != nil {
 		return collections.WriteResult{}, err
@@ -416,42 +425,77 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 	if cur != nil {
 		curDoc, curData = cur.doc, cur.data
 	}
-	o, err := docwrite.Apply(w, curDoc, curData, now, c.s.maxBytes(w.Path), false)
+	o, err := docwrite.Apply(w, curDoc, curData, now, t.c.s.maxBytes(w.Path), false)
 	if err != nil {
 		return collections.WriteResult{}, err
 	}
+	if err := t.store(t.c.stmts.put, db, w, o, cur, now); err != nil {
+		return collections.WriteResult{}, err
+	}
+	return o.Result(w), nil
+}
+
+// createFresh applies a create as if its path held no row, which is what
+// the create of a new id meets, without loading the row first: a plain
+// INSERT, which the primary key refuses (undoing the statement alone)
+// when a row, live or deleted, is there after all. ok is false when the
+// create meets a row, or fails against none (with a row there its error
+// may be another): write then takes the general path, which answers
+// exactly as if this had not been tried.
+func (t *txn) createFresh(db string, w *collections.Write, now int64) (collections.WriteResult, bool, error) {
+	if w.Type != collections.WriteCreate || len(w.IfMatch) > 0 {
+		return collections.WriteResult{}, false, nil
+	}
+	o, err := docwrite.Apply(w, nil, nil, now, t.c.s.maxBytes(w.Path), false)
+	if err != nil {
+		return collections.WriteResult{}, false, nil
+	}
+	if err := t.store(t.c.stmts.insert, db, w, o, nil, now); err != nil {
+		var se sqlite3.Error
+		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
+			return collections.WriteResult{}, false, nil
+		}
+		return collections.WriteResult{}, false, err
+	}
+	return o.Result(w), true, nil
+}
+
+// store writes the document o leaves with put (or insert) and, for a
+// logged path, its change with the next seq; cur is the row it replaces
+// (nil: none). A failed put leaves seq untouched.
+func (t *txn) store(put *sql.Stmt, db string, w *collections.Write, o docwrite.Outcome, cur *stored, now int64) error {
+	c := t.c
 	next, op, data := o.Next, o.Op, o.Data
 	coll, id := next.Collection, next.ID
 	logged := collections.IsLogged(w.Path)
 	if logged {
-		c.seq++
-		c.lastTime = now
-		next.Seq = c.seq
-		if collections.IsSystemPath(w.Path) {
-			c.lastSystem = c.seq
-		}
+		next.Seq = c.seq + 1
 	}
-	if _, err := t.stmt(c.stmts.put).ExecContext(t.ctx, db, w.Path, coll, collections.Shape(coll), id, data,
+	if _, err := t.stmt(put).ExecContext(t.ctx, db, w.Path, coll, collections.Shape(coll), id, data,
 		next.Version, next.CreatedAt, next.UpdatedAt, next.Deleted, next.Seq); err != nil {
-		return collections.WriteResult{}, err
+		return err
 	}
-	if logged {
-		var bv, bc, bu, bs sql.NullInt64
-		var bd sql.NullBool
-		var bdata []byte
-		if cur != nil {
-			b := cur.doc
-			bv, bc, bu, bs = valid(b.Version), valid(b.CreatedAt), valid(b.UpdatedAt), valid(b.Seq)
-			bd = sql.NullBool{Bool: b.Deleted, Valid: true}
-			bdata = cur.data
-		}
-		if _, err := t.stmt(c.stmts.change).ExecContext(t.ctx, next.Seq, db, string(op), w.Path, now,
-			bv, bc, bu, bd, bs, nullBytes(bdata),
-			next.Version, next.CreatedAt, next.Deleted, data); err != nil {
-			return collections.WriteResult{}, err
-		}
+	if !logged {
+		return nil
 	}
-	return o.Result(w), nil
+	c.seq = next.Seq
+	c.lastTime = now
+	if collections.IsSystemPath(w.Path) {
+		c.lastSystem = c.seq
+	}
+	var bv, bc, bu, bs sql.NullInt64
+	var bd sql.NullBool
+	var bdata []byte
+	if cur != nil {
+		b := cur.doc
+		bv, bc, bu, bs = valid(b.Version), valid(b.CreatedAt), valid(b.UpdatedAt), valid(b.Seq)
+		bd = sql.NullBool{Bool: b.Deleted, Valid: true}
+		bdata = cur.data
+	}
+	_, err := t.stmt(c.stmts.change).ExecContext(t.ctx, next.Seq, db, string(op), w.Path, now,
+		bv, bc, bu, bd, bs, nullBytes(bdata),
+		next.Version, next.CreatedAt, next.Deleted, data)
+	return err
 }
 
 func valid(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: true} }

@@ -290,3 +290,52 @@ func TestLastSystemChange(t *testing.T) {
 	s = mustOpen(t, Config{Path: path, PurgeInterval: -1})
 	check("reopened", mustHead(t, s))
 }
+
+// TestCreateMeetsRow: a create is first tried as the insert of a new row,
+// without loading its path. When a row is there after all, the answer is
+// the one the loaded row gives: over a live document ErrAlreadyExists
+// (even when the new data is also too large), over a tombstone a create
+// that continues its version with the tombstone as the change's before;
+// no seq is lost to the refused insert, in a lone request or in a batch.
+func TestCreateMeetsRow(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, MaxDocumentBytes: 1024})
+	mustCommit(t, s, create("c/live", map[string]any{"v": 1}), create("c/gone", map[string]any{"v": 1}))
+	mustCommit(t, s, collections.Write{Type: collections.WriteDelete, Path: "c/gone"})
+	head := mustHead(t, s)
+
+	_, err := s.Commit(ctx, testDB, []collections.Write{create("c/live", map[string]any{"s": strings.Repeat("x", 2000)})}, collections.CommitOptions{})
+	if !errors.Is(err, collections.ErrAlreadyExists) {
+		t.Fatalf("create of a live path with too large data: %v, want ErrAlreadyExists", err)
+	}
+	res := mustCommit(t, s, create("c/gone", map[string]any{"v": 2}), create("c/new", nil))
+	if d := res[0].Doc; d.Version != 3 || d.Deleted || !res[0].Created || d.Seq != head+1 {
+		t.Fatalf("create over a tombstone: %+v created %v, want version 3 seq %d", d, res[0].Created, head+1)
+	}
+	if d := res[1].Doc; d.Version != 1 || d.Seq != head+2 {
+		t.Fatalf("create after it: version %d seq %d, want 1 and %d", d.Version, d.Seq, head+2)
+	}
+	changes, err := s.ReadChanges(ctx, head, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 2 || changes[0].Op != collections.OpCreate || changes[0].Before == nil ||
+		changes[0].Before.Version != 2 || !changes[0].Before.Deleted || changes[1].Before != nil {
+		t.Fatalf("changes %+v: want the create over the tombstone with it as before, then a plain create", changes)
+	}
+
+	// In a batch: the second create of one path fails alone.
+	c := batchCommitter(t, s)
+	batch := []*request{
+		commitReq(ctx, collections.CommitOptions{}, create("c/twice", nil)),
+		commitReq(ctx, collections.CommitOptions{}, create("c/twice", nil)),
+		commitReq(ctx, collections.CommitOptions{}, create("c/other", nil)),
+	}
+	c.commit(batch)
+	if batch[0].Err != nil || !errors.Is(batch[1].Err, collections.ErrAlreadyExists) || batch[2].Err != nil {
+		t.Fatalf("errors %v, %v, %v: want only the second create to fail", batch[0].Err, batch[1].Err, batch[2].Err)
+	}
+	if a, b := batch[0].results[0].Doc.Seq, batch[2].results[0].Doc.Seq; a != head+3 || b != head+4 {
+		t.Fatalf("seqs %d, %d, want %d, %d", a, b, head+3, head+4)
+	}
+}
