@@ -196,9 +196,9 @@ func (c *committer) run() {
 // whatever reason (a precondition, an existing document, a size limit, a
 // cursor conflict, an SQL error), abandons the attempt: the transaction is
 // rolled back, nothing of it was committed or published, and the batch
-// runs again from its start state with a savepoint per request, which is
-// exactly what a failure-free batch would have done. Either way one
-// transaction commits, with one fsync.
+// runs again from its start state with a savepoint per request: the
+// outcome (errors, results, seqs) is the one savepoints alone give. Either
+// way one transaction commits, with one fsync.
 func (c *committer) commit(batch []*request) {
 	s := c.s
 	start := time.Now()
