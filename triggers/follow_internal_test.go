@@ -467,3 +467,74 @@ func TestFollowReadsStatesOncePerCommit(t *testing.T) {
 		t.Fatal("b did not follow a's disable")
 	}
 }
+
+// systemStateReads counts the state reads of a store that vouches for its
+// system changes (collections.SystemChanges), as the SQLite engine does.
+type systemStateReads struct {
+	stateReads
+	sc collections.SystemChanges
+}
+
+func (c *systemStateReads) LastSystemChange() (last, head int64) { return c.sc.LastSystemChange() }
+
+// On an engine that knows its commits, a commit of another document costs
+// following no read at all, while every state change, of this node or
+// another, is still read and applied.
+func TestFollowSkipsCommitsOfOtherDocuments(t *testing.T) {
+	ctx := context.Background()
+	raw := openFollowStore(t, sqlite.Config{})
+	st := &systemStateReads{stateReads: stateReads{Store: raw}, sc: raw.(collections.SystemChanges)}
+	a := loadedRegistry(t, st)
+	b := loadedRegistry(t, st)
+	mustRegister(t, a, "x")
+	if _, err := b.stepToHead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.entry("x") == nil {
+		t.Fatal("b did not follow a's registration")
+	}
+	for i := range 3 {
+		if _, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: fmt.Sprintf("notes/n%d", i), Data: map[string]any{}}}, collections.CommitOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		head, err := st.Head(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := st.n.Load()
+		if _, err := b.stepToHead(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.syncTo(ctx, head); err != nil {
+			t.Fatal(err)
+		}
+		if n := st.n.Load() - before; n != 0 {
+			t.Fatalf("commit %d of another document: the state documents were read %d times, want 0", i, n)
+		}
+	}
+	// Another node's state change after those commits is read, by follow
+	// and by the evaluator's syncTo alike.
+	if err := a.setEnabled(ctx, "x", false, "test"); err != nil {
+		t.Fatal(err)
+	}
+	head, err := st.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.syncTo(ctx, head); err != nil {
+		t.Fatal(err)
+	}
+	if e := b.entry("x"); e == nil || e.enabled() {
+		t.Fatal("b did not follow a's disable")
+	}
+	mustRegister(t, a, "y")
+	if _, err := st.Commit(ctx, "default", []collections.Write{{Type: collections.WriteCreate, Path: "notes/after-y", Data: map[string]any{}}}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.stepToHead(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.entry("y") == nil {
+		t.Fatal("b did not follow a's registration behind a later commit")
+	}
+}

@@ -67,8 +67,9 @@ type registry struct {
 	// by followMu; load sets it before Run).
 	pos int64
 	// checked is a seq up to which no state change is left to apply past
-	// pos: the head known to be committed before a read that found none.
-	// A commit of any other document then costs no read (guarded by
+	// pos: the head known to be committed before a read that found none,
+	// or a head the engine vouches for (collections.SystemChanges). A
+	// commit of any other document then costs no read (guarded by
 	// followMu).
 	checked int64
 	// active is the evaluator's view: enabled triggers sorted by id.
@@ -496,6 +497,14 @@ const followBatch = 256
 func (r *registry) step(ctx context.Context, known int64) (bool, error) {
 	if known <= max(r.pos, r.checked) {
 		return false, nil
+	}
+	// An engine that knows its commits says whether a trigger state
+	// changed at all since checked: most commits are of other documents.
+	if sc, ok := r.store.(collections.SystemChanges); ok {
+		if last, head := sc.LastSystemChange(); known <= head && last <= max(r.pos, r.checked) {
+			r.checked = head
+			return false, nil
+		}
 	}
 	// Limit 0: only the position is checked. The change after pos may be
 	// any document's, and this runs on every commit.

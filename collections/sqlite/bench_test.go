@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -122,4 +123,39 @@ func BenchmarkChangedSince(b *testing.B) {
 			b.Fatalf("%d docs", len(got))
 		}
 	}
+}
+
+// BenchmarkCommitParallelFailing: as BenchmarkCommitParallel/p16, but one
+// commit in failEvery creates a document that exists, so most batches hold
+// a failing request: the cost of batches that cannot run optimistically.
+func BenchmarkCommitParallelFailing(b *testing.B) {
+	const failEvery = 16
+	s := benchStore(b, Config{})
+	ctx := context.Background()
+	mustCommit(b, s, create("bench/exists", nil))
+	var n, failed atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := n.Add(1)
+			p := fmt.Sprintf("bench/d%09d", i)
+			if i%failEvery == 0 {
+				p = "bench/exists"
+			}
+			_, err := s.Commit(ctx, testDB, []collections.Write{create(p, map[string]any{"n": i, "s": "hello world"})}, collections.CommitOptions{})
+			switch {
+			case i%failEvery == 0 && errors.Is(err, collections.ErrAlreadyExists):
+				failed.Add(1)
+			case err != nil:
+				b.Error(err)
+				return
+			}
+		}
+	})
+	if want := int64(b.N) / failEvery; failed.Load() != want {
+		b.Errorf("%d commits failed, want %d", failed.Load(), want)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mattn/go-sqlite3"
+
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/collections/internal/docwrite"
 	"github.com/loomdb/loom/collections/internal/groupcommit"
@@ -21,9 +23,8 @@ const (
 	kindPurge
 )
 
-// request is one unit of work for the committer. Each runs in its own
-// savepoint of the shared transaction, so a failing request never affects
-// the others batched with it.
+// request is one unit of work for the committer. A failing request never
+// affects the others batched with it: see committer.commit.
 type request struct {
 	ctx    context.Context
 	kind   requestKind
@@ -81,16 +82,37 @@ func (s *Store) Purge(ctx context.Context) error {
 const purgeChunk = 5000
 
 // committer owns the write connection. Only its goroutine touches seq,
-// lastTime and the statements.
+// lastTime, guarded and the statements.
 type committer struct {
 	s        *Store
 	seq      int64 // last assigned seq; equals the durable one between batches
 	lastTime int64 // change times never go backwards, so purges cut a prefix
-	stmts    writeStmts
+	// guarded counts the batches of several requests still to run with a
+	// savepoint per request from the start, after one had to be run again
+	// (see commit): a workload where requests often fail pays for one
+	// wasted attempt per guardedBatches batches, not for every batch.
+	guarded int
+	// lastSystem is the seq of the newest logged write of a system path
+	// this committer made (Store.lastSystem once committed). A write
+	// rolled back later leaves it too high, which only costs a follower a
+	// read.
+	lastSystem int64
+	stmts      writeStmts
 }
+
+// guardedBatches is how many batches run with savepoints after a batch
+// whose optimistic attempt failed.
+const guardedBatches = 16
+
+// errRetryGuarded ends an optimistic attempt at a batch: a request failed,
+// and without savepoints its partial writes cannot be undone alone.
+var errRetryGuarded = errors.New("sqlite: a request failed; run the batch again with savepoints")
 
 type writeStmts struct {
 	load, put, change, getCursor, setCursor, delCursor, setMeta *sql.Stmt
+	// insert is put for a path known to hold no row: the primary key
+	// refuses it otherwise (see txn.createFresh).
+	insert *sql.Stmt
 	// The per-request savepoint, prepared once rather than parsed and
 	// compiled by sqlite3_exec on every request.
 	savepoint, release, rollbackTo *sql.Stmt
@@ -104,6 +126,10 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 		return nil, fmt.Errorf("sqlite: read meta: %w", err)
 	}
 	s.head.Store(c.seq)
+	// The system changes before the open are unknown here: claim one at
+	// the head, so a follower reads what it has not read yet.
+	c.lastSystem = c.seq
+	s.lastSystem.Store(c.seq)
 	prep := func(dst **sql.Stmt, q string) error {
 		st, err := s.wdb.PrepareContext(ctx, q)
 		if err != nil {
@@ -119,6 +145,8 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 	}{
 		{&st.load, `SELECT ` + docColumns + ` FROM docs WHERE db = ? AND path = ?`},
 		{&st.put, `INSERT OR REPLACE INTO docs (db, path, collection, shape, id, data, version, created_at, updated_at, deleted, seq)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&st.insert, `INSERT INTO docs (db, path, collection, shape, id, data, version, created_at, updated_at, deleted, seq)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&st.change, `INSERT INTO changes (seq, db, op, path, time,
 			b_version, b_created, b_updated, b_deleted, b_seq, b_data,
@@ -142,7 +170,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 
 func (c *committer) close() {
 	st := &c.stmts
-	for _, p := range []*sql.Stmt{st.load, st.put, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta,
+	for _, p := range []*sql.Stmt{st.load, st.put, st.insert, st.change, st.getCursor, st.setCursor, st.delCursor, st.setMeta,
 		st.savepoint, st.release, st.rollbackTo} {
 		if p != nil {
 			p.Close()
@@ -159,11 +187,35 @@ func (c *committer) run() {
 }
 
 // commit runs one batch in one transaction and answers every request in it.
+//
+// Each request must fail alone: its writes undone, the others committed.
+// A savepoint per request does that, but costs the committer about a third
+// of its time per write (the statements, and the statement journal SQLite
+// keeps inside a savepoint). So a batch of several requests first runs
+// optimistically, without savepoints; the first request that fails, for
+// whatever reason (a precondition, an existing document, a size limit, a
+// cursor conflict, an SQL error), abandons the attempt: the transaction is
+// rolled back, nothing of it was committed or published, and the batch
+// runs again from its start state with a savepoint per request: the
+// outcome (errors, results, seqs) is the one savepoints alone give. Either
+// way one transaction commits, with one fsync.
 func (c *committer) commit(batch []*request) {
 	s := c.s
 	start := time.Now()
-	startSeq := c.seq
-	err := c.runTx(batch)
+	startSeq, startTime := c.seq, c.lastTime
+	guarded := len(batch) > 1 && c.guarded > 0
+	if guarded {
+		c.guarded--
+	}
+	err := c.runTx(batch, len(batch) > 1 && !guarded)
+	if errors.Is(err, errRetryGuarded) {
+		c.seq, c.lastTime = startSeq, startTime
+		for _, r := range batch {
+			r.Err, r.results, r.more = nil, nil, false
+		}
+		c.guarded = guardedBatches
+		err = c.runTx(batch, false)
+	}
 	if err != nil {
 		// The transaction is gone: nothing in the batch committed.
 		c.seq = startSeq
@@ -176,6 +228,9 @@ func (c *committer) commit(batch []*request) {
 			}
 		}
 	} else if c.seq != startSeq {
+		if last := min(c.lastSystem, c.seq); last > s.lastSystem.Load() {
+			s.lastSystem.Store(last) // before head: see LastSystemChange
+		}
 		s.head.Store(c.seq)
 		s.wake()
 	}
@@ -197,7 +252,13 @@ func (c *committer) reloadMeta() {
 	c.seq, c.lastTime = seq, max(c.lastTime, t)
 }
 
-func (c *committer) runTx(batch []*request) error {
+// runTx runs batch in one transaction. optimistic runs it without
+// savepoints and returns errRetryGuarded as soon as a request fails (the
+// deferred Rollback undoes the attempt); otherwise each request of a batch
+// of several runs in its own savepoint. A request alone in its batch needs
+// no savepoint: when it fails nothing is applied and the whole
+// transaction is rolled back.
+func (c *committer) runTx(batch []*request, optimistic bool) error {
 	ctx := context.Background() // requests carry their own contexts; the batch must not be cut short by one of them
 	tx, err := c.s.wdb.BeginTx(ctx, nil)
 	if err != nil {
@@ -206,9 +267,7 @@ func (c *committer) runTx(batch []*request) error {
 	defer tx.Rollback() //nolint:errcheck // no-op after Commit
 	t := &txn{c: c, tx: tx, ctx: ctx}
 	startSeq, startTime := c.seq, c.lastTime
-	// A request alone in its batch needs no savepoint: when it fails
-	// nothing is applied and the whole transaction is rolled back below.
-	savepoints := len(batch) > 1
+	savepoints := len(batch) > 1 && !optimistic
 	applied := 0
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -222,6 +281,9 @@ func (c *committer) runTx(batch []*request) error {
 		}
 		seq, lt := c.seq, c.lastTime
 		if err := t.apply(r); err != nil {
+			if optimistic {
+				return errRetryGuarded
+			}
 			r.Err, r.results = err, nil
 			c.seq, c.lastTime = seq, lt
 			if !savepoints {
@@ -259,8 +321,8 @@ type txn struct {
 	// used so far: tx.StmtContext allocates a new *sql.Stmt on every call,
 	// and a batch runs the same few statements for every write. The
 	// wrappers are closed with the transaction. A fixed array: the
-	// committer has ten statements, so it never grows.
-	bound  [10]boundStmt
+	// committer has eleven statements, so it never grows.
+	bound  [11]boundStmt
 	nbound int
 }
 
@@ -351,7 +413,9 @@ func (t *txn) commitWrites(r *request) error {
 // write applies one write; errors are the write's own (wrapped by the caller
 // into a *WriteError).
 func (t *txn) write(db string, w *collections.Write, now int64) (collections.WriteResult, error) {
-	c := t.c
+	if res, ok, err := t.createFresh(db, w, now); ok || err != nil {
+		return res, err
+	}
 	cur, err := t.load(db, w.Path)
 	if err != nil {
 		return collections.WriteResult{}, err
@@ -361,39 +425,77 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 	if cur != nil {
 		curDoc, curData = cur.doc, cur.data
 	}
-	o, err := docwrite.Apply(w, curDoc, curData, now, c.s.maxBytes(w.Path), false)
+	o, err := docwrite.Apply(w, curDoc, curData, now, t.c.s.maxBytes(w.Path), false)
 	if err != nil {
 		return collections.WriteResult{}, err
 	}
+	if err := t.store(t.c.stmts.put, db, w, o, cur, now); err != nil {
+		return collections.WriteResult{}, err
+	}
+	return o.Result(w), nil
+}
+
+// createFresh applies a create as if its path held no row, which is what
+// the create of a new id meets, without loading the row first: a plain
+// INSERT, which the primary key refuses (undoing the statement alone)
+// when a row, live or deleted, is there after all. ok is false when the
+// create meets a row, or fails against none (with a row there its error
+// may be another): write then takes the general path, which answers
+// exactly as if this had not been tried.
+func (t *txn) createFresh(db string, w *collections.Write, now int64) (collections.WriteResult, bool, error) {
+	if w.Type != collections.WriteCreate || len(w.IfMatch) > 0 {
+		return collections.WriteResult{}, false, nil
+	}
+	o, err := docwrite.Apply(w, nil, nil, now, t.c.s.maxBytes(w.Path), false)
+	if err != nil {
+		return collections.WriteResult{}, false, nil
+	}
+	if err := t.store(t.c.stmts.insert, db, w, o, nil, now); err != nil {
+		var se sqlite3.Error
+		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
+			return collections.WriteResult{}, false, nil
+		}
+		return collections.WriteResult{}, false, err
+	}
+	return o.Result(w), true, nil
+}
+
+// store writes the document o leaves with put (or insert) and, for a
+// logged path, its change with the next seq; cur is the row it replaces
+// (nil: none). A failed put leaves seq untouched.
+func (t *txn) store(put *sql.Stmt, db string, w *collections.Write, o docwrite.Outcome, cur *stored, now int64) error {
+	c := t.c
 	next, op, data := o.Next, o.Op, o.Data
 	coll, id := next.Collection, next.ID
 	logged := collections.IsLogged(w.Path)
 	if logged {
-		c.seq++
-		c.lastTime = now
-		next.Seq = c.seq
+		next.Seq = c.seq + 1
 	}
-	if _, err := t.stmt(c.stmts.put).ExecContext(t.ctx, db, w.Path, coll, collections.Shape(coll), id, data,
+	if _, err := t.stmt(put).ExecContext(t.ctx, db, w.Path, coll, collections.Shape(coll), id, data,
 		next.Version, next.CreatedAt, next.UpdatedAt, next.Deleted, next.Seq); err != nil {
-		return collections.WriteResult{}, err
+		return err
 	}
-	if logged {
-		var bv, bc, bu, bs sql.NullInt64
-		var bd sql.NullBool
-		var bdata []byte
-		if cur != nil {
-			b := cur.doc
-			bv, bc, bu, bs = valid(b.Version), valid(b.CreatedAt), valid(b.UpdatedAt), valid(b.Seq)
-			bd = sql.NullBool{Bool: b.Deleted, Valid: true}
-			bdata = cur.data
-		}
-		if _, err := t.stmt(c.stmts.change).ExecContext(t.ctx, next.Seq, db, string(op), w.Path, now,
-			bv, bc, bu, bd, bs, nullBytes(bdata),
-			next.Version, next.CreatedAt, next.Deleted, data); err != nil {
-			return collections.WriteResult{}, err
-		}
+	if !logged {
+		return nil
 	}
-	return o.Result(w), nil
+	c.seq = next.Seq
+	c.lastTime = now
+	if collections.IsSystemPath(w.Path) {
+		c.lastSystem = c.seq
+	}
+	var bv, bc, bu, bs sql.NullInt64
+	var bd sql.NullBool
+	var bdata []byte
+	if cur != nil {
+		b := cur.doc
+		bv, bc, bu, bs = valid(b.Version), valid(b.CreatedAt), valid(b.UpdatedAt), valid(b.Seq)
+		bd = sql.NullBool{Bool: b.Deleted, Valid: true}
+		bdata = cur.data
+	}
+	_, err := t.stmt(c.stmts.change).ExecContext(t.ctx, next.Seq, db, string(op), w.Path, now,
+		bv, bc, bu, bd, bs, nullBytes(bdata),
+		next.Version, next.CreatedAt, next.Deleted, data)
+	return err
 }
 
 func valid(v int64) sql.NullInt64 { return sql.NullInt64{Int64: v, Valid: true} }

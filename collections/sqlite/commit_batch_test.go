@@ -93,9 +93,11 @@ func TestBatchFailingRequestAlone(t *testing.T) {
 			}
 		}
 	}
-	if count, sum := batchHistogram(t, reg); count >= sum {
+	count, sum := batchHistogram(t, reg)
+	if count >= sum {
 		t.Errorf("%d batches for %d requests: no request shared a batch", count, sum)
 	}
+	t.Logf("%d requests in %d batches (average %.1f)", sum, count, float64(sum)/float64(count))
 }
 
 // TestLoneFailingRequestRolledBack: a request alone in its batch runs

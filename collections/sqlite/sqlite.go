@@ -88,13 +88,20 @@ type Store struct {
 	bg      sync.WaitGroup
 
 	head atomic.Int64 // last committed seq
+	// lastSystem is at least the seq of the newest committed logged write
+	// of a system path, at most head (collections.SystemChanges). The
+	// committer stores it before head.
+	lastSystem atomic.Int64
 
 	notify notify.Broadcaster
 
 	metrics *groupcommit.Metrics
 }
 
-var _ collections.Store = (*Store)(nil)
+var (
+	_ collections.Store         = (*Store)(nil)
+	_ collections.SystemChanges = (*Store)(nil)
+)
 
 // schema is created on first open. Documents and the change log share the
 // file, so one transaction covers both. Seqs are assigned by the committer
@@ -363,6 +370,14 @@ func (s *Store) Ready(ctx context.Context) error {
 		return fmt.Errorf("sqlite: %w", err)
 	}
 	return nil
+}
+
+// LastSystemChange implements collections.SystemChanges: head is read
+// before last, and the committer stores last before head, so every system
+// change at or below head is at or below last.
+func (s *Store) LastSystemChange() (last, head int64) {
+	head = s.head.Load()
+	return s.lastSystem.Load(), head
 }
 
 // Notify returns a channel closed after the next commit that appends to the
