@@ -195,8 +195,19 @@ type plan struct {
 
 func (p *plan) arg(v any) string {
 	p.args = append(p.args, v)
-	return "?" + strconv.Itoa(len(p.args))
+	return param(len(p.args))
 }
+
+// param is the SQL for parameter n. Read statements write every parameter
+// as +?n (unary plus is the identity on any value, and leaves a term usable
+// as an index constraint): when the planner looks at a bare parameter's
+// value (an equality it leaves to the row filter, a LIMIT) SQLite marks the
+// statement for re-preparation whenever that parameter is bound anew, and
+// the driver clears every binding after each run, so such a statement was
+// compiled again, planner and all, on every call — most of the SQLite time
+// of an indexed query. The planner never looks inside +?n.
+// TestReadsCompileOnce checks it.
+func param(n int) string { return "+?" + strconv.Itoa(n) }
 
 // planQuery builds the SQL plan, or returns false when an orderBy field has
 // no SQL form (the query then sorts in Go).
@@ -359,7 +370,7 @@ func (p *plan) after(c *collections.Cursor) string {
 		if p.terms[lead].desc {
 			op = " <= "
 		}
-		cond = p.terms[lead].expr + op + "?" + strconv.Itoa(len(p.args)-len(p.terms)+1+lead) + " AND " + cond
+		cond = p.terms[lead].expr + op + param(len(p.args)-len(p.terms)+1+lead) + " AND " + cond
 	}
 	return cond
 }

@@ -60,6 +60,9 @@ func scanDocRaw(sc scanner) (*collections.Document, error) {
 
 type readStmts struct {
 	get, changedSince, cursor *sql.Stmt
+	// purged and changes are ReadChanges' two reads (one transaction):
+	// it runs after every commit, for the trigger evaluator and realtime.
+	purged, changes *sql.Stmt
 }
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -75,11 +78,17 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 		}
 		return st
 	}
-	r.get = prep(`SELECT ` + docColumns + ` FROM docs WHERE db = ? AND path = ? AND deleted = 0`)
+	// Parameters are written +?n: see param.
+	r.get = prep(`SELECT ` + docColumns + ` FROM docs WHERE db = +?1 AND path = +?2 AND deleted = 0`)
 	r.changedSince = prep(`SELECT ` + docColumns + ` FROM docs
-		WHERE db = ?1 AND collection = ?2 AND (seq > ?3 OR (seq = ?3 AND id > ?4))
-		ORDER BY seq, id LIMIT ?5`)
-	r.cursor = prep(`SELECT seq FROM cursors WHERE name = ?`)
+		WHERE db = +?1 AND collection = +?2 AND (seq > +?3 OR (seq = +?3 AND id > +?4))
+		ORDER BY seq, id LIMIT +?5`)
+	r.cursor = prep(`SELECT seq FROM cursors WHERE name = +?1`)
+	r.purged = prep(`SELECT value FROM meta WHERE key = 'purged_through'`)
+	r.changes = prep(`SELECT c.seq, c.db, c.op, c.path, c.time,
+		c.b_version, c.b_created, c.b_updated, c.b_deleted, c.b_seq, c.b_data,
+		c.a_version, c.a_created, c.a_deleted, c.a_data
+		FROM changes c WHERE c.seq > +?1 ORDER BY c.seq LIMIT +?2`)
 	if err != nil {
 		r.close()
 	}
@@ -87,7 +96,7 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 }
 
 func (r *readStmts) close() {
-	for _, st := range []*sql.Stmt{r.get, r.changedSince, r.cursor} {
+	for _, st := range []*sql.Stmt{r.get, r.changedSince, r.cursor, r.purged, r.changes} {
 		if st != nil {
 			st.Close()
 		}
@@ -178,7 +187,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
 	var purged int64
-	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'purged_through'`).Scan(&purged); err != nil {
+	if err := tx.StmtContext(ctx, s.reads.purged).QueryRowContext(ctx).Scan(&purged); err != nil {
 		return nil, s.readErr("read changes", err)
 	}
 	if after < purged {
@@ -187,10 +196,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT c.seq, c.db, c.op, c.path, c.time,
-		c.b_version, c.b_created, c.b_updated, c.b_deleted, c.b_seq, c.b_data,
-		c.a_version, c.a_created, c.a_deleted, c.a_data
-		FROM changes c WHERE c.seq > ? ORDER BY c.seq LIMIT ?`, after, limit)
+	rows, err := tx.StmtContext(ctx, s.reads.changes).QueryContext(ctx, after, limit)
 	if err != nil {
 		return nil, s.readErr("read changes", err)
 	}
