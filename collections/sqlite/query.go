@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -191,7 +192,23 @@ type plan struct {
 	// exact is set when the WHERE clause selects exactly q.Matches'
 	// documents (exactFilter), so rows need no check in Go.
 	exact bool
+	// binds records, per filter, which arguments its condition binds, so
+	// a plan cached for the query's shape (planFor) binds another query of
+	// that shape without building the SQL again.
+	binds []bind
+	// first is the SQL text of the first round (no continuation, the
+	// query's limit + 1), set on plans kept in the cache.
+	first string
 }
+
+// bind is what a filter's condition binds.
+type bind uint8
+
+const (
+	bindNone   bind = iota
+	bindValue       // sqlValue of the filter value
+	bindPrefix      // the prefix and the prefix + "\xff"
+)
 
 func (p *plan) arg(v any) string {
 	p.args = append(p.args, v)
@@ -231,9 +248,11 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
+		n := len(p.args)
 		if cond := p.pushdown(f); cond != "" {
 			p.where = append(p.where, cond)
 		}
+		p.binds = append(p.binds, bind(len(p.args)-n)) // 0, 1 or 2 arguments: bindNone, bindValue, bindPrefix
 		p.exact = p.exact && exactFilter(f)
 	}
 	for _, o := range q.OrderBy {
@@ -249,6 +268,115 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.terms = append(p.terms, term{expr: "path"})
 	return p, true
+}
+
+// maxCachedPlans bounds the query shapes whose plans are kept; past it,
+// new shapes are planned per call (nothing is evicted).
+const maxCachedPlans = 512
+
+// planFor returns planQuery's plan for q, reading rounds of want rows,
+// from the cache when a query of the same shape was planned before. The
+// SQL text of a plan depends only on what planKey writes: the collection
+// (a concrete collection through its shape), ShowDeleted, each filter's
+// field, operator and value class, the orderBy fields and directions, and
+// want; values only fill the arguments, which binds says how to compute.
+// TestPlanCache checks it against planQuery for many queries.
+func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, bool) {
+	var buf [256]byte
+	key := appendPlanKey(buf[:0], q, want)
+	c.planMu.RLock()
+	t, ok := c.plans[string(key)]
+	c.planMu.RUnlock()
+	if ok {
+		p := *t
+		p.args = make([]any, 0, 2+2*len(q.Filters)+len(p.terms))
+		p.args = append(p.args, db)
+		if !collections.IsPattern(q.Collection) {
+			p.args = append(p.args, q.Collection)
+		}
+		for i, f := range q.Filters {
+			switch t.binds[i] {
+			case bindValue:
+				_, v := sqlValue(f.Value, true)
+				p.args = append(p.args, v)
+			case bindPrefix:
+				s, _ := f.Value.(string)
+				p.args = append(p.args, s, s+"\xff")
+			}
+		}
+		return &p, true
+	}
+	p, ordered := planQuery(db, q)
+	if !ordered {
+		return p, false // the Go-sorted scan: rare, and planned per call
+	}
+	t = &plan{}
+	*t = *p
+	t.args = nil // each call binds its own
+	t.first = p.sql("", want)
+	p.first = t.first
+	c.planMu.Lock()
+	if len(c.plans) < maxCachedPlans {
+		if c.plans == nil {
+			c.plans = map[string]*plan{}
+		}
+		c.plans[string(key)] = t
+	}
+	c.planMu.Unlock()
+	return p, true
+}
+
+// appendPlanKey appends q's shape as planFor keys it. Strings are length
+// prefixed, so no two shapes share a key.
+func appendPlanKey(b []byte, q *collections.Query, want int) []byte {
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(want))
+	b = append(b, boolByte(q.ShowDeleted))
+	if collections.IsPattern(q.Collection) {
+		b = append(b, 'p')
+		str(q.Collection)
+	} else {
+		// The shape: document-id segments (odd positions) as "*".
+		b = append(b, 'c')
+		b = binary.AppendUvarint(b, uint64(strings.Count(q.Collection, "/")+1))
+		for i, seg := 0, q.Collection; ; i++ {
+			j := strings.IndexByte(seg, '/')
+			part := seg
+			if j >= 0 {
+				part = seg[:j]
+			}
+			if i%2 == 1 {
+				part = "*"
+			}
+			str(part)
+			if j < 0 {
+				break
+			}
+			seg = seg[j+1:]
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(q.Filters)))
+	for _, f := range q.Filters {
+		str(f.Field)
+		str(string(f.Op))
+		b = append(b, byte(collections.TypeClass(f.Value, true)))
+	}
+	b = binary.AppendUvarint(b, uint64(len(q.OrderBy)))
+	for _, o := range q.OrderBy {
+		str(o.Field)
+		b = append(b, boolByte(o.Desc()))
+	}
+	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // exactFilter reports whether pushdown's condition for f holds for exactly
@@ -435,7 +563,7 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	if limit <= 0 {
 		limit = collections.DefaultLimit
 	}
-	p, ok := planQuery(db, &q)
+	p, ok := s.queries.planFor(db, &q, limit+1)
 	var docs []*collections.Document
 	var err error
 	if ok {
@@ -470,7 +598,11 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if cur != nil {
 			cond = p.after(cur)
 		}
-		rows, err := s.queries.query(ctx, s.rdb, p.sql(cond, chunk), p.args...)
+		text := p.first
+		if cond != "" || chunk != want || text == "" {
+			text = p.sql(cond, chunk)
+		}
+		rows, err := s.queries.query(ctx, s.rdb, text, p.args...)
 		if err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}
