@@ -577,8 +577,10 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	var res collections.QueryResult
 	if len(docs) > limit {
 		docs = docs[:limit]
-		if err := docs[limit-1].DecodeRaw(); err != nil {
-			return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
+		if len(q.OrderBy) > 0 { // else the cursor holds only the path
+			if err := docs[limit-1].DecodeRaw(); err != nil {
+				return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
+			}
 		}
 		res.NextCursor = collections.MakeCursor(q.OrderBy, docs[limit-1])
 	}
@@ -591,7 +593,11 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int, raw bool) ([]*collections.Document, error) {
 	base := len(p.args)
 	chunk := want
-	var out []*collections.Document
+	out := make([]*collections.Document, 0, min(want, 256))
+	// Documents are allocated together, as many as the page still needs
+	// (at most 64) at a time. A row q.Matches rejects gives its slot to
+	// the next row, so no rejected document stays reachable from a block.
+	var block []collections.Document
 	for {
 		p.args = p.args[:base]
 		cond := ""
@@ -607,20 +613,28 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 			return nil, s.readErr("query "+q.Collection, err)
 		}
 		n := 0
-		var last *collections.Document
+		var last *collections.Document // the last row read
+		var rejected collections.Document
 		for rows.Next() {
-			d, err := scanRow(rows, raw, !p.exact && len(q.Filters) > 0)
-			if err != nil {
+			if len(block) == 0 {
+				block = make([]collections.Document, min(want-len(out), 64))
+			}
+			d := &block[0]
+			if err := scanRow(rows, d, raw, !p.exact && len(q.Filters) > 0); err != nil {
 				rows.Close()
 				return nil, s.readErr("query "+q.Collection, err)
 			}
 			n++
-			last = d
 			if p.exact || q.Matches(d) {
+				block = block[1:]
 				out = append(out, d)
+				last = d
 				if len(out) == want {
 					break
 				}
+			} else {
+				rejected, *d = *d, collections.Document{} // the slot goes to the next row
+				last = &rejected
 			}
 		}
 		rows.Close()
@@ -630,25 +644,27 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if len(out) == want || n < chunk {
 			return out, nil
 		}
-		if err := last.DecodeRaw(); err != nil {
-			return nil, s.readErr("query "+q.Collection, err)
+		if len(q.OrderBy) > 0 { // else the continuation needs only the path
+			if err := last.DecodeRaw(); err != nil {
+				return nil, s.readErr("query "+q.Collection, err)
+			}
 		}
 		cur = cursorAt(q.OrderBy, last)
 		chunk = min(chunk*4, maxChunk)
 	}
 }
 
-// scanRow reads one docColumns row of a query: decoded unless raw; when
-// raw, Data is still decoded if decode (the caller reads fields of it).
-func scanRow(rows scanner, raw, decode bool) (*collections.Document, error) {
+// scanRow reads one docColumns row of a query into d: decoded unless raw;
+// when raw, Data is still decoded if decode (the caller reads fields of it).
+func scanRow(rows scanner, d *collections.Document, raw, decode bool) error {
 	if !raw {
-		return scanDoc(rows, nil)
+		return scanDocInto(rows, d, nil)
 	}
-	d, err := scanDocRaw(rows)
+	err := scanDocRawInto(rows, d)
 	if err == nil && decode {
 		err = d.DecodeRaw()
 	}
-	return d, err
+	return err
 }
 
 // cursorAt is the decoded cursor of d.

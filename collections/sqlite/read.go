@@ -34,41 +34,57 @@ type scanner interface{ Scan(dest ...any) error }
 // scanDoc reads one docColumns row. When raw is not nil it receives the
 // encoded data.
 func scanDoc(sc scanner, raw *[]byte) (*collections.Document, error) {
-	var d collections.Document
-	data, err := scanColumns(sc, &d)
-	if err != nil {
+	d := new(collections.Document)
+	if err := scanDocInto(sc, d, raw); err != nil {
 		return nil, err
+	}
+	return d, nil
+}
+
+// scanDocInto is scanDoc into a zero d.
+func scanDocInto(sc scanner, d *collections.Document, raw *[]byte) error {
+	data, err := scanColumns(sc, d)
+	if err != nil {
+		return err
 	}
 	m, err := collections.DecodeObject(data)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+		return fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
 	}
 	d.Data = m
 	if raw != nil {
 		*raw = data
 	}
-	return &d, nil
+	return nil
 }
 
 // scanDocRaw reads one docColumns row for a RawReader read: when the stored
 // data is already its wire form (collections.WireData) the document keeps
 // it in Raw and Data stays nil; otherwise it is decoded as scanDoc does.
 func scanDocRaw(sc scanner) (*collections.Document, error) {
-	var d collections.Document
-	data, err := scanColumns(sc, &d)
-	if err != nil {
+	d := new(collections.Document)
+	if err := scanDocRawInto(sc, d); err != nil {
 		return nil, err
+	}
+	return d, nil
+}
+
+// scanDocRawInto is scanDocRaw into a zero d.
+func scanDocRawInto(sc scanner, d *collections.Document) error {
+	data, err := scanColumns(sc, d)
+	if err != nil {
+		return err
 	}
 	if collections.WireData(data) {
 		d.Raw = data
-		return &d, nil
+		return nil
 	}
 	m, err := collections.DecodeObject(data)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+		return fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
 	}
 	d.Data = m
-	return &d, nil
+	return nil
 }
 
 type readStmts struct {
