@@ -80,11 +80,11 @@ func (d *Document) AppendJSON(buf *bytes.Buffer) error {
 	buf.WriteString(`,"collection":`)
 	writeJSONString(buf, d.Collection)
 	buf.WriteString(`,"version":`)
-	buf.WriteString(strconv.FormatInt(d.Version, 10))
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), d.Version, 10))
 	buf.WriteString(`,"createdAt":`)
-	buf.WriteString(strconv.FormatInt(d.CreatedAt, 10))
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), d.CreatedAt, 10))
 	buf.WriteString(`,"updatedAt":`)
-	buf.WriteString(strconv.FormatInt(d.UpdatedAt, 10))
+	buf.Write(strconv.AppendInt(buf.AvailableBuffer(), d.UpdatedAt, 10))
 	if d.Deleted {
 		buf.WriteString(`,"deleted":true`)
 	}
@@ -97,9 +97,21 @@ func (d *Document) AppendJSON(buf *bytes.Buffer) error {
 	return nil
 }
 
+// writeJSONString writes s as json.Marshal does. Ids and collection paths
+// are nearly always printable ASCII that json.Marshal writes unchanged
+// between quotes; anything else (control characters, quotes, backslashes,
+// the HTML characters it escapes, non-ASCII) goes through json.Marshal.
 func writeJSONString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s) // strings always encode
-	buf.Write(b)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // strings always encode
+			buf.Write(b)
+			return
+		}
+	}
+	buf.WriteByte('"')
+	buf.WriteString(s)
+	buf.WriteByte('"')
 }
 
 // Clone returns a deep copy of d.

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -191,12 +192,39 @@ type plan struct {
 	// exact is set when the WHERE clause selects exactly q.Matches'
 	// documents (exactFilter), so rows need no check in Go.
 	exact bool
+	// binds records, per filter, which arguments its condition binds, so
+	// a plan cached for the query's shape (planFor) binds another query of
+	// that shape without building the SQL again.
+	binds []bind
+	// first is the SQL text of the first round (no continuation, the
+	// query's limit + 1), set on plans kept in the cache.
+	first string
 }
+
+// bind is what a filter's condition binds.
+type bind uint8
+
+const (
+	bindNone   bind = iota
+	bindValue       // sqlValue of the filter value
+	bindPrefix      // the prefix and the prefix + "\xff"
+)
 
 func (p *plan) arg(v any) string {
 	p.args = append(p.args, v)
-	return "?" + strconv.Itoa(len(p.args))
+	return param(len(p.args))
 }
+
+// param is the SQL for parameter n. Read statements write every parameter
+// as +?n (unary plus is the identity on any value, and leaves a term usable
+// as an index constraint): when the planner looks at a bare parameter's
+// value (an equality it leaves to the row filter, a LIMIT) SQLite marks the
+// statement for re-preparation whenever that parameter is bound anew, and
+// the driver clears every binding after each run, so such a statement was
+// compiled again, planner and all, on every call — most of the SQLite time
+// of an indexed query. The planner never looks inside +?n.
+// TestReadsCompileOnce checks it.
+func param(n int) string { return "+?" + strconv.Itoa(n) }
 
 // planQuery builds the SQL plan, or returns false when an orderBy field has
 // no SQL form (the query then sorts in Go).
@@ -220,9 +248,11 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
+		n := len(p.args)
 		if cond := p.pushdown(f); cond != "" {
 			p.where = append(p.where, cond)
 		}
+		p.binds = append(p.binds, bind(len(p.args)-n)) // 0, 1 or 2 arguments: bindNone, bindValue, bindPrefix
 		p.exact = p.exact && exactFilter(f)
 	}
 	for _, o := range q.OrderBy {
@@ -238,6 +268,115 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.terms = append(p.terms, term{expr: "path"})
 	return p, true
+}
+
+// maxCachedPlans bounds the query shapes whose plans are kept; past it,
+// new shapes are planned per call (nothing is evicted).
+const maxCachedPlans = 512
+
+// planFor returns planQuery's plan for q, reading rounds of want rows,
+// from the cache when a query of the same shape was planned before. The
+// SQL text of a plan depends only on what planKey writes: the collection
+// (a concrete collection through its shape), ShowDeleted, each filter's
+// field, operator and value class, the orderBy fields and directions, and
+// want; values only fill the arguments, which binds says how to compute.
+// TestPlanCache checks it against planQuery for many queries.
+func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, bool) {
+	var buf [256]byte
+	key := appendPlanKey(buf[:0], q, want)
+	c.planMu.RLock()
+	t, ok := c.plans[string(key)]
+	c.planMu.RUnlock()
+	if ok {
+		p := *t
+		p.args = make([]any, 0, 2+2*len(q.Filters)+len(p.terms))
+		p.args = append(p.args, db)
+		if !collections.IsPattern(q.Collection) {
+			p.args = append(p.args, q.Collection)
+		}
+		for i, f := range q.Filters {
+			switch t.binds[i] {
+			case bindValue:
+				_, v := sqlValue(f.Value, true)
+				p.args = append(p.args, v)
+			case bindPrefix:
+				s, _ := f.Value.(string)
+				p.args = append(p.args, s, s+"\xff")
+			}
+		}
+		return &p, true
+	}
+	p, ordered := planQuery(db, q)
+	if !ordered {
+		return p, false // the Go-sorted scan: rare, and planned per call
+	}
+	t = &plan{}
+	*t = *p
+	t.args = nil // each call binds its own
+	t.first = p.sql("", want)
+	p.first = t.first
+	c.planMu.Lock()
+	if len(c.plans) < maxCachedPlans {
+		if c.plans == nil {
+			c.plans = map[string]*plan{}
+		}
+		c.plans[string(key)] = t
+	}
+	c.planMu.Unlock()
+	return p, true
+}
+
+// appendPlanKey appends q's shape as planFor keys it. Strings are length
+// prefixed, so no two shapes share a key.
+func appendPlanKey(b []byte, q *collections.Query, want int) []byte {
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(want))
+	b = append(b, boolByte(q.ShowDeleted))
+	if collections.IsPattern(q.Collection) {
+		b = append(b, 'p')
+		str(q.Collection)
+	} else {
+		// The shape: document-id segments (odd positions) as "*".
+		b = append(b, 'c')
+		b = binary.AppendUvarint(b, uint64(strings.Count(q.Collection, "/")+1))
+		for i, seg := 0, q.Collection; ; i++ {
+			j := strings.IndexByte(seg, '/')
+			part := seg
+			if j >= 0 {
+				part = seg[:j]
+			}
+			if i%2 == 1 {
+				part = "*"
+			}
+			str(part)
+			if j < 0 {
+				break
+			}
+			seg = seg[j+1:]
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(q.Filters)))
+	for _, f := range q.Filters {
+		str(f.Field)
+		str(string(f.Op))
+		b = append(b, byte(collections.TypeClass(f.Value, true)))
+	}
+	b = binary.AppendUvarint(b, uint64(len(q.OrderBy)))
+	for _, o := range q.OrderBy {
+		str(o.Field)
+		b = append(b, boolByte(o.Desc()))
+	}
+	return b
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // exactFilter reports whether pushdown's condition for f holds for exactly
@@ -359,7 +498,7 @@ func (p *plan) after(c *collections.Cursor) string {
 		if p.terms[lead].desc {
 			op = " <= "
 		}
-		cond = p.terms[lead].expr + op + "?" + strconv.Itoa(len(p.args)-len(p.terms)+1+lead) + " AND " + cond
+		cond = p.terms[lead].expr + op + param(len(p.args)-len(p.terms)+1+lead) + " AND " + cond
 	}
 	return cond
 }
@@ -424,7 +563,7 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	if limit <= 0 {
 		limit = collections.DefaultLimit
 	}
-	p, ok := planQuery(db, &q)
+	p, ok := s.queries.planFor(db, &q, limit+1)
 	var docs []*collections.Document
 	var err error
 	if ok {
@@ -438,8 +577,10 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 	var res collections.QueryResult
 	if len(docs) > limit {
 		docs = docs[:limit]
-		if err := docs[limit-1].DecodeRaw(); err != nil {
-			return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
+		if len(q.OrderBy) > 0 { // else the cursor holds only the path
+			if err := docs[limit-1].DecodeRaw(); err != nil {
+				return collections.QueryResult{}, s.readErr("query "+q.Collection, err)
+			}
 		}
 		res.NextCursor = collections.MakeCursor(q.OrderBy, docs[limit-1])
 	}
@@ -452,32 +593,48 @@ func (s *Store) query(ctx context.Context, db string, q collections.Query, raw b
 func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query, cur *collections.Cursor, want int, raw bool) ([]*collections.Document, error) {
 	base := len(p.args)
 	chunk := want
-	var out []*collections.Document
+	out := make([]*collections.Document, 0, min(want, 256))
+	// Documents are allocated together, as many as the page still needs
+	// (at most 64) at a time. A row q.Matches rejects gives its slot to
+	// the next row, so no rejected document stays reachable from a block.
+	var block []collections.Document
 	for {
 		p.args = p.args[:base]
 		cond := ""
 		if cur != nil {
 			cond = p.after(cur)
 		}
-		rows, err := s.queries.query(ctx, s.rdb, p.sql(cond, chunk), p.args...)
+		text := p.first
+		if cond != "" || chunk != want || text == "" {
+			text = p.sql(cond, chunk)
+		}
+		rows, err := s.queries.query(ctx, s.rdb, text, p.args...)
 		if err != nil {
 			return nil, s.readErr("query "+q.Collection, err)
 		}
 		n := 0
-		var last *collections.Document
+		var last *collections.Document // the last row read
+		var rejected collections.Document
 		for rows.Next() {
-			d, err := scanRow(rows, raw, !p.exact && len(q.Filters) > 0)
-			if err != nil {
+			if len(block) == 0 {
+				block = make([]collections.Document, min(want-len(out), 64))
+			}
+			d := &block[0]
+			if err := scanRow(rows, d, raw, !p.exact && len(q.Filters) > 0); err != nil {
 				rows.Close()
 				return nil, s.readErr("query "+q.Collection, err)
 			}
 			n++
-			last = d
 			if p.exact || q.Matches(d) {
+				block = block[1:]
 				out = append(out, d)
+				last = d
 				if len(out) == want {
 					break
 				}
+			} else {
+				rejected, *d = *d, collections.Document{} // the slot goes to the next row
+				last = &rejected
 			}
 		}
 		rows.Close()
@@ -487,25 +644,27 @@ func (s *Store) queryOrdered(ctx context.Context, p *plan, q *collections.Query,
 		if len(out) == want || n < chunk {
 			return out, nil
 		}
-		if err := last.DecodeRaw(); err != nil {
-			return nil, s.readErr("query "+q.Collection, err)
+		if len(q.OrderBy) > 0 { // else the continuation needs only the path
+			if err := last.DecodeRaw(); err != nil {
+				return nil, s.readErr("query "+q.Collection, err)
+			}
 		}
 		cur = cursorAt(q.OrderBy, last)
 		chunk = min(chunk*4, maxChunk)
 	}
 }
 
-// scanRow reads one docColumns row of a query: decoded unless raw; when
-// raw, Data is still decoded if decode (the caller reads fields of it).
-func scanRow(rows scanner, raw, decode bool) (*collections.Document, error) {
+// scanRow reads one docColumns row of a query into d: decoded unless raw;
+// when raw, Data is still decoded if decode (the caller reads fields of it).
+func scanRow(rows scanner, d *collections.Document, raw, decode bool) error {
 	if !raw {
-		return scanDoc(rows, nil)
+		return scanDocInto(rows, d, nil)
 	}
-	d, err := scanDocRaw(rows)
+	err := scanDocRawInto(rows, d)
 	if err == nil && decode {
 		err = d.DecodeRaw()
 	}
-	return d, err
+	return err
 }
 
 // cursorAt is the decoded cursor of d.

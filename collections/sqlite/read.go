@@ -10,8 +10,21 @@ import (
 	"github.com/loomdb/loom/collections/internal/lifecycle"
 )
 
-// docColumns are the columns scanDoc reads, in order.
-const docColumns = `path, collection, id, data, version, created_at, updated_at, deleted, seq`
+// docColumns are the columns scanDoc reads, in order. A document's
+// collection and id columns always split its path (they exist for the
+// indexes), so a read takes them from the path instead: two columns less
+// to convert and two strings less to allocate per row.
+const docColumns = `path, data, version, created_at, updated_at, deleted, seq`
+
+// scanColumns scans one docColumns row into d and returns the stored data.
+func scanColumns(sc scanner, d *collections.Document) ([]byte, error) {
+	var data []byte
+	if err := sc.Scan(&d.Path, &data, &d.Version, &d.CreatedAt, &d.UpdatedAt, &d.Deleted, &d.Seq); err != nil {
+		return nil, err
+	}
+	d.Collection, d.ID = collections.SplitDocPath(d.Path)
+	return data, nil
+}
 
 var _ collections.RawReader = (*Store)(nil)
 
@@ -21,45 +34,64 @@ type scanner interface{ Scan(dest ...any) error }
 // scanDoc reads one docColumns row. When raw is not nil it receives the
 // encoded data.
 func scanDoc(sc scanner, raw *[]byte) (*collections.Document, error) {
-	var d collections.Document
-	var data []byte
-	if err := sc.Scan(&d.Path, &d.Collection, &d.ID, &data, &d.Version, &d.CreatedAt, &d.UpdatedAt, &d.Deleted, &d.Seq); err != nil {
+	d := new(collections.Document)
+	if err := scanDocInto(sc, d, raw); err != nil {
 		return nil, err
+	}
+	return d, nil
+}
+
+// scanDocInto is scanDoc into a zero d.
+func scanDocInto(sc scanner, d *collections.Document, raw *[]byte) error {
+	data, err := scanColumns(sc, d)
+	if err != nil {
+		return err
 	}
 	m, err := collections.DecodeObject(data)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+		return fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
 	}
 	d.Data = m
 	if raw != nil {
 		*raw = data
 	}
-	return &d, nil
+	return nil
 }
 
 // scanDocRaw reads one docColumns row for a RawReader read: when the stored
 // data is already its wire form (collections.WireData) the document keeps
 // it in Raw and Data stays nil; otherwise it is decoded as scanDoc does.
 func scanDocRaw(sc scanner) (*collections.Document, error) {
-	var d collections.Document
-	var data []byte
-	if err := sc.Scan(&d.Path, &d.Collection, &d.ID, &data, &d.Version, &d.CreatedAt, &d.UpdatedAt, &d.Deleted, &d.Seq); err != nil {
+	d := new(collections.Document)
+	if err := scanDocRawInto(sc, d); err != nil {
 		return nil, err
+	}
+	return d, nil
+}
+
+// scanDocRawInto is scanDocRaw into a zero d.
+func scanDocRawInto(sc scanner, d *collections.Document) error {
+	data, err := scanColumns(sc, d)
+	if err != nil {
+		return err
 	}
 	if collections.WireData(data) {
 		d.Raw = data
-		return &d, nil
+		return nil
 	}
 	m, err := collections.DecodeObject(data)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
+		return fmt.Errorf("sqlite: corrupt document %s: %w", d.Path, err)
 	}
 	d.Data = m
-	return &d, nil
+	return nil
 }
 
 type readStmts struct {
 	get, changedSince, cursor *sql.Stmt
+	// purged and changes are ReadChanges' two reads (one transaction):
+	// it runs after every commit, for the trigger evaluator and realtime.
+	purged, changes *sql.Stmt
 }
 
 func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
@@ -75,11 +107,17 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 		}
 		return st
 	}
-	r.get = prep(`SELECT ` + docColumns + ` FROM docs WHERE db = ? AND path = ? AND deleted = 0`)
+	// Parameters are written +?n: see param.
+	r.get = prep(`SELECT ` + docColumns + ` FROM docs WHERE db = +?1 AND path = +?2 AND deleted = 0`)
 	r.changedSince = prep(`SELECT ` + docColumns + ` FROM docs
-		WHERE db = ?1 AND collection = ?2 AND (seq > ?3 OR (seq = ?3 AND id > ?4))
-		ORDER BY seq, id LIMIT ?5`)
-	r.cursor = prep(`SELECT seq FROM cursors WHERE name = ?`)
+		WHERE db = +?1 AND collection = +?2 AND (seq > +?3 OR (seq = +?3 AND id > +?4))
+		ORDER BY seq, id LIMIT +?5`)
+	r.cursor = prep(`SELECT seq FROM cursors WHERE name = +?1`)
+	r.purged = prep(`SELECT value FROM meta WHERE key = 'purged_through'`)
+	r.changes = prep(`SELECT c.seq, c.db, c.op, c.path, c.time,
+		c.b_version, c.b_created, c.b_updated, c.b_deleted, c.b_seq, c.b_data,
+		c.a_version, c.a_created, c.a_deleted, c.a_data
+		FROM changes c WHERE c.seq > +?1 ORDER BY c.seq LIMIT +?2`)
 	if err != nil {
 		r.close()
 	}
@@ -87,7 +125,7 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 }
 
 func (r *readStmts) close() {
-	for _, st := range []*sql.Stmt{r.get, r.changedSince, r.cursor} {
+	for _, st := range []*sql.Stmt{r.get, r.changedSince, r.cursor, r.purged, r.changes} {
 		if st != nil {
 			st.Close()
 		}
@@ -120,7 +158,11 @@ func (s *Store) get(ctx context.Context, db, path string, raw bool) (*collection
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	row := s.reads.get.QueryRowContext(ctx, db, path)
+	// A get reads at most one row through the primary key: bounded and
+	// short, so it runs without watching ctx (begin checked it). Watching
+	// costs database/sql a goroutine per statement and the driver a
+	// context.AfterFunc, about as much CPU as the lookup itself.
+	row := s.reads.get.QueryRowContext(context.WithoutCancel(ctx), db, path)
 	var d *collections.Document
 	var err error
 	if raw {
@@ -178,7 +220,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
 	var purged int64
-	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'purged_through'`).Scan(&purged); err != nil {
+	if err := tx.StmtContext(ctx, s.reads.purged).QueryRowContext(ctx).Scan(&purged); err != nil {
 		return nil, s.readErr("read changes", err)
 	}
 	if after < purged {
@@ -187,10 +229,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	if limit <= 0 {
 		return nil, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT c.seq, c.db, c.op, c.path, c.time,
-		c.b_version, c.b_created, c.b_updated, c.b_deleted, c.b_seq, c.b_data,
-		c.a_version, c.a_created, c.a_deleted, c.a_data
-		FROM changes c WHERE c.seq > ? ORDER BY c.seq LIMIT ?`, after, limit)
+	rows, err := tx.StmtContext(ctx, s.reads.changes).QueryContext(ctx, after, limit)
 	if err != nil {
 		return nil, s.readErr("read changes", err)
 	}

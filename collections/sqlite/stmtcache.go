@@ -18,6 +18,10 @@ const maxCachedQueries = 512
 type stmtCache struct {
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
+
+	// plans are query plans by query shape (planFor).
+	planMu sync.RWMutex
+	plans  map[string]*plan
 }
 
 func (c *stmtCache) query(ctx context.Context, db *sql.DB, text string, args ...any) (*sql.Rows, error) {
