@@ -158,6 +158,7 @@ func parseRule(raw map[string]any) (*rule, error) {
 		return nil, fmt.Errorf("if: %v", err)
 	}
 	r.prg, r.partial = prg, partial
+	r.refs = refsOf(a, r.pat.Names())
 	if v, ok := literalBool(a); ok {
 		r.constant = constFalse
 		if v {

@@ -109,6 +109,7 @@ type rule struct {
 	prg      cel.Program
 	partial  cel.Program // prg for partial evaluation (MayList)
 	constant constant
+	refs     refs // what the condition reads (AllowsAll)
 }
 
 // Len returns the number of rules.
