@@ -3,9 +3,12 @@ package rules
 import (
 	"context"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 
@@ -32,7 +35,14 @@ type refs struct {
 	// of its pattern (an iteration variable of the same name counts too:
 	// the analysis only over-approximates).
 	captures []string
+	// authOther: the condition may read more of the caller than whether
+	// there is one (request.auth compared with null), its uid, username
+	// and roles — claims, or request.auth or request as a whole.
+	authOther bool
 }
+
+// authKeyFields are the fields of request.auth a decision cache keys on.
+var authKeyFields = map[string]bool{"uid": true, "username": true, "roles": true}
 
 // requestFixed are the fields of request that are the same for every
 // document an operation of one caller reads.
@@ -53,8 +63,48 @@ func refsOf(a *cel.Ast, names []string) refs {
 			fixed[op.ID()] = true
 		}
 	}))
+	// What reads of the caller are known to read only the cache key:
+	// request (when a field is selected from it), and request.auth when
+	// compared with null or when uid, username or roles is selected.
+	keyed := map[int64]bool{}
+	isAuth := func(e ast.Expr) bool {
+		if e.Kind() != ast.SelectKind {
+			return false
+		}
+		op := e.AsSelect().Operand()
+		return e.AsSelect().FieldName() == "auth" && op.Kind() == ast.IdentKind && op.AsIdent() == "request"
+	}
+	isNull := func(e ast.Expr) bool {
+		return e.Kind() == ast.LiteralKind && e.AsLiteral() == types.NullValue
+	}
+	ast.PreOrderVisit(root, ast.NewExprVisitor(func(e ast.Expr) {
+		switch e.Kind() {
+		case ast.SelectKind:
+			sel := e.AsSelect()
+			if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" {
+				keyed[op.ID()] = true
+			} else if isAuth(op) && authKeyFields[sel.FieldName()] {
+				keyed[op.ID()] = true
+			}
+		}
+		if e.Kind() != ast.CallKind {
+			return
+		}
+		call := e.AsCall()
+		if fn := call.FunctionName(); (fn == operators.Equals || fn == operators.NotEquals) && len(call.Args()) == 2 {
+			a, b := call.Args()[0], call.Args()[1]
+			if isAuth(a) && isNull(b) {
+				keyed[a.ID()] = true
+			} else if isAuth(b) && isNull(a) {
+				keyed[b.ID()] = true
+			}
+		}
+	}))
 	var r refs
 	ast.PreOrderVisit(root, ast.NewExprVisitor(func(e ast.Expr) {
+		if isAuth(e) && !keyed[e.ID()] {
+			r.authOther = true
+		}
 		if e.Kind() != ast.IdentKind {
 			return
 		}
@@ -66,6 +116,9 @@ func refsOf(a *cel.Ast, names []string) refs {
 		case name == "request":
 			if !fixed[e.ID()] {
 				r.perDoc = true
+			}
+			if !keyed[e.ID()] {
+				r.authOther = true
 			}
 		case slices.Contains(names, name) && !slices.Contains(r.captures, name):
 			r.captures = append(r.captures, name)
@@ -90,6 +143,20 @@ func refsOf(a *cel.Ast, names []string) refs {
 // documents calls get or exists (a failed read makes Allow fail rather
 // than deny). collection is not validated.
 func (s *Set) AllowsAll(ctx context.Context, auth *Auth, op Op, collection string) bool {
+	key, cached := s.decisions.key(auth, op, collection)
+	if cached {
+		if all, ok := s.decisions.get(key); ok {
+			return all
+		}
+	}
+	all := s.allowsAll(ctx, auth, op, collection)
+	if cached && ctx.Err() == nil { // an interrupted evaluation decided nothing
+		s.decisions.put(key, all)
+	}
+	return all
+}
+
+func (s *Set) allowsAll(ctx context.Context, auth *Auth, op Op, collection string) bool {
 	bit := maskOf(op)
 	if bit == 0 {
 		return false
@@ -164,4 +231,73 @@ func (r *rule) captureIndex(name string) int {
 		}
 	}
 	return -1
+}
+
+// maxDecisions bounds a Set's decision cache; a full cache starts over.
+const maxDecisions = 4096
+
+// decisionCache remembers AllowsAll's answers of one Set (a reload makes a
+// new Set, and so a new cache). It is used only when no condition reads
+// more of the caller than the key holds (refs.authOther), and then the
+// answer is a function of the key: a condition AllowsAll evaluates reads
+// nothing else that can change (not the time, not a document). The zero
+// value is disabled.
+type decisionCache struct {
+	enabled bool
+	mu      sync.RWMutex
+	m       map[decisionKey]bool
+}
+
+// decisionKey is everything an answer can depend on.
+type decisionKey struct {
+	op         Op
+	collection string
+	anonymous  bool
+	uid        string
+	username   string
+	roles      string // joined with NUL
+}
+
+// newDecisionCache returns the cache for rules, disabled when a condition
+// may read more of the caller than a decisionKey holds.
+func newDecisionCache(rules []*rule) decisionCache {
+	for _, r := range rules {
+		if r.refs.authOther {
+			return decisionCache{}
+		}
+	}
+	return decisionCache{enabled: true, m: map[decisionKey]bool{}}
+}
+
+// key returns the key of a decision; false when it is not to be cached.
+func (c *decisionCache) key(auth *Auth, op Op, collection string) (decisionKey, bool) {
+	if !c.enabled {
+		return decisionKey{}, false
+	}
+	k := decisionKey{op: op, collection: collection, anonymous: auth == nil}
+	if auth != nil {
+		for _, r := range auth.Roles {
+			if strings.IndexByte(r, 0) >= 0 {
+				return decisionKey{}, false // the join would be ambiguous
+			}
+		}
+		k.uid, k.username, k.roles = auth.UID, auth.Username, strings.Join(auth.Roles, "\x00")
+	}
+	return k, true
+}
+
+func (c *decisionCache) get(k decisionKey) (all, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	all, ok = c.m[k]
+	return all, ok
+}
+
+func (c *decisionCache) put(k decisionKey, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxDecisions {
+		clear(c.m)
+	}
+	c.m[k] = all
 }

@@ -106,12 +106,13 @@ func TestSet_AllowsAll_Canceled(t *testing.T) {
 	}
 	s := MustParse(t, rule1("rooms/{r}", `"read"`, "["+strings.Join(nums, ",")+"].all(x, x > 0)"))
 	ctx, cancel := context.WithCancel(context.Background())
-	if !s.AllowsAll(ctx, alice, rules.OpList, "rooms") {
-		t.Fatal("not decided before the cancel")
-	}
 	cancel()
 	if s.AllowsAll(ctx, alice, rules.OpList, "rooms") {
 		t.Fatal("decided with ctx canceled")
+	}
+	// Nor is the interrupted answer remembered.
+	if !s.AllowsAll(context.Background(), alice, rules.OpList, "rooms") {
+		t.Fatal("not decided after the cancel")
 	}
 }
 
@@ -197,4 +198,57 @@ func TestSet_AllowsAll_Differential(t *testing.T) {
 		t.Fatalf("decided %d, undecided %d: the sample does not exercise both answers", decided, undecided)
 	}
 	t.Logf("decided %d, undecided %d", decided, undecided)
+}
+
+// TestSet_AllowsAll_Cached: AllowsAll's answers, cached per Set, are those
+// of a fresh Set for every caller, in any order: callers differing only in
+// claims, roles, username or uid never share an answer they should not.
+func TestSet_AllowsAll_Cached(t *testing.T) {
+	read := `"read"`
+	srcs := []string{
+		rules.DefaultSource(),
+		rule1("rooms/{r}", read, "request.auth != null && 'editor' in request.auth.roles"),
+		rule1("rooms/{r}", read, "request.auth.claims.tier == 'gold'"),
+		rule1("rooms/{r}", read, "request.auth.username == 'alice'"),
+		rule1("rooms/{r}", read, "request.auth == null"),
+		rule1("rooms/{r}", read, "request.auth.uid == 'carol' && has(request.auth.claims.tier)"),
+		rule1("rooms/{r}", read, "request.auth != null && request.auth.size() > 3"),
+		rule1("rooms/{r}", read, "request.op == 'get'"),
+	}
+	// Each differs from another in one field only.
+	auths := []*rules.Auth{nil, alice, bob,
+		{UID: "alice"}, {UID: "carol"},
+		{UID: "alice", Username: "alice"},
+		{UID: "alice", Roles: []string{"editor"}},
+		{UID: "alice", Roles: []string{"user\x00editor"}},
+		{UID: "alice", Roles: []string{"user", "editor"}},
+		{UID: "carol", Claims: map[string]any{"tier": "gold"}},
+		{UID: "carol", Claims: map[string]any{"tier": "silver"}},
+	}
+	colls := []string{"rooms", "users/alice/items", "users/carol/items", "users/*/items"}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 8))
+	for _, src := range srcs {
+		cached := MustParse(t, src)
+		type key struct {
+			auth int
+			op   rules.Op
+			coll string
+		}
+		fresh := map[key]bool{} // answers of a fresh Set each
+		for range 300 {
+			a := rng.IntN(len(auths))
+			auth := auths[a]
+			coll := colls[rng.IntN(len(colls))]
+			op := []rules.Op{rules.OpGet, rules.OpList}[rng.IntN(2)]
+			want, ok := fresh[key{a, op, coll}]
+			if !ok {
+				want = MustParse(t, src).AllowsAll(ctx, auth, op, coll)
+				fresh[key{a, op, coll}] = want
+			}
+			if got := cached.AllowsAll(ctx, auth, op, coll); got != want {
+				t.Fatalf("rules %s: AllowsAll(%+v, %s, %s)=%v after other callers, %v on a fresh Set", src, auth, op, coll, got, want)
+			}
+		}
+	}
 }

@@ -95,6 +95,7 @@ func Parse(src []byte, name string) (*Set, error) {
 		}
 		s.rules = append(s.rules, r)
 	}
+	s.decisions = newDecisionCache(s.rules)
 	return s, nil
 }
 

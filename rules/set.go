@@ -89,7 +89,8 @@ type Getter interface {
 // Set is a compiled list of rules. It is immutable and safe for concurrent
 // use.
 type Set struct {
-	rules []*rule
+	rules     []*rule
+	decisions decisionCache // AllowsAll's answers
 }
 
 // constant classifies if expressions that are the literal true or false.
