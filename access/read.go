@@ -3,6 +3,8 @@ package access
 import (
 	"context"
 	"errors"
+	"sync/atomic"
+	"time"
 
 	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
@@ -20,8 +22,8 @@ func (s *Service) Get(ctx context.Context, caller *Caller, db, path string) (*co
 // with AppendJSON (the REST get): when the engine is a
 // collections.RawReader the document may carry only its stored encoding
 // (Raw, Data nil), and is written from it with no decode and no encode.
-// Every check is Get's, made the same way: a caller the rules decide for
-// gets its document decoded before they run.
+// Every check is Get's, made the same way: when the rules decide on the
+// document, it is decoded before they run.
 func (s *Service) GetForResponse(ctx context.Context, caller *Caller, db, path string) (*collections.Document, error) {
 	return s.get(ctx, caller, db, path, true)
 }
@@ -33,11 +35,13 @@ func (s *Service) get(ctx context.Context, caller *Caller, db, path string, forR
 	if err := Authorize(caller, ActionGet, path); err != nil {
 		return nil, err
 	}
+	coll, _ := collections.SplitDocPath(path)
+	all := s.readsAll(ctx, caller, rules.OpGet, coll)
 	var d *collections.Document
 	var err error
 	if rr, ok := s.store.(collections.RawReader); ok && forResponse {
 		d, err = rr.GetRaw(ctx, db, path)
-		if err == nil && !caller.Admin {
+		if err == nil && !all {
 			err = d.DecodeRaw() // the rules read the document
 		}
 	} else {
@@ -46,8 +50,10 @@ func (s *Service) get(ctx context.Context, caller *Caller, db, path string, forR
 	if err != nil && !errors.Is(err, collections.ErrNotFound) {
 		return nil, err
 	}
-	if aerr := s.checkGet(ctx, caller, db, path, d); aerr != nil {
-		return nil, aerr
+	if !all {
+		if aerr := s.checkGet(ctx, caller, db, path, d); aerr != nil {
+			return nil, aerr
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -86,6 +92,51 @@ func (s *Service) Readable(ctx context.Context, caller *Caller, db string, op ru
 	return s.allow(ctx, caller, db, rules.Request{Op: op, Path: d.Path, Existing: d.Data})
 }
 
+// readsAll reports whether caller may read (op get or list) every document
+// directly in collection (a collection path, or a pattern with "*"
+// segments), whatever it holds, so that no per-document decision is
+// needed: always for an admin, and for others when a rule decides it from
+// the caller and the collection's path alone (rules.Set.AllowsAll: the
+// default rules for a user's own collections). False decides nothing.
+func (s *Service) readsAll(ctx context.Context, caller *Caller, op rules.Op, collection string) bool {
+	return caller.Admin || s.rules.Load().AllowsAll(ctx, caller.ruleAuth(), op, collection)
+}
+
+// ReadCheck returns Readable's decision for op as a function, for a reader
+// that checks many documents of collection (a collection path or pattern)
+// over time: a realtime subscription. When the rules in force let caller
+// read every document of collection (readsAll), it answers for those
+// without evaluating the rules per document; other documents are decided
+// one by one. After a rules reload (SetRules) the collection is decided
+// again, so a reload takes effect from the next document on, as it does
+// for Readable. Safe for concurrent use.
+func (s *Service) ReadCheck(caller *Caller, db string, op rules.Op, collection string) func(context.Context, *collections.Document) (bool, error) {
+	if caller.Admin {
+		return func(context.Context, *collections.Document) (bool, error) { return true, nil }
+	}
+	type decision struct {
+		set *rules.Set
+		all bool
+	}
+	var last atomic.Pointer[decision]
+	auth := caller.ruleAuth()
+	return func(ctx context.Context, d *collections.Document) (bool, error) {
+		set := s.rules.Load()
+		dec := last.Load()
+		if dec == nil || dec.set != set {
+			dec = &decision{set: set, all: set.AllowsAll(ctx, auth, op, collection)}
+			if ctx.Err() == nil { // an interrupted decision is not one
+				last.Store(dec)
+			}
+		}
+		if dec.all && collections.MatchCollection(collection, d.Collection) {
+			return true, nil
+		}
+		req := rules.Request{Auth: auth, Op: op, Path: d.Path, Existing: d.Data, Time: time.Now()}
+		return set.Allow(ctx, req, storeGetter{s.store, db})
+	}
+}
+
 // Query runs the client query q (decoded, not yet normalized; its
 // StartAfter is a sealed cursor this service returned, or "") for caller:
 // normalize and open the cursor, the system-collection check, CheckList on
@@ -122,7 +173,8 @@ func (s *Service) query(ctx context.Context, caller *Caller, db string, q collec
 	if rr, ok := s.store.(collections.RawReader); ok && forResponse {
 		read = rr.QueryRaw
 	}
-	res, err := s.queryReadable(ctx, caller, db, q, read)
+	all := s.readsAll(ctx, caller, rules.OpList, q.Collection)
+	res, err := s.queryReadable(ctx, caller, db, q, read, all)
 	if err != nil {
 		return collections.QueryResult{}, err
 	}
@@ -157,11 +209,13 @@ func (s *Service) filterReadable(ctx context.Context, caller *Caller, db string,
 // Pages are refilled from the following engine pages (a bounded number of
 // rounds) so that rules filtering rarely shortens a page; the cursor always
 // continues after the last document examined, so nothing is skipped. read
-// is the store's Query or its RawReader QueryRaw.
-func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query, read func(context.Context, string, collections.Query) (collections.QueryResult, error)) (collections.QueryResult, error) {
+// is the store's Query or its RawReader QueryRaw. all (readsAll): every
+// document of the collection is readable, so the engine's page is the
+// caller's, unfiltered and, from a RawReader, undecoded.
+func (s *Service) queryReadable(ctx context.Context, caller *Caller, db string, q collections.Query, read func(context.Context, string, collections.Query) (collections.QueryResult, error), all bool) (collections.QueryResult, error) {
 	const maxRounds = 8
 	res, err := read(ctx, db, q)
-	if err != nil || caller.Admin {
+	if err != nil || all {
 		return res, err
 	}
 	var out []*collections.Document

@@ -21,7 +21,10 @@
 // answers, before any document is read, whether any rule could ever allow
 // the caller to list a collection (conditions are partially evaluated with
 // the document-dependent parts unknown), so a hopeless query can be refused
-// at once.
+// at once. Set.AllowsAll answers whether a rule lets the caller read every
+// document of a collection from the caller and the path alone (a condition
+// that reads nothing a document can change), so that a query, a get or a
+// subscription can skip the per-document decisions.
 //
 // # Patterns
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/rules"
 )
 
@@ -28,6 +29,7 @@ func FuzzParse(f *testing.F) {
 	}
 	for _, s := range seeds {
 		f.Add(s, "users/alice/notes/n1", "users/*/notes")
+		f.Add(s, "users/alice/notes/n1", "users/alice/notes")
 	}
 	f.Fuzz(func(t *testing.T, src, path, collection string) {
 		s, err := rules.Parse([]byte(src), "fuzz.toml")
@@ -44,6 +46,21 @@ func FuzzParse(f *testing.F) {
 				_, _ = s.Allow(context.Background(), req, &mapGetter{})
 			}
 			_ = s.MayList(auth, collection)
+			// AllowsAll is never wrong about a document it covers.
+			for _, op := range []rules.Op{rules.OpGet, rules.OpList} {
+				if !s.AllowsAll(context.Background(), auth, op, collection) || collections.ValidateDocPath(path) != nil {
+					continue
+				}
+				if coll, _ := collections.SplitDocPath(path); !collections.MatchCollection(collection, coll) {
+					continue
+				}
+				for _, data := range []map[string]any{nil, {"owner": "bob"}} {
+					req := rules.Request{Auth: auth, Op: op, Path: path, Existing: data}
+					if ok, err := s.Allow(context.Background(), req, &mapGetter{}); !ok || err != nil {
+						t.Fatalf("AllowsAll(%v, %s, %q), yet Allow(%q, %v)=%v, %v", auth, op, collection, path, data, ok, err)
+					}
+				}
+			}
 		}
 	})
 }

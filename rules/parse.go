@@ -95,6 +95,7 @@ func Parse(src []byte, name string) (*Set, error) {
 		}
 		s.rules = append(s.rules, r)
 	}
+	s.decisions = newDecisionCache(s.rules)
 	return s, nil
 }
 
@@ -158,6 +159,7 @@ func parseRule(raw map[string]any) (*rule, error) {
 		return nil, fmt.Errorf("if: %v", err)
 	}
 	r.prg, r.partial = prg, partial
+	r.refs = refsOf(a, r.pat.Names())
 	if v, ok := literalBool(a); ok {
 		r.constant = constFalse
 		if v {

@@ -89,7 +89,8 @@ type Getter interface {
 // Set is a compiled list of rules. It is immutable and safe for concurrent
 // use.
 type Set struct {
-	rules []*rule
+	rules     []*rule
+	decisions decisionCache // AllowsAll's answers
 }
 
 // constant classifies if expressions that are the literal true or false.
@@ -109,6 +110,7 @@ type rule struct {
 	prg      cel.Program
 	partial  cel.Program // prg for partial evaluation (MayList)
 	constant constant
+	refs     refs // what the condition reads (AllowsAll)
 }
 
 // Len returns the number of rules.

@@ -360,10 +360,9 @@ func (s *Server) openSubscription(ctx context.Context, caller *access.Caller, ke
 	release := func() { s.rt.subs.release(key) }
 	req := realtime.Request{DB: p.db, Query: p.query, Resume: p.resume, After: p.after, Snapshot: p.snapshot}
 	if !caller.Admin && !p.ownRules {
-		db := p.db
-		req.Check = func(ctx context.Context, d *collections.Document) (bool, error) {
-			return s.access.Readable(ctx, caller, db, rules.OpList, d)
-		}
+		// Readable per document, unless the rules let the caller read the
+		// whole collection (decided again after a rules reload).
+		req.Check = s.access.ReadCheck(caller, p.db, rules.OpList, p.query.Collection)
 	}
 	sub, err := s.rt.hub.Subscribe(ctx, req)
 	switch {

@@ -197,6 +197,28 @@ func (p *Pattern) MayMatch(segs []string) bool {
 	return true
 }
 
+// MustMatch reports whether the pattern matches every path whose segments
+// are segs, a "*" segment in segs standing for any one segment: the
+// pattern has the right length for it and each "*" falls on a capture, a
+// wildcard or the final **. MustMatch implies MayMatch.
+func (p *Pattern) MustMatch(segs []string) bool {
+	if !p.lengthOK(len(segs)) {
+		return false
+	}
+	for i, v := range segs {
+		if v == "" {
+			return false
+		}
+		if i >= len(p.segs) {
+			continue // under the final **: any segment
+		}
+		if lit := p.segs[i].Literal; lit != "" && lit != v {
+			return false // a literal never matches every segment ("*" included)
+		}
+	}
+	return true
+}
+
 // IsIdent reports whether s is an identifier: [A-Za-z_][A-Za-z0-9_]*.
 func IsIdent(s string) bool {
 	if s == "" {

@@ -181,6 +181,53 @@ func TestMayMatch(t *testing.T) {
 	}
 }
 
+func TestMustMatch(t *testing.T) {
+	tests := []struct {
+		pattern, wild string // wild: a path with "*" segments
+		want          bool
+	}{
+		{"users/{uid}", "users/*", true},
+		{"users/{uid}", "users/u1", true},
+		{"users/{uid}", "*/*", false}, // "users" is not every first segment
+		{"users/{uid}", "posts/*", false},
+		{"users/u1/notes/{n}", "users/u1/notes/*", true},
+		{"users/u1/notes/{n}", "users/*/notes/*", false}, // u1 is not every user
+		{"users/{uid}/notes/{n}", "users/*/notes/*", true},
+		{"users/{uid}/{rest=**}", "users/u1/notes/*", true},
+		{"users/{uid}/{rest=**}", "users/*/*/*", true},
+		{"users/{uid}/{rest=**}", "users/*", false}, // ** needs a segment
+		{"users/{uid}/x/{rest=**}", "users/u1/*/*", false},
+		{"{all=**}", "*/*", true},
+		{"users/*", "users/*", true},
+		{"users/{uid}", "users/*/notes/*", false},
+		{"users/{uid}", "users/", false},
+		{"users/**", "users/a/*", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pattern+"@"+tt.wild, func(t *testing.T) {
+			p, err := Compile(tt.pattern)
+			if err != nil {
+				t.Fatal(err)
+			}
+			segs := Split(nil, tt.wild)
+			if got := p.MustMatch(segs); got != tt.want {
+				t.Fatalf("MustMatch=%v, want %v", got, tt.want)
+			}
+			if tt.want && !p.MayMatch(segs) {
+				t.Fatal("MustMatch without MayMatch")
+			}
+			if tt.want { // every instance matches: try some
+				for _, v := range []string{"a", "users", "u1", "notes", "x"} {
+					path := strings.ReplaceAll(tt.wild, "*", v)
+					if _, ok := p.Match(path, Split(nil, path), nil); !ok {
+						t.Fatalf("MustMatch, yet %q does not match", path)
+					}
+				}
+			}
+		})
+	}
+}
+
 // refRegexp is an independent implementation of a pattern as a regexp, the
 // model FuzzCompile checks Match against.
 func refRegexp(p *Pattern) *regexp.Regexp {
