@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,7 +44,11 @@ var benchIndexes = []collections.Index{
 }
 
 const benchUsage = `loom bench load-tests the REST API: each phase runs for --duration with
---clients concurrent keep-alive clients and prints ops/s, p50, p99 and errors.
+--clients concurrent keep-alive clients and prints ops/s, p50, p99, errors and
+CPU/op: the server's CPU per operation from process_cpu_seconds_total of its
+/metrics, read before and after the phase (embedded, the server shares its
+process with the load generator, so it counts both: use --url for the
+server's alone).
 Default phases (admin key): create, get by path, query ==, limit 20.
 
 --mix adds the query mix over a fixed data set seeded through /batch (500
@@ -96,7 +101,8 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.mix && (o.seed < benchGroups || o.userSeed < benchUserGroups) {
 		return fmt.Errorf("bench: --seed must be at least %d and --user-seed at least %d", benchGroups, benchUserGroups)
 	}
-	if o.url == "" {
+	embedded := o.url == ""
+	if embedded {
 		stop, url, key, err := startEmbedded(ctx)
 		if err != nil {
 			return err
@@ -129,9 +135,14 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "seeded %d documents in users/%s/items (user token) in %s\n\n", o.userSeed, b.uid, time.Since(t0).Round(time.Millisecond))
 	}
+	if embedded {
+		fmt.Fprint(stdout, "CPU/op: this process's CPU per operation (process_cpu_seconds_total of /metrics); embedded, that is the server and the load generator: --url measures a server's alone\n\n")
+	} else {
+		fmt.Fprint(stdout, "CPU/op: the server's CPU per operation (process_cpu_seconds_total of its /metrics, read before and after each phase)\n\n")
+	}
 	var warnings []string
-	fmt.Fprintln(stdout, "| phase | ops | ops/s | p50 | p99 | errors |")
-	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+	fmt.Fprintln(stdout, "| phase | ops | ops/s | p50 | p99 | CPU/op | errors |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|")
 	for _, p := range b.phases() {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -141,8 +152,16 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 				warnings = append(warnings, w)
 			}
 		}
+		cpu0, err0 := b.serverCPU()
 		r := b.phase(ctx, p.op)
-		fmt.Fprintf(stdout, "| %s | %d | %.0f | %s | %s | %d |\n", p.name, r.ops, r.rate, r.p50, r.p99, r.errors)
+		cpu1, err1 := b.serverCPU()
+		perOp := "–"
+		if err := errors.Join(err0, err1); err != nil {
+			warnings = append(warnings, fmt.Sprintf("phase %q: no CPU/op: %v", p.name, err))
+		} else if n := r.ops + r.errors; n > 0 {
+			perOp = fmt.Sprintf("%.0f µs", (cpu1-cpu0)*1e6/float64(n))
+		}
+		fmt.Fprintf(stdout, "| %s | %d | %.0f | %s | %s | %s | %d |\n", p.name, r.ops, r.rate, r.p50, r.p99, perOp, r.errors)
 		if r.ops == 0 {
 			return fmt.Errorf("bench: phase %q completed no operation (first error: %v)", p.name, r.firstErr)
 		}
@@ -525,4 +544,29 @@ func (b *benchRun) probe(ctx context.Context, name string, q func(empty bool) er
 		return fmt.Sprintf("phase %q: a serial probe took %s, as a scan would: the server lacks an [[index]] of loom bench -h, or its engine uses none for this query", name, worst.Round(10*time.Microsecond))
 	}
 	return ""
+}
+
+// serverCPU reads the server process's CPU seconds so far (user + system,
+// process_cpu_seconds_total) from its /metrics, with the admin key in case
+// the server requires one there. Read before and after a phase, it gives
+// the server's CPU per operation, which unlike ops/s does not depend on
+// how much of the machine the load generator takes.
+func (b *benchRun) serverCPU() (float64, error) {
+	out, err := b.call(b.admin, "GET", b.opts.url+"/metrics", nil, http.StatusOK)
+	if err != nil {
+		return 0, err
+	}
+	return processCPU(out)
+}
+
+// processCPU finds process_cpu_seconds_total in a Prometheus text
+// exposition.
+func processCPU(metrics []byte) (float64, error) {
+	const name = "process_cpu_seconds_total "
+	for line := range bytes.SplitSeq(metrics, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte(name)); ok {
+			return strconv.ParseFloat(string(bytes.TrimSpace(v)), 64)
+		}
+	}
+	return 0, errors.New("/metrics has no process_cpu_seconds_total")
 }

@@ -38,11 +38,11 @@ func TestBench_MixAndUser(t *testing.T) {
 		if row == nil {
 			t.Fatalf("no row for %q in\n%s", phase, text)
 		}
-		if row[1] == "0" || row[len(row)-1] != "0" {
-			t.Errorf("phase %q: ops %s, errors %s", phase, row[1], row[len(row)-1])
+		if len(row) != 7 || row[1] == "0" || row[6] != "0" || !strings.HasSuffix(row[5], " µs") {
+			t.Errorf("phase %q: row %q: want ops, CPU/op and no errors", phase, row)
 		}
 	}
-	if strings.Contains(text, "errors, the first") || strings.Contains(text, "probe failed") {
+	if strings.Contains(text, "errors, the first") || strings.Contains(text, "probe failed") || strings.Contains(text, "no CPU/op") {
 		t.Errorf("errors:\n%s", text)
 	}
 	if !strings.Contains(text, "seeded 1000 documents") || !strings.Contains(text, "seeded 200 documents") {
@@ -138,5 +138,15 @@ func TestBenchIndexes_InDeployConfig(t *testing.T) {
 		}) {
 			t.Errorf("deploy/loom.toml lacks [[index]] %v", want)
 		}
+	}
+}
+
+func TestProcessCPU(t *testing.T) {
+	text := "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\nprocess_open_fds 9\n"
+	if v, err := processCPU([]byte(text)); err != nil || v != 12.5 {
+		t.Fatalf("processCPU = %v, %v; want 12.5", v, err)
+	}
+	if _, err := processCPU([]byte("process_open_fds 9\n")); err == nil {
+		t.Fatal("no error without process_cpu_seconds_total")
 	}
 }
