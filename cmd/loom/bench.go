@@ -52,7 +52,7 @@ server's alone).
 Default phases (admin key): create, get by path, query ==, limit 20.
 
 --mix adds the query mix over a fixed data set seeded through /batch (500
-writes a batch; --seed documents in bench/<run>/items, 50 values of "group",
+writes a batch; --seed documents in bench/<run>-mix/items, 50 values of "group",
 so --seed 125000 gives 2,500 matches a value): ==, limit 20; == with orderBy n
 desc; a collection-group query bench/*/items; in with 3 values; and a
 signed-up user's own documents (--user-seed in users/<uid>/items, 20 groups)
@@ -90,7 +90,7 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 	fset.DurationVar(&o.duration, "duration", 5*time.Second, "duration of each phase")
 	fset.BoolVar(&o.mix, "mix", false, "add the query mix phases over a seeded data set (see above)")
 	fset.BoolVar(&o.user, "user", false, "add create and get phases with a signed-up user's token")
-	fset.IntVar(&o.seed, "seed", 125_000, "documents --mix seeds in bench/<run>/items")
+	fset.IntVar(&o.seed, "seed", 125_000, "documents --mix seeds in bench/<run>-mix/items")
 	fset.IntVar(&o.userSeed, "user-seed", 5_000, "documents --mix seeds in the user's users/<uid>/items")
 	if err := fset.Parse(args); err != nil {
 		return err
@@ -118,10 +118,10 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "loom bench: %s, %d clients, %s per phase, GOMAXPROCS=%d\n\n", o.url, o.clients, o.duration, runtime.GOMAXPROCS(0))
 	if o.mix {
 		t0 := time.Now()
-		if err := b.seedDocs(ctx, b.admin, "bench/"+b.run+"/items", o.seed, benchGroups); err != nil {
+		if err := b.seedDocs(ctx, b.admin, b.mixItems(), o.seed, benchGroups); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "seeded %d documents in bench/%s/items through /batch in %s\n\n", o.seed, b.run, time.Since(t0).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "seeded %d documents in %s through /batch in %s\n\n", o.seed, b.mixItems(), time.Since(t0).Round(time.Millisecond))
 	}
 	if o.mix || o.user {
 		if err := b.signup(ctx); err != nil {
@@ -176,9 +176,13 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 const (
-	benchGroups     = 50 // values of "group" in bench/<run>/items
+	benchGroups     = 50 // values of "group" in the bench's items
 	benchUserGroups = 20 // values of "group" in the user's items
 )
+
+// mixItems is the collection --mix seeds: apart from the one the create
+// phase writes, so that neither depends on the other.
+func (b *benchRun) mixItems() string { return "bench/" + b.run + "-mix/items" }
 
 type benchPhase struct {
 	name string
@@ -195,28 +199,30 @@ func (b *benchRun) phases() []benchPhase {
 		{name: "query ==, limit 20 (REST)", op: b.query},
 	}
 	if b.opts.mix {
-		items := "bench/" + b.run + "/items"
-		eq := func(v string) string { return `[{"field":"group","op":"==","value":"` + v + `"}]` }
-		group := func(n int) func(bool) string {
-			return func(empty bool) string {
-				if empty {
-					return "none"
-				}
-				return "g" + strconv.Itoa(rand.IntN(n))
+		items := b.mixItems()
+		// value is one of n groups at random, or (empty) one no document has.
+		value := func(n, offset int, empty bool) string {
+			if empty {
+				return `"none"`
 			}
+			return `"g` + strconv.Itoa((rand.IntN(n)+offset)%n) + `"`
+		}
+		eq := func(n int) func(bool) string {
+			return func(empty bool) string { return `[{"field":"group","op":"==","value":` + value(n, 0, empty) + `}]` }
+		}
+		in3 := func(empty bool) string {
+			v := value(benchGroups, 0, empty)
+			return `[{"field":"group","op":"in","value":[` + v + `,` + value(benchGroups, 17, empty) + `,` + value(benchGroups, 34, empty) + `]}]`
 		}
 		mix := []struct {
 			name, token, coll, order string
 			filters                  func(empty bool) string
 		}{
-			{"mix a: ==, limit 20", b.admin, items, "", func(e bool) string { return eq(group(benchGroups)(e)) }},
-			{"mix b: == orderBy n desc, limit 20", b.admin, items, `[{"field":"n","direction":"desc"}]`, func(e bool) string { return eq(group(benchGroups)(e)) }},
-			{"mix c: group bench/*/items ==, limit 20", b.admin, "bench/*/items", "", func(e bool) string { return eq(group(benchGroups)(e)) }},
-			{"mix d: in (3 values), limit 20", b.admin, items, "", func(e bool) string {
-				g := group(benchGroups)
-				return `[{"field":"group","op":"in","value":["` + g(e) + `","` + g(e) + `","` + g(e) + `"]}]`
-			}},
-			{"mix e: user's own ==, limit 20 (default rules)", b.userToken, "users/" + b.uid + "/items", "", func(e bool) string { return eq(group(benchUserGroups)(e)) }},
+			{"mix a: ==, limit 20", b.admin, items, "", eq(benchGroups)},
+			{"mix b: == orderBy n desc, limit 20", b.admin, items, `[{"field":"n","direction":"desc"}]`, eq(benchGroups)},
+			{"mix c: group bench/*/items ==, limit 20", b.admin, "bench/*/items", "", eq(benchGroups)},
+			{"mix d: in (3 values), limit 20", b.admin, items, "", in3},
+			{"mix e: user's own ==, limit 20 (default rules)", b.userToken, "users/" + b.uid + "/items", "", eq(benchUserGroups)},
 		}
 		for _, m := range mix {
 			q := func(empty bool) error {
@@ -282,6 +288,7 @@ type benchRun struct {
 	mu      sync.Mutex
 	ids     []string
 	userIDs []string
+	groups  int // the create phase wrote groups g0…g<groups-1>
 }
 
 type phaseResult struct {
@@ -367,6 +374,7 @@ func (b *benchRun) create(w, i int) error {
 	}
 	b.mu.Lock()
 	b.ids = append(b.ids, id)
+	b.groups = max(b.groups, min(i+1, benchGroups))
 	b.mu.Unlock()
 	return nil
 }
@@ -413,8 +421,13 @@ func (b *benchRun) userGet(w, i int) error {
 	return err
 }
 
+// query asks for a group the create phase wrote (a short phase may not
+// have reached every group).
 func (b *benchRun) query(w, i int) error {
-	body := fmt.Appendf(nil, `{"collection":"bench/%s/items","filters":[{"field":"group","op":"==","value":"g%d"}],"limit":20}`, b.run, rand.IntN(benchGroups))
+	b.mu.Lock()
+	groups := b.groups
+	b.mu.Unlock()
+	body := fmt.Appendf(nil, `{"collection":"bench/%s/items","filters":[{"field":"group","op":"==","value":"g%d"}],"limit":20}`, b.run, rand.IntN(groups))
 	return b.queryPage(b.admin, body, true)
 }
 
