@@ -51,8 +51,9 @@ process with the load generator, so it counts both: use --url for the
 server's alone).
 Default phases (admin key): create, get by path, query ==, limit 20.
 
---mix adds the query mix over a fixed data set seeded through /batch (500
-writes a batch; --seed documents in bench/<run>-mix/items, 50 values of "group",
+--mix adds the query mix over a fixed data set it seeds after those phases,
+so they measure the same with or without it, through /batch (500 writes a
+batch; --seed documents in bench/<run>-mix/items, 50 values of "group",
 so --seed 125000 gives 2,500 matches a value): ==, limit 20; == with orderBy n
 desc; a collection-group query bench/*/items; in with 3 values; and a
 signed-up user's own documents (--user-seed in users/<uid>/items, 20 groups)
@@ -116,36 +117,26 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 	}}
 	b.admin = b.opts.apiKey
 	fmt.Fprintf(stdout, "loom bench: %s, %d clients, %s per phase, GOMAXPROCS=%d\n\n", o.url, o.clients, o.duration, runtime.GOMAXPROCS(0))
-	if o.mix {
-		t0 := time.Now()
-		if err := b.seedDocs(ctx, b.admin, b.mixItems(), o.seed, benchGroups); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "seeded %d documents in %s through /batch in %s\n\n", o.seed, b.mixItems(), time.Since(t0).Round(time.Millisecond))
-	}
-	if o.mix || o.user {
-		if err := b.signup(ctx); err != nil {
-			return err
-		}
-	}
-	if o.mix {
-		t0 := time.Now()
-		if err := b.seedDocs(ctx, b.userToken, "users/"+b.uid+"/items", o.userSeed, benchUserGroups); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "seeded %d documents in users/%s/items (user token) in %s\n\n", o.userSeed, b.uid, time.Since(t0).Round(time.Millisecond))
-	}
 	if embedded {
 		fmt.Fprint(stdout, "CPU/op: this process's CPU per operation (process_cpu_seconds_total of /metrics); embedded, that is the server and the load generator: --url measures a server's alone\n\n")
 	} else {
 		fmt.Fprint(stdout, "CPU/op: the server's CPU per operation (process_cpu_seconds_total of its /metrics, read before and after each phase)\n\n")
 	}
-	var warnings []string
+	var notes, warnings []string
 	fmt.Fprintln(stdout, "| phase | ops | ops/s | p50 | p99 | CPU/op | errors |")
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|")
 	for _, p := range b.phases() {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if p.setup != nil {
+			note, err := p.setup(ctx)
+			if err != nil {
+				return err
+			}
+			if note != "" {
+				notes = append(notes, note)
+			}
 		}
 		if p.probe != nil {
 			if w := b.probe(ctx, p.name, p.probe); w != "" {
@@ -169,6 +160,9 @@ func bench(ctx context.Context, args []string, stdout io.Writer) error {
 			warnings = append(warnings, fmt.Sprintf("phase %q: %d errors, the first: %v", p.name, r.errors, r.firstErr))
 		}
 	}
+	for _, n := range notes {
+		fmt.Fprintln(stdout, "\n"+n)
+	}
 	for _, w := range warnings {
 		fmt.Fprintln(stdout, "\nwarning:", w)
 	}
@@ -180,13 +174,47 @@ const (
 	benchUserGroups = 20 // values of "group" in the user's items
 )
 
+// seedMix seeds --mix's documents (after the create, get and query
+// phases, which then measure the same with or without --mix).
+func (b *benchRun) seedMix(ctx context.Context) (string, error) {
+	t0 := time.Now()
+	if err := b.seedDocs(ctx, b.admin, b.mixItems(), b.opts.seed, benchGroups); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("seeded %d documents in %s through /batch in %s", b.opts.seed, b.mixItems(), time.Since(t0).Round(time.Millisecond)), nil
+}
+
+// seedUser signs up the bench's user and seeds its documents.
+func (b *benchRun) seedUser(ctx context.Context) (string, error) {
+	if _, err := b.ensureUser(ctx); err != nil {
+		return "", err
+	}
+	t0 := time.Now()
+	coll := "users/" + b.uid + "/items"
+	if err := b.seedDocs(ctx, b.userToken, coll, b.opts.userSeed, benchUserGroups); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("seeded %d documents in %s through /batch (user token) in %s", b.opts.userSeed, coll, time.Since(t0).Round(time.Millisecond)), nil
+}
+
+// ensureUser signs up the bench's user unless it has.
+func (b *benchRun) ensureUser(ctx context.Context) (string, error) {
+	if b.userToken != "" {
+		return "", nil
+	}
+	return "", b.signup(ctx)
+}
+
 // mixItems is the collection --mix seeds: apart from the one the create
 // phase writes, so that neither depends on the other.
 func (b *benchRun) mixItems() string { return "bench/" + b.run + "-mix/items" }
 
 type benchPhase struct {
 	name string
-	op   func(worker, i int) error
+	// setup, when set, runs before the phase, untimed (seeding); its note
+	// is printed after the table.
+	setup func(ctx context.Context) (note string, err error)
+	op    func(worker, i int) error
 	// probe, for a query phase, runs one query like the phase's (and one
 	// for a value nothing has), serially, to tell an index from a scan.
 	probe func(empty bool) error
@@ -215,29 +243,35 @@ func (b *benchRun) phases() []benchPhase {
 			return `[{"field":"group","op":"in","value":[` + v + `,` + value(benchGroups, 17, empty) + `,` + value(benchGroups, 34, empty) + `]}]`
 		}
 		mix := []struct {
-			name, token, coll, order string
-			filters                  func(empty bool) string
+			name, coll, order string
+			user              bool // the user's token and users/<uid>/items
+			filters           func(empty bool) string
+			setup             func(ctx context.Context) (string, error)
 		}{
-			{"mix a: ==, limit 20", b.admin, items, "", eq(benchGroups)},
-			{"mix b: == orderBy n desc, limit 20", b.admin, items, `[{"field":"n","direction":"desc"}]`, eq(benchGroups)},
-			{"mix c: group bench/*/items ==, limit 20", b.admin, "bench/*/items", "", eq(benchGroups)},
-			{"mix d: in (3 values), limit 20", b.admin, items, "", in3},
-			{"mix e: user's own ==, limit 20 (default rules)", b.userToken, "users/" + b.uid + "/items", "", eq(benchUserGroups)},
+			{"mix a: ==, limit 20", items, "", false, eq(benchGroups), b.seedMix},
+			{"mix b: == orderBy n desc, limit 20", items, `[{"field":"n","direction":"desc"}]`, false, eq(benchGroups), nil},
+			{"mix c: group bench/*/items ==, limit 20", "bench/*/items", "", false, eq(benchGroups), nil},
+			{"mix d: in (3 values), limit 20", items, "", false, in3, nil},
+			{"mix e: user's own ==, limit 20 (default rules)", "", "", true, eq(benchUserGroups), b.seedUser},
 		}
 		for _, m := range mix {
 			q := func(empty bool) error {
-				body := `{"collection":"` + m.coll + `","filters":` + m.filters(empty) + `,"limit":20`
+				token, coll := b.admin, m.coll
+				if m.user {
+					token, coll = b.userToken, "users/"+b.uid+"/items"
+				}
+				body := `{"collection":"` + coll + `","filters":` + m.filters(empty) + `,"limit":20`
 				if m.order != "" {
 					body += `,"orderBy":` + m.order
 				}
-				return b.queryPage(m.token, []byte(body+"}"), !empty)
+				return b.queryPage(token, []byte(body+"}"), !empty)
 			}
-			ps = append(ps, benchPhase{name: m.name, op: func(int, int) error { return q(false) }, probe: q})
+			ps = append(ps, benchPhase{name: m.name, setup: m.setup, op: func(int, int) error { return q(false) }, probe: q})
 		}
 	}
 	if b.opts.user {
 		ps = append(ps,
-			benchPhase{name: "user: create (durable, default rules)", op: b.userCreate},
+			benchPhase{name: "user: create (durable, default rules)", setup: b.ensureUser, op: b.userCreate},
 			benchPhase{name: "user: get by path (default rules)", op: b.userGet},
 		)
 	}
