@@ -63,13 +63,7 @@ func (d *Docs) Create(ctx context.Context, path string, data map[string]any) (*c
 	if err := collections.ValidateDocPath(path); err != nil {
 		return nil, fmt.Errorf("access: create %s: %w", path, err)
 	}
-	body := make(map[string]any, len(data))
-	for k, v := range data {
-		if !collections.IsEnvelopeField(k) {
-			body[k] = v // server-owned fields are dropped, as over REST
-		}
-	}
-	return d.write(ctx, "create", collections.Write{Type: collections.WriteCreate, Path: path}, body)
+	return d.write(ctx, "create", collections.Write{Type: collections.WriteCreate, Path: path}, withoutEnvelope(data))
 }
 
 // Update deep-merges data into the document at path (PATCH semantics).
@@ -108,25 +102,93 @@ func (d *Docs) Delete(ctx context.Context, path string) error {
 	return nil
 }
 
-// write commits w with data as the REST API would receive it: encoded to
-// JSON and decoded with exact numbers (a copy the caller's map does not
-// alias), then cleaned of server-owned fields.
-func (d *Docs) write(ctx context.Context, op string, w collections.Write, data map[string]any) (*collections.Document, error) {
-	fail := func(err error) (*collections.Document, error) {
-		return nil, fmt.Errorf("access: %s %s: %w", op, w.Path, err)
+// Batch commits writes in one atomic commit, as POST /batch does: each
+// create, update or delete means what Create, Update (IfMatch for a
+// version) and Delete do, with the same data handling and the same checks
+// per write; all of them commit, or on an error none. It returns the
+// written documents in order (nil for a delete). An error about one write
+// is a *collections.WriteError naming its index, wrapping the sentinel.
+func (d *Docs) Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error) {
+	ws := make([]collections.Write, len(writes))
+	for i, w := range writes {
+		if err := collections.ValidateDocPath(w.Path); err != nil {
+			return nil, fmt.Errorf("access: batch: %w", &collections.WriteError{Index: i, Path: w.Path, Err: err})
+		}
+		switch w.Type {
+		case collections.WriteCreate, collections.WriteUpdate:
+			data := w.Data
+			if w.Type == collections.WriteCreate {
+				data = withoutEnvelope(data)
+			}
+			var err error
+			if w.Data, err = input(w.Path, data); err != nil {
+				return nil, fmt.Errorf("access: batch: %w", &collections.WriteError{Index: i, Path: w.Path, Err: err})
+			}
+		case collections.WriteDelete:
+			w.Data = nil
+		default:
+			return nil, fmt.Errorf("access: batch: %w", &collections.WriteError{Index: i, Path: w.Path,
+				Err: fmt.Errorf("%w: write type %q", collections.ErrInvalidDocument, w.Type)})
+		}
+		ws[i] = w
 	}
+	caller, err := d.caller(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("access: batch: %w", err)
+	}
+	res, err := d.svc.Commit(ctx, caller, d.db, ws)
+	if err != nil {
+		return nil, fmt.Errorf("access: batch: %w", err)
+	}
+	if len(res) != len(ws) {
+		return nil, errors.New("access: batch: the store returned no result for a committed write")
+	}
+	out := make([]*collections.Document, len(ws))
+	for i := range res {
+		if ws[i].Type != collections.WriteDelete {
+			out[i] = res[i].Doc
+		}
+	}
+	return out, nil
+}
+
+// withoutEnvelope is data without its server-owned fields, which a create
+// drops, as over REST.
+func withoutEnvelope(data map[string]any) map[string]any {
+	body := make(map[string]any, len(data))
+	for k, v := range data {
+		if !collections.IsEnvelopeField(k) {
+			body[k] = v
+		}
+	}
+	return body
+}
+
+// input is data as the REST API would receive it for the document at
+// path: encoded to JSON and decoded with exact numbers (a copy the
+// caller's map does not alias), then cleaned of server-owned fields.
+func input(path string, data map[string]any) (map[string]any, error) {
 	if data == nil {
 		data = map[string]any{}
 	}
 	b, err := json.Marshal(data)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", collections.ErrInvalidDocument, err))
+		return nil, fmt.Errorf("%w: %v", collections.ErrInvalidDocument, err)
 	}
 	if data, err = collections.DecodeObject(b); err != nil {
-		return fail(fmt.Errorf("%w: %v", collections.ErrInvalidDocument, err))
+		return nil, fmt.Errorf("%w: %v", collections.ErrInvalidDocument, err)
 	}
-	_, id := collections.SplitDocPath(w.Path)
-	if w.Data, err = collections.CleanInput(data, id); err != nil {
+	_, id := collections.SplitDocPath(path)
+	return collections.CleanInput(data, id)
+}
+
+// write commits w with data as the REST API would receive it (input).
+func (d *Docs) write(ctx context.Context, op string, w collections.Write, data map[string]any) (*collections.Document, error) {
+	fail := func(err error) (*collections.Document, error) {
+		return nil, fmt.Errorf("access: %s %s: %w", op, w.Path, err)
+	}
+	var err error
+	if w.Data, err = input(w.Path, data); err != nil {
 		return fail(err)
 	}
 	caller, err := d.caller(ctx)

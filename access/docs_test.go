@@ -196,3 +196,60 @@ func TestDocs_QueryLimitAboveMaxLimit(t *testing.T) {
 		t.Fatalf("limit 2*MaxLimit: %d documents, %v; want all %d", len(got), err, len(ws))
 	}
 }
+
+// Batch commits its writes atomically, each one meaning what Create,
+// Update and Delete do, under the same checks: a failed write commits none.
+func TestDocs_Batch(t *testing.T) {
+	ctx := context.Background()
+	docs, _ := newDocs(t)
+	for _, p := range []string{"users/u1/chats/b", "users/u1/chats/c"} {
+		if _, err := docs.Create(ctx, p, map[string]any{"n": 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update := func(path string, data map[string]any, version int64) collections.Write {
+		return collections.Write{Type: collections.WriteUpdate, Path: path, Data: data, IfMatch: []collections.Filter{
+			{Field: collections.FieldVersion, Op: collections.OpEq, Value: version}}}
+	}
+	create := func(path string, data map[string]any) collections.Write {
+		return collections.Write{Type: collections.WriteCreate, Path: path, Data: data}
+	}
+	// Each failure commits nothing: the create of a stays undone.
+	for name, w := range map[string]struct {
+		write collections.Write
+		want  error
+	}{
+		"stale version": {update("users/u1/chats/b", map[string]any{"n": 2}, 7), collections.ErrPreconditionFailed},
+		"existing":      {create("users/u1/chats/c", map[string]any{}), collections.ErrAlreadyExists},
+		"missing":       {collections.Write{Type: collections.WriteDelete, Path: "users/u1/chats/none"}, collections.ErrNotFound},
+	} {
+		_, err := docs.Batch(ctx, []collections.Write{create("users/u1/chats/a", map[string]any{"n": 1}), w.write})
+		var we *collections.WriteError
+		if !errors.Is(err, w.want) || !errors.As(err, &we) || we.Index != 1 {
+			t.Errorf("%s: err=%v, want %v at index 1", name, err, w.want)
+		}
+		if _, err := docs.Get(ctx, "users/u1/chats/a"); !errors.Is(err, collections.ErrNotFound) {
+			t.Fatalf("%s: the batch's first write committed: %v", name, err)
+		}
+	}
+	if _, err := docs.Batch(ctx, []collections.Write{create("users/u1/chats/a", nil), create("posts/p1", map[string]any{})}); err == nil {
+		t.Error("a batch with a write the service key may not make succeeded")
+	} else if _, err := docs.Get(ctx, "users/u1/chats/a"); !errors.Is(err, collections.ErrNotFound) {
+		t.Fatalf("a denied batch committed its first write: %v", err)
+	}
+	got, err := docs.Batch(ctx, []collections.Write{
+		create("users/u1/chats/a", map[string]any{"n": 1, "version": 9, "id": "other"}),
+		update("users/u1/chats/b", map[string]any{"n": 2}, 1),
+		{Type: collections.WriteDelete, Path: "users/u1/chats/c"},
+	})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("batch: %v %v", got, err)
+	}
+	if got[0].ID != "a" || got[0].Version != 1 || got[0].Data["version"] != nil || got[0].Data["id"] != nil ||
+		got[1].Version != 2 || fmt.Sprint(got[1].Data["n"]) != "2" || got[2] != nil {
+		t.Errorf("batch results %+v %+v %+v", got[0], got[1], got[2])
+	}
+	if _, err := docs.Get(ctx, "users/u1/chats/c"); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("the batch's delete: %v", err)
+	}
+}

@@ -82,15 +82,25 @@ func (v *evaluator) run(ctx context.Context) {
 		before := ev.pos
 		err := v.evaluateBatch(ctx, ev)
 		if err == nil && ev.pos == before {
-			// Idle: make a lazily kept position durable, then wait.
+			// Idle: make a lazily kept position durable once it is
+			// lazyAdvanceEvery old, then wait. Not at once: a chain of
+			// writes that match nothing (an agent handler's) would pay a
+			// cursor commit after each, in the one committer their next
+			// write waits for; re-reading those changes after a crash
+			// inserts nothing.
+			wait := min(idleRecheck, time.Until(lease)-evalLease/2)
 			if ev.pos > ev.durable {
-				err = v.advance(ctx, ev)
+				if due := lazyAdvanceEvery - time.Since(ev.advancedAt); due > 0 {
+					wait = min(wait, due)
+				} else {
+					err = v.advance(ctx, ev)
+				}
 			}
 			if err == nil {
 				select {
 				case <-ctx.Done():
 				case <-wake:
-				case <-time.After(min(idleRecheck, time.Until(lease)-evalLease/2)):
+				case <-time.After(wait):
 				}
 				continue
 			}

@@ -83,16 +83,37 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	}
 	sa := task.ID // one sub-agent per task, named after it
 	role := h.roleOf(task)
-	if _, err := h.createOnce(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
+	agentData := h.seals.seal(c.subAgent(sa), map[string]any{
 		"userId": c.uid, "chatId": c.id, "taskId": task.ID, "role": role, "status": "active",
 		"iterationCount": 0, "tokenBudget": h.roleBudget(role), "tokensUsed": 0, "model": h.roleModel(role),
 		"lastProcessedMessageId": str(task, "triggerMessageId"),
-	}, subAgentSeal)); err != nil {
+	}, subAgentSeal)
+	system := map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "system", "content": h.cfg.Roles[role].SystemPrompt, "seq": 0,
+	}
+	instruction := map[string]any{
+		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,
+	}
+	if str(read, "status") == "pending" {
+		// The first delivery of a pending task: everything in one commit
+		// (one fsync on the hop), the task's update checked against the
+		// version initStopped read. Anything else (a redelivery, a cancel
+		// meanwhile) fails the whole batch, which leaves nothing behind,
+		// and the steps below settle it one by one.
+		done, err := h.batchOrSettle(ctx, []collections.Write{
+			createWrite(c.subAgent(sa), agentData),
+			h.subMessageWrite(c, sa, system),
+			updateWrite(task.Path, map[string]any{"status": "running", "subAgentId": sa}, read.Version),
+			h.subMessageWrite(c, sa, instruction),
+		})
+		if err != nil || done {
+			return err
+		}
+	}
+	if _, err := h.createOnce(ctx, c.subAgent(sa), agentData); err != nil {
 		return err
 	}
-	if _, err := h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "system", "content": h.cfg.Roles[role].SystemPrompt, "seq": 0,
-	}); err != nil {
+	if _, err := h.createSubMessage(ctx, c, sa, system); err != nil {
 		return err
 	}
 	// The task as initStopped read it when it was pending (the update is
@@ -124,18 +145,23 @@ func (h *Handlers) agentInit(ctx context.Context, ev *Event) error {
 	if taskFinished(str(cur, "status")) {
 		return nil
 	}
-	_, err = h.createSubMessage(ctx, c, sa, map[string]any{
-		"userId": c.uid, "subAgentId": sa, "role": "user", "content": str(task, "instruction"), "seq": 1,
-	})
+	_, err = h.createSubMessage(ctx, c, sa, instruction)
 	return err
 }
 
 // createSubMessage creates (once) the sub-agent message data describes, at
 // the id its seq gives, sealed.
 func (h *Handlers) createSubMessage(ctx context.Context, c chat, sa string, data map[string]any) (*collections.Document, error) {
+	w := h.subMessageWrite(c, sa, data)
+	return h.createOnce(ctx, w.Path, w.Data)
+}
+
+// subMessageWrite is the create of the sub-agent message data describes,
+// at the id its seq gives, sealed (createSubMessage's write, for a Batch).
+func (h *Handlers) subMessageWrite(c chat, sa string, data map[string]any) collections.Write {
 	seq, _ := collections.Int64(data["seq"])
 	path := c.subMessages(sa) + "/" + msgID(seq)
-	return h.createOnce(ctx, path, h.seals.seal(path, data, subMessageSeal))
+	return createWrite(path, h.seals.seal(path, data, subMessageSeal))
 }
 
 // agentLoop runs one LLM step of a sub-agent when a user or tool message
@@ -330,7 +356,8 @@ func (h *Handlers) roleTools(role string) []llm.Tool {
 }
 
 // writeStep writes the model's answer as the assistant message after the
-// last one, then counts the step and its tokens on the sub-agent. The step
+// last one, and counts the step and its tokens on the sub-agent, in one
+// commit. The step
 // is nil when another delivery already wrote it. notified are the ids of
 // the pending notifications its prompt carried (marked delivered after).
 func (h *Handlers) writeStep(ctx context.Context, c chat, sa string, agent *collections.Document, msgs []*collections.Document, inReplyTo string, res *llm.Response, notified []any) (step, updated *collections.Document, err error) {
@@ -350,23 +377,24 @@ func (h *Handlers) writeStep(ctx context.Context, c chat, sa string, agent *coll
 		data["notifications"] = notified
 	}
 	stepPath := c.subMessages(sa) + "/" + msgID(seq)
-	step, err = h.docs.Create(ctx, stepPath, h.seals.seal(stepPath, data, subMessageSeal))
-	if errors.Is(err, collections.ErrAlreadyExists) {
-		return nil, nil, nil // another delivery wrote this step
-	}
-	if err != nil {
-		return nil, nil, err
-	}
 	steps, _ := stepsTaken(agent, msgs)
-	updated, err = h.docs.Update(ctx, agent.Path, map[string]any{
-		"iterationCount": steps + 1,
-		"tokensUsed":     num(agent, "tokensUsed") + int64(res.Usage.TotalTokens),
-		"contextTokens":  res.Usage.PromptTokens,
-	}, 0)
+	// The step and its count in one commit: the hop to the step's tool
+	// calls waits for one fsync, and no step is ever written uncounted.
+	docs, err := h.docs.Batch(ctx, []collections.Write{
+		createWrite(stepPath, h.seals.seal(stepPath, data, subMessageSeal)),
+		updateWrite(agent.Path, map[string]any{
+			"iterationCount": steps + 1,
+			"tokensUsed":     num(agent, "tokensUsed") + int64(res.Usage.TotalTokens),
+			"contextTokens":  res.Usage.PromptTokens,
+		}, 0),
+	})
+	if errors.Is(err, collections.ErrAlreadyExists) {
+		return nil, nil, nil // another delivery wrote this step (and counted it)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	return step, updated, nil
+	return docs[0], docs[1], nil
 }
 
 // subMessages returns a sub-agent's most recent messages in seq order (at

@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -17,7 +18,11 @@ import (
 // to the next document write — with the offline model (no LLM time). A run
 // has six hops; each is timed from the commit time of the document that
 // fired it to the commit time of the first document the handler wrote
-// (server timestamps, ms). Environment: LOOM_AGENT_RUNS (30) chats,
+// (server timestamps, ms). Next to the times it reports what a run costs
+// the store: writes/run (change-log entries), commits/run (SQLite
+// transactions, each one fsync) and commit-requests/run (the requests those
+// transactions grouped: every Docs write, delivery record and outbox row).
+// Environment: LOOM_AGENT_RUNS (30) chats,
 // LOOM_AGENT_CONC (1) at a time.
 //
 //	go test -run '^$' -bench AgentHop -benchtime 1x ./webhooks/
@@ -33,6 +38,7 @@ func BenchmarkAgentHop(b *testing.B) {
 		var total, doc []time.Duration
 		sem := make(chan struct{}, conc)
 		var wg sync.WaitGroup
+		before := s.storeCost(b)
 		b.ResetTimer()
 		start := time.Now()
 		for r := 0; r < runs; r++ {
@@ -70,6 +76,7 @@ func BenchmarkAgentHop(b *testing.B) {
 		wg.Wait()
 		elapsed := time.Since(start)
 		b.StopTimer()
+		cost := s.storeCost(b).minus(before)
 		var all []time.Duration
 		for name, ds := range hops {
 			if name == runHop {
@@ -89,6 +96,9 @@ func BenchmarkAgentHop(b *testing.B) {
 		// answer's (ms resolution).
 		b.ReportMetric(float64(pct(doc, 0.5).Microseconds())/1000, "run-commits-p50-ms")
 		b.ReportMetric(float64(runs)/elapsed.Seconds(), "runs/s")
+		b.ReportMetric(float64(cost.writes)/float64(runs), "writes/run")
+		b.ReportMetric(float64(cost.commits)/float64(runs), "commits/run")
+		b.ReportMetric(float64(cost.requests)/float64(runs), "commit-requests/run")
 	}
 }
 
@@ -144,4 +154,39 @@ func runHops(s *stack, chat string) (map[string]time.Duration, error) {
 		"task done → finalize answer":        ms(task.UpdatedAt, result.CreatedAt),
 		runHop:                               ms(msg.CreatedAt, result.CreatedAt),
 	}, nil
+}
+
+// storeCost is what the node's store has done so far: its change-log head
+// (writes), and its committer's transactions (commits) and the requests
+// they grouped, from the loom_sqlite_commit_batch_requests histogram.
+type storeCost struct{ writes, commits, requests int64 }
+
+func (c storeCost) minus(o storeCost) storeCost {
+	return storeCost{c.writes - o.writes, c.commits - o.commits, c.requests - o.requests}
+}
+
+func (s *stack) storeCost(b *testing.B) storeCost {
+	b.Helper()
+	var c storeCost
+	var err error
+	if c.writes, err = s.store.Head(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "loom_sqlite_commit_batch_requests" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			c.commits += int64(m.GetHistogram().GetSampleCount())
+			c.requests += int64(m.GetHistogram().GetSampleSum())
+		}
+	}
+	if c.commits == 0 {
+		b.Fatal("the node exports no loom_sqlite_commit_batch_requests samples")
+	}
+	return c
 }

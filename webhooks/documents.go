@@ -2,6 +2,8 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -28,4 +30,28 @@ type Docs interface {
 	// Query returns up to q.Limit documents (default 100), however many
 	// pages that takes.
 	Query(ctx context.Context, q collections.Query) ([]*collections.Document, error)
+	// Batch commits writes in one atomic commit (one fsync), all of them
+	// or none: a create, update or delete (createWrite, updateWrite) means
+	// what Create, Update and Delete do, with the same checks. It returns
+	// the written documents in order (nil for a delete). Handlers batch
+	// writes that do not depend on each other's results, so a hop waits
+	// for one commit instead of several.
+	Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error)
+}
+
+// createWrite is Create's write in a Batch.
+func createWrite(path string, data map[string]any) collections.Write {
+	return collections.Write{Type: collections.WriteCreate, Path: path, Data: data}
+}
+
+// updateWrite is Update's write in a Batch: with ifVersion > 0 it applies
+// only at that version.
+func updateWrite(path string, data map[string]any, ifVersion int64) collections.Write {
+	w := collections.Write{Type: collections.WriteUpdate, Path: path, Data: data}
+	if ifVersion > 0 {
+		w.IfMatch = []collections.Filter{{
+			Field: collections.FieldVersion, Op: collections.OpEq, Value: json.Number(strconv.FormatInt(ifVersion, 10)),
+		}}
+	}
+	return w
 }

@@ -101,6 +101,9 @@ type turn struct {
 	// (waitingRead): routeReply and the decision's prompt share one query.
 	waiting     []*collections.Document
 	waitingRead bool
+	// finished: the turn's chat fields are written (startAtOnce), there
+	// is nothing left for finishTurn.
+	finished bool
 }
 
 // turnWaiting is Handlers.waitingForUser read once per turn.
@@ -138,7 +141,14 @@ func (h *Handlers) orchestrate(ctx context.Context, c chat, t *turn, replyPath s
 	if reply == nil {
 		// The model's decision is stored (in the reply's plan) before it is
 		// acted on, so a redelivery carries it out instead of asking again.
-		if reply, err = h.decide(ctx, c, t, replyPath); err != nil || reply == nil {
+		data, err := h.decide(ctx, c, t, replyPath)
+		if err != nil || data == nil {
+			return false, err
+		}
+		if started, done, err := h.startAtOnce(ctx, c, t, replyPath, data); err != nil || done {
+			return started, err
+		}
+		if reply, err = h.createOnce(ctx, replyPath, data); err != nil {
 			return false, err
 		}
 	}
@@ -175,6 +185,57 @@ func (h *Handlers) orchestrate(ctx context.Context, c chat, t *turn, replyPath s
 	return true, nil
 }
 
+// startAtOnce carries out a fresh decision (reply, the reply's data) in one
+// commit when its plan only delegates (or is empty) and it carries no
+// notifications: the reply, the plan's tasks and the turn's chat document
+// fields (finishTurn's: activity, tokens and, with tasks, runStatus
+// "running"), the chat's update checked against the version the turn
+// knows, so a cancel while the model decided fails the batch. Three
+// commits on the way to the first task become one; the reply still holds
+// the plan, and nothing of it exists without the rest (a reader that sees
+// the reply sees the chat's tokens). done is false when it did not
+// (another plan, a chat that moved, a redelivery: orchestrate then writes
+// step by step, as before). started reports that tasks were created.
+func (h *Handlers) startAtOnce(ctx context.Context, c chat, t *turn, replyPath string, reply map[string]any) (started, done bool, _ error) {
+	plan, _ := reply["plan"].([]any)
+	if reply["notifications"] != nil || t.known == nil {
+		return false, false, nil
+	}
+	started = len(plan) > 0
+	if stop, err := canceledFor(t.known, t.msg.CreatedAt); err != nil || stop {
+		return false, false, nil // the step-by-step path settles it
+	}
+	writes := []collections.Write{createWrite(replyPath, reply)}
+	for i, p := range plan {
+		call, _ := p.(map[string]any)
+		w, ok := h.delegateWrite(c, t.msg, i, call)
+		if !ok {
+			return false, false, nil
+		}
+		writes = append(writes, w)
+	}
+	patch := h.turnPatch(c, t, started)(t.known)
+	if patch == nil {
+		return false, false, nil // nothing to pin the chat's version to
+	}
+	writes = append(writes, updateWrite(c.path(), patch, t.known.Version))
+	docs, done, err := h.batchIfAsRead(ctx, writes)
+	if err != nil {
+		// The batch may have committed all the same (its answer lost on the
+		// way back): then finishTurn must not count the decision's tokens
+		// a second time. The reply tells, the batch being atomic.
+		if r, rerr := h.getOpt(ctx, replyPath); rerr != nil || r != nil {
+			t.finished = true
+		}
+		return false, false, err
+	}
+	if !done {
+		return false, false, nil
+	}
+	t.known, t.finished = docs[len(docs)-1], true
+	return started, true, nil
+}
+
 // finishTurn writes the turn's chat document fields in one compare-and-swap
 // commit, after the message's tasks exist: the activity touchChat left
 // (t.touchAt), the decision's tokens (tokensUsed, lastModel) and, when the
@@ -192,10 +253,20 @@ func (h *Handlers) orchestrate(ctx context.Context, c chat, t *turn, replyPath s
 // call itself and stays exact. The activity and the runStatus are written
 // by the redelivery.
 func (h *Handlers) finishTurn(ctx context.Context, c chat, t *turn, started bool) error {
-	if t.touchAt == 0 && t.res == nil && !started {
+	if t.finished || t.touchAt == 0 && t.res == nil && !started {
 		return nil
 	}
-	d, err := h.casChatFrom(ctx, c, t.known, func(cur *collections.Document) map[string]any {
+	d, err := h.casChatFrom(ctx, c, t.known, h.turnPatch(c, t, started))
+	if err != nil {
+		return err
+	}
+	t.known = d
+	return nil
+}
+
+// turnPatch is finishTurn's write on the chat document cur (nil: none).
+func (h *Handlers) turnPatch(c chat, t *turn, started bool) func(cur *collections.Document) map[string]any {
+	return func(cur *collections.Document) map[string]any {
 		patch := map[string]any{}
 		switch {
 		case cur == nil && t.touchAt != 0:
@@ -220,22 +291,18 @@ func (h *Handlers) finishTurn(ctx context.Context, c chat, t *turn, started bool
 			return nil
 		}
 		return patch
-	})
-	if err != nil {
-		return err
 	}
-	t.known = d
-	return nil
 }
 
-// decide asks the model what to do about msg and writes its answer as the
-// reply at replyPath, with the plan of tool calls to carry out. When the
-// model cannot answer (a limit of the user's, or an error no retry can
-// fix) the reply tells the user so, and decide returns no reply.
+// decide asks the model what to do about msg and returns its answer, the
+// sealed data of the reply at replyPath, with the plan of tool calls to
+// carry out (the caller writes it). When the model cannot answer (a limit
+// of the user's, or an error no retry can fix) decide writes the reply
+// that tells the user so, and returns no data.
 //
 // t.known is the chat document as the orchestrator last read or wrote it
 // (its memory); the decision's response goes into t.res.
-func (h *Handlers) decide(ctx context.Context, c chat, t *turn, replyPath string) (*collections.Document, error) {
+func (h *Handlers) decide(ctx context.Context, c chat, t *turn, replyPath string) (map[string]any, error) {
 	msg := t.msg
 	history, full, err := h.chatHistory(ctx, c, msg)
 	if err != nil {
@@ -297,7 +364,7 @@ func (h *Handlers) decide(ctx context.Context, c chat, t *turn, replyPath string
 	if ids := noticeIDs(notes); len(ids) > 0 {
 		data["notifications"] = ids
 	}
-	return h.createOnce(ctx, replyPath, h.seals.seal(replyPath, data, chatMessageSeal))
+	return h.seals.seal(replyPath, data, chatMessageSeal), nil
 }
 
 // askOrchestrator asks the model about the chat's history, with the
@@ -374,21 +441,13 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 	name, _ := call["name"].(string)
 	argsText, _ := call["arguments"].(string)
 	var args map[string]any
-	argErr := json.Unmarshal([]byte(argsText), &args)
+	_ = json.Unmarshal([]byte(argsText), &args) // bad arguments: no args (run_tool runs "{}")
 	path := c.tasks() + "/" + taskID(msg.ID, i)
 	base := map[string]any{"userId": c.uid, "chatId": c.id, "triggerMessageId": msg.ID, "status": "pending"}
 	switch name {
 	case "delegate_task":
-		agent, _ := args["agent"].(string)
-		if _, ok := h.cfg.Roles[agent]; !ok {
-			agent = "general"
-		}
-		instr, _ := args["instruction"].(string)
-		if argErr != nil || instr == "" {
-			instr = str(msg, "content")
-		}
-		base["type"], base["name"], base["instruction"] = "agent", "agent:"+agent, instr
-		_, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
+		w, _ := h.delegateWrite(c, msg, i, call)
+		_, err := h.createOnce(ctx, w.Path, w.Data)
 		return err
 	case "run_tool":
 		tool, _ := args["name"].(string)
@@ -431,6 +490,30 @@ func (h *Handlers) startTask(ctx context.Context, c chat, msg *collections.Docum
 		_, err := h.createOnce(ctx, path, h.seals.seal(path, base, taskSeal))
 		return err
 	}
+}
+
+// delegateWrite is the create of the agent task of planned call i, a
+// delegate_task (false for another call).
+func (h *Handlers) delegateWrite(c chat, msg *collections.Document, i int, call map[string]any) (collections.Write, bool) {
+	if name, _ := call["name"].(string); name != "delegate_task" {
+		return collections.Write{}, false
+	}
+	argsText, _ := call["arguments"].(string)
+	var args map[string]any
+	argErr := json.Unmarshal([]byte(argsText), &args)
+	agent, _ := args["agent"].(string)
+	if _, ok := h.cfg.Roles[agent]; !ok {
+		agent = "general"
+	}
+	instr, _ := args["instruction"].(string)
+	if argErr != nil || instr == "" {
+		instr = str(msg, "content")
+	}
+	path := c.tasks() + "/" + taskID(msg.ID, i)
+	return createWrite(path, h.seals.seal(path, map[string]any{
+		"userId": c.uid, "chatId": c.id, "triggerMessageId": msg.ID, "status": "pending",
+		"type": "agent", "name": "agent:" + agent, "instruction": instr,
+	}, taskSeal)), true
 }
 
 // firstTask returns the first task of the chat that matches filters and

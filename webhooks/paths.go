@@ -55,6 +55,32 @@ func (h *Handlers) createOnce(ctx context.Context, path string, data map[string]
 	return d, err
 }
 
+// batchOrSettle commits writes in one Batch when the documents are as the
+// handler read them, and reports done. A batch that meets another state — a
+// document already there (a redelivery), a version moved or a document gone
+// (a concurrent write, a cancel) — commits nothing, and done is false: the
+// handler then writes one by one, settling each case as it always does.
+// Other errors are returned, for the delivery to retry.
+func (h *Handlers) batchOrSettle(ctx context.Context, writes []collections.Write) (done bool, _ error) {
+	_, done, err := h.batchIfAsRead(ctx, writes)
+	return done, err
+}
+
+// batchIfAsRead is batchOrSettle that returns the written documents (in
+// the order of writes) when done.
+func (h *Handlers) batchIfAsRead(ctx context.Context, writes []collections.Write) (_ []*collections.Document, done bool, _ error) {
+	docs, err := h.docs.Batch(ctx, writes)
+	switch {
+	case err == nil:
+		return docs, true, nil
+	case errors.Is(err, collections.ErrAlreadyExists), errors.Is(err, collections.ErrPreconditionFailed),
+		errors.Is(err, collections.ErrNotFound):
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
+}
+
 // getOpt returns the document or nil when there is none.
 func (h *Handlers) getOpt(ctx context.Context, path string) (*collections.Document, error) {
 	d, err := h.docs.Get(ctx, path)

@@ -90,6 +90,20 @@ func (d cancelOnCreate) Create(ctx context.Context, path string, data map[string
 	return doc, err
 }
 
+// Batch lands the cancel just before a batch that creates the sub-agent
+// (a batch is atomic: nothing can land inside it). The batch then fails on
+// the task's version, and agent-init writes one by one, Create above.
+func (d cancelOnCreate) Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error) {
+	for _, w := range writes {
+		if w.Type == collections.WriteCreate && w.Path == d.agentPath {
+			if _, err := d.Docs.Update(ctx, d.taskPath, map[string]any{"status": statusCanceled, "canceledBy": "user"}, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return d.Docs.Batch(ctx, writes)
+}
+
 // A task canceled while agent-init creates its sub-agent: the sub-agent
 // does not stay active (nothing else would ever end it).
 func TestAgentInit_CanceledMeanwhileEndsTheSubAgent(t *testing.T) {

@@ -95,6 +95,9 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 				patch["result"] = string(b)
 			}
 		}
+		if done, err := h.answerAtOnce(ctx, c, sa, tc, patch); err != nil || done {
+			return err
+		}
 		updated, err := h.docs.Update(ctx, tc.Path, patch, tc.Version)
 		if errors.Is(err, collections.ErrPreconditionFailed) {
 			updated, err = h.docs.Get(ctx, tc.Path) // a concurrent delivery recorded it
@@ -107,11 +110,7 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 	if str(tc, "status") == statusCanceled {
 		return nil // no tool message: the loop of a canceled task stays asleep
 	}
-	content := str(tc, "result")
-	if str(tc, "status") == "failed" {
-		content = "error: " + str(tc, "error")
-	}
-	content = cutText(content, maxResultChars) // at a rune boundary
+	content := toolContent(tc)
 	// on_tool_complete / on_tool_failure before the tool message that
 	// wakes the agent loop, so their notifications reach its next step
 	// (again on a redelivery: idempotent).
@@ -123,6 +122,45 @@ func (h *Handlers) toolRunner(ctx context.Context, ev *Event) error {
 		return err
 	}
 	return h.answerCall(ctx, c, sa, tc, content)
+}
+
+// answerAtOnce records a tool run's outcome (patch, on tc as read, still
+// pending) and answers the call in one commit: the tool-call update, the
+// tool message and the chat mirror, so the agent loop wakes one fsync
+// after the tool returned instead of three. It does so only when no rule
+// is at the outcome's hook (on_tool_complete, on_tool_failure), which runs
+// between the update and the tool message; done is false when it did not
+// (a rule, or a state the batch did not expect: the caller then writes one
+// by one, as for a redelivery).
+func (h *Handlers) answerAtOnce(ctx context.Context, c chat, sa string, tc *collections.Document, patch map[string]any) (done bool, _ error) {
+	status, _ := patch["status"].(string)
+	hook := plugins.OnToolComplete
+	if status == "failed" {
+		hook = plugins.OnToolFailure
+	}
+	if h.rulesAt(hook) {
+		return false, nil
+	}
+	recorded := tc.Clone()
+	for k, v := range patch {
+		recorded.Data[k] = v
+	}
+	writes := []collections.Write{updateWrite(tc.Path, patch, tc.Version),
+		h.toolMessageWrite(c, sa, num(tc, "assistantSeq")+1+num(tc, "index"), str(tc, "callId"), str(tc, "toolName"), toolContent(recorded))}
+	if w, ok := h.mirrorWrite(c, recorded, toolContent(recorded)); ok {
+		writes = append(writes, w)
+	}
+	return h.batchOrSettle(ctx, writes)
+}
+
+// toolContent is what the model sees of a recorded tool call: its result,
+// or its error, cut at maxResultChars (at a rune boundary).
+func toolContent(tc *collections.Document) string {
+	content := str(tc, "result")
+	if str(tc, "status") == "failed" {
+		content = "error: " + str(tc, "error")
+	}
+	return cutText(content, maxResultChars)
 }
 
 // answerCall writes the tool message that answers tool call tc (at the
@@ -141,11 +179,17 @@ func (h *Handlers) answerCall(ctx context.Context, c chat, sa string, tc *collec
 // (assistant seq + 1 + the call's index), so a redelivery writes it once.
 // It wakes the agent loop.
 func (h *Handlers) toolMessage(ctx context.Context, c chat, sa string, seq int64, callID, name, content string) error {
-	_, err := h.createSubMessage(ctx, c, sa, map[string]any{
+	w := h.toolMessageWrite(c, sa, seq, callID, name, content)
+	_, err := h.createOnce(ctx, w.Path, w.Data)
+	return err
+}
+
+// toolMessageWrite is toolMessage's create, for a Batch.
+func (h *Handlers) toolMessageWrite(c chat, sa string, seq int64, callID, name, content string) collections.Write {
+	return h.subMessageWrite(c, sa, map[string]any{
 		"userId": c.uid, "subAgentId": sa, "role": "tool", "content": content, "seq": seq,
 		"toolCallId": callID, "name": name,
 	})
-	return err
 }
 
 // mayRun checks that a sub-agent may run a tool: the tool is in its role's
@@ -192,21 +236,31 @@ func (h *Handlers) refuseToolCall(ctx context.Context, tc *collections.Document)
 // mirror shows a tool call in the user's chat as its visibility says:
 // visible (call and result), result-only, or hidden (nothing).
 func (h *Handlers) mirror(ctx context.Context, c chat, tc *collections.Document, content string) error {
+	w, ok := h.mirrorWrite(c, tc, content)
+	if !ok {
+		return nil
+	}
+	_, err := h.createOnce(ctx, w.Path, w.Data)
+	return err
+}
+
+// mirrorWrite is mirror's create, for a Batch; false when the call's
+// visibility is hidden.
+func (h *Handlers) mirrorWrite(c chat, tc *collections.Document, content string) (collections.Write, bool) {
 	var text string
 	switch str(tc, "visibility") {
 	case "hidden":
-		return nil
+		return collections.Write{}, false
 	case "result-only":
 		text = content
 	default:
 		text = fmt.Sprintf("%s(%s) → %s", str(tc, "toolName"), str(tc, "argsJson"), content)
 	}
 	path := c.messages() + "/" + mirrorID(str(tc, "subAgentId"), tc.ID)
-	_, err := h.createOnce(ctx, path, h.seals.seal(path, map[string]any{
+	return createWrite(path, h.seals.seal(path, map[string]any{
 		"userId": c.uid, "chatId": c.id, "role": "assistant", "kind": "tool", "content": text,
 		"toolName": str(tc, "toolName"), "toolCallId": tc.ID,
-	}, chatMessageSeal))
-	return err
+	}, chatMessageSeal)), true
 }
 
 // finalize writes the answer of a finished task into the chat: the result,

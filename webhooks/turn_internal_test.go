@@ -26,6 +26,13 @@ func (w *writeCounter) Update(ctx context.Context, path string, data map[string]
 	return w.Docs.Update(ctx, path, data, ifVersion)
 }
 
+func (w *writeCounter) Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error) {
+	for _, wr := range writes {
+		w.writes[wr.Path]++
+	}
+	return w.Docs.Batch(ctx, writes)
+}
+
 func (w *writeCounter) Query(ctx context.Context, q collections.Query) ([]*collections.Document, error) {
 	w.queries[q.Collection]++
 	return w.Docs.Query(ctx, q)

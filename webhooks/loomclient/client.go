@@ -279,6 +279,63 @@ func (c *Client) Delete(ctx context.Context, path string) error {
 	return err
 }
 
+// Batch commits writes atomically with POST /batch: all of them or, on an
+// error, none. A create, update or delete means what Create, Update
+// (IfMatch for a version) and Delete do. It returns the written documents
+// in order (nil for a delete); the server bounds a batch to 500 writes.
+func (c *Client) Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error) {
+	type wireWrite struct {
+		Type    collections.WriteType `json:"type"`
+		Path    string                `json:"path"`
+		Data    map[string]any        `json:"data"` // null for a delete
+		IfMatch []collections.Filter  `json:"ifMatch,omitempty"`
+	}
+	ws := make([]wireWrite, len(writes))
+	for i, w := range writes {
+		if err := collections.ValidateDocPath(w.Path); err != nil {
+			return nil, fmt.Errorf("loomclient: batch: %w", &collections.WriteError{Index: i, Path: w.Path, Err: err})
+		}
+		ws[i] = wireWrite{Type: w.Type, Path: w.Path, IfMatch: w.IfMatch}
+		switch w.Type {
+		case collections.WriteCreate, collections.WriteUpdate:
+			ws[i].Data = make(map[string]any, len(w.Data))
+			for k, v := range w.Data {
+				if w.Type == collections.WriteUpdate || !collections.IsEnvelopeField(k) {
+					ws[i].Data[k] = v // a create drops server-owned fields, as Create does
+				}
+			}
+		case collections.WriteDelete:
+		default:
+			return nil, fmt.Errorf("loomclient: batch: %w", &collections.WriteError{Index: i, Path: w.Path,
+				Err: fmt.Errorf("%w: write type %q", collections.ErrInvalidDocument, w.Type)})
+		}
+	}
+	b, err := json.Marshal(map[string]any{"writes": ws})
+	if err != nil {
+		return nil, fmt.Errorf("loomclient: batch: encode: %w", err)
+	}
+	resp, err := c.do(ctx, http.MethodPost, "batch", c.base+"/api/v1/databases/"+url.PathEscape(c.db)+"/batch", b, nil)
+	if err != nil {
+		return nil, err
+	}
+	var answer struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal(resp, &answer); err != nil || len(answer.Results) != len(writes) {
+		return nil, fmt.Errorf("loomclient: batch: unexpected answer (%d results for %d writes, %v)", len(answer.Results), len(writes), err)
+	}
+	out := make([]*collections.Document, len(writes))
+	for i, r := range answer.Results {
+		if writes[i].Type == collections.WriteDelete || string(r) == "null" {
+			continue
+		}
+		if out[i], err = decodeDoc(r); err != nil {
+			return nil, fmt.Errorf("loomclient: batch: %w", err)
+		}
+	}
+	return out, nil
+}
+
 // maxEmptyPages bounds how many empty pages in a row Query follows before
 // it returns what it has, with ErrIncomplete.
 const maxEmptyPages = 32

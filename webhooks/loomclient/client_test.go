@@ -640,3 +640,56 @@ func TestSyntrixCompatServer(t *testing.T) {
 		t.Errorf("wrong key: %v, want ErrUnauthorized", err)
 	}
 }
+
+// Batch is POST /batch: atomic, each write meaning what Create, Update and
+// Delete do, a failed write committing none, the sentinels as for one
+// write.
+func TestBatch(t *testing.T) {
+	e := newEnv(t, nil)
+	c := e.client(t, e.serviceKey(t, "hooks"), 0)
+	ctx := context.Background()
+	for _, p := range []string{"users/u1/chats/b", "users/u1/chats/c"} {
+		if _, err := c.Create(ctx, p, map[string]any{"n": 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update := func(path string, data map[string]any, version int64) collections.Write {
+		return collections.Write{Type: collections.WriteUpdate, Path: path, Data: data, IfMatch: []collections.Filter{
+			{Field: collections.FieldVersion, Op: collections.OpEq, Value: version}}}
+	}
+	create := func(path string, data map[string]any) collections.Write {
+		return collections.Write{Type: collections.WriteCreate, Path: path, Data: data}
+	}
+	for name, w := range map[string]struct {
+		write collections.Write
+		want  error
+	}{
+		"stale version": {update("users/u1/chats/b", map[string]any{"n": 2}, 7), collections.ErrPreconditionFailed},
+		"existing":      {create("users/u1/chats/c", map[string]any{}), collections.ErrAlreadyExists},
+		"missing":       {collections.Write{Type: collections.WriteDelete, Path: "users/u1/chats/none"}, collections.ErrNotFound},
+		"forbidden":     {create("posts/p1", map[string]any{}), loomclient.ErrForbidden},
+	} {
+		_, err := c.Batch(ctx, []collections.Write{create("users/u1/chats/a", map[string]any{"n": 1}), w.write})
+		if !errors.Is(err, w.want) {
+			t.Errorf("%s: err=%v, want %v", name, err, w.want)
+		}
+		if _, err := c.Get(ctx, "users/u1/chats/a"); !errors.Is(err, collections.ErrNotFound) {
+			t.Fatalf("%s: the batch's first write committed: %v", name, err)
+		}
+	}
+	got, err := c.Batch(ctx, []collections.Write{
+		create("users/u1/chats/a", map[string]any{"n": 1, "version": 9, "id": "other"}),
+		update("users/u1/chats/b", map[string]any{"n": 2}, 1),
+		{Type: collections.WriteDelete, Path: "users/u1/chats/c"},
+	})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("batch: %v %v", got, err)
+	}
+	if got[0].ID != "a" || got[0].Version != 1 || got[0].Data["version"] != nil || got[0].Data["id"] != nil ||
+		got[1].Version != 2 || fmt.Sprint(got[1].Data["n"]) != "2" || got[2] != nil {
+		t.Errorf("batch results %+v %+v %+v", got[0], got[1], got[2])
+	}
+	if _, err := c.Get(ctx, "users/u1/chats/c"); !errors.Is(err, collections.ErrNotFound) {
+		t.Errorf("the batch's delete: %v", err)
+	}
+}
