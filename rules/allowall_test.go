@@ -252,3 +252,29 @@ func TestSet_AllowsAll_Cached(t *testing.T) {
 		}
 	}
 }
+
+// TestSet_AllowsAll_CachedRoleLists: no role list shares a cached answer
+// with another, the empty list and the list of one empty role included
+// (both join to "").
+func TestSet_AllowsAll_CachedRoleLists(t *testing.T) {
+	read := `"read"`
+	lists := [][]string{nil, {}, {""}, {"", ""}, {"a"}, {"a", ""}, {"", "a"}}
+	for _, cond := range []string{
+		"request.auth != null && size(request.auth.roles) == 0",
+		"request.auth != null && '' in request.auth.roles",
+		"request.auth != null && size(request.auth.roles) == 1",
+	} {
+		s := MustParse(t, rule1("rooms/{r}", read, cond))
+		for _, first := range lists {
+			for _, second := range lists {
+				ctx := context.Background()
+				s.AllowsAll(ctx, &rules.Auth{UID: "alice", Roles: first}, rules.OpList, "rooms")
+				auth := &rules.Auth{UID: "alice", Roles: second}
+				want := MustParse(t, rule1("rooms/{r}", read, cond)).AllowsAll(ctx, auth, rules.OpList, "rooms")
+				if got := s.AllowsAll(ctx, auth, rules.OpList, "rooms"); got != want {
+					t.Fatalf("%s: roles %q after roles %q: AllowsAll=%v, want %v", cond, second, first, got, want)
+				}
+			}
+		}
+	}
+}
