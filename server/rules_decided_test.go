@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/loomdb/loom/server"
@@ -216,4 +217,66 @@ if    = "request.auth != null && request.auth.uid == userId"
 		t.Fatalf("group items = %s, want [a]", got)
 	}
 	wantStatus(t, "bob's items for alice", env.Do(t, "POST", api+"/query", fmt.Sprintf(`{"collection":"users/%s/items"}`, bob.UID), alice.h()), http.StatusForbidden)
+}
+
+// Decided whole, a pattern query or subscription of a user's own
+// collections is filtered by the engine alone: it must return exactly the
+// pattern's documents, page after page — not a deeper subcollection, not
+// another user's, not a user whose uid starts with the caller's.
+func TestSecurity_OwnPatternReadsStayInThePattern(t *testing.T) {
+	env := newAuthEnv(t, server.Config{})
+	alice := env.signup(t, "alice")
+	bob := env.signup(t, "bob")
+	own := "users/" + alice.UID
+	w := env.dialWS(t, "", alice.h())
+	w.subscribe("s", map[string]any{"query": q(own + "/*")})
+	for _, p := range []string{
+		own + "/items/a",
+		own + "/items/a/sub/s",
+		"users/" + bob.UID + "/items/b",
+		"users/" + alice.UID + "x/items/x",
+		own + "/notes/n",
+	} {
+		wantStatus(t, "write "+p, env.Do(t, "PUT", api+"/documents/"+p, `{"doc":{"n":1}}`, nil), http.StatusCreated)
+	}
+	for _, want := range []string{"a", "n"} {
+		if m := w.expect("event"); m.delta()["id"] != want {
+			t.Fatalf("event %s, want %s", m, want)
+		}
+	}
+	w.send("p", "ping", nil)
+	if m := w.read(); m.Type != "pong" {
+		t.Fatalf("got %s, want nothing but the pattern's documents", m)
+	}
+
+	for _, tc := range []struct{ coll, want string }{
+		{own + "/*", "[a n]"},
+		{own + "/items", "[a]"},
+		{own + "/*/*/sub", "[s]"},
+		{own + "/items/*/sub", "[s]"},
+	} {
+		for _, order := range []string{``, `,"orderBy":[{"field":"n"}]`} {
+			var got []string
+			cursor := ""
+			for page := 0; page < 5; page++ {
+				body := fmt.Sprintf(`{"collection":%q,"limit":1%s%s}`, tc.coll, order, cursor)
+				r := env.Do(t, "POST", api+"/query", body, alice.h())
+				wantStatus(t, "query "+body, r, http.StatusOK)
+				res := r.JSON(t)
+				docs, _ := res["docs"].([]any)
+				for _, d := range docs {
+					got = append(got, d.(map[string]any)["id"].(string))
+				}
+				next, _ := res["nextCursor"].(string)
+				if next == "" {
+					break
+				}
+				cursor = fmt.Sprintf(`,"startAfter":%q`, next)
+			}
+			slices.Sort(got)
+			if fmt.Sprint(got) != tc.want {
+				t.Fatalf("%s%s: pages hold %v, want %s", tc.coll, order, got, tc.want)
+			}
+		}
+	}
 }
