@@ -255,7 +255,11 @@ type decisionKey struct {
 	anonymous  bool
 	uid        string
 	username   string
-	roles      string // joined with NUL
+	// roles joined with NUL, and how many: the join alone is "" both for
+	// no roles and for one empty role (an OIDC token's roles are not
+	// validated).
+	roles  string
+	nroles int
 }
 
 // newDecisionCache returns the cache for rules, disabled when a condition
@@ -281,7 +285,8 @@ func (c *decisionCache) key(auth *Auth, op Op, collection string) (decisionKey, 
 				return decisionKey{}, false // the join would be ambiguous
 			}
 		}
-		k.uid, k.username, k.roles = auth.UID, auth.Username, strings.Join(auth.Roles, "\x00")
+		k.uid, k.username = auth.UID, auth.Username
+		k.roles, k.nroles = strings.Join(auth.Roles, "\x00"), len(auth.Roles)
 	}
 	return k, true
 }

@@ -252,3 +252,79 @@ func TestSet_AllowsAll_Cached(t *testing.T) {
 		}
 	}
 }
+
+// TestSet_AllowsAll_CachedRoleLists: no role list shares a cached answer
+// with another, the empty list and the list of one empty role included
+// (both join to "").
+func TestSet_AllowsAll_CachedRoleLists(t *testing.T) {
+	read := `"read"`
+	lists := [][]string{nil, {}, {""}, {"", ""}, {"a"}, {"a", ""}, {"", "a"}}
+	for _, cond := range []string{
+		"request.auth != null && size(request.auth.roles) == 0",
+		"request.auth != null && '' in request.auth.roles",
+		"request.auth != null && size(request.auth.roles) == 1",
+	} {
+		s := MustParse(t, rule1("rooms/{r}", read, cond))
+		for _, first := range lists {
+			for _, second := range lists {
+				ctx := context.Background()
+				s.AllowsAll(ctx, &rules.Auth{UID: "alice", Roles: first}, rules.OpList, "rooms")
+				auth := &rules.Auth{UID: "alice", Roles: second}
+				want := MustParse(t, rule1("rooms/{r}", read, cond)).AllowsAll(ctx, auth, rules.OpList, "rooms")
+				if got := s.AllowsAll(ctx, auth, rules.OpList, "rooms"); got != want {
+					t.Fatalf("%s: roles %q after roles %q: AllowsAll=%v, want %v", cond, second, first, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestSet_AllowsAll_Disguised: conditions that reach a document, the
+// request's path or time, or the caller's claims by a detour — a
+// root-scoped name, dyn, a list or map around request, a comprehension
+// variable shadowing request, resource or a capture — are never decided
+// whole, and a claim read by a detour turns the decision cache off (the
+// answer changes with the claim, same uid, username and roles).
+func TestSet_AllowsAll_Disguised(t *testing.T) {
+	read := `"read"`
+	undecided := []string{
+		".request.path != 'rooms/secret'",
+		".resource == null",
+		"request.auth != null && .r != 'secret'",
+		"dyn(request).path != 'rooms/secret'",
+		"[request][0].path != 'rooms/secret'",
+		"{'x': request}.x.time > timestamp('2000-01-01T00:00:00Z')",
+		"[request.auth][0] != null && request.path != 'rooms/secret'",
+		"['rooms/secret'].all(request, request != 'x') && resource != null",
+		"[r].all(x, x != 'secret')",
+		"[1].all(r, r == 1) && r != 'secret'",
+		"request.exists(k, k == 'path')",
+		"[0].exists(x, has(resource.data.open))",
+	}
+	for _, cond := range undecided {
+		s := MustParse(t, rule1("rooms/{r}", read, cond))
+		if s.AllowsAll(context.Background(), alice, rules.OpList, "rooms") {
+			t.Errorf("%s: decided for the whole collection", cond)
+		}
+	}
+	claims := []string{
+		"request.auth['claims'].tier == 'gold'",
+		"dyn(request.auth).claims.tier == 'gold'",
+		"[request.auth][0].claims.tier == 'gold'",
+		"request.auth.exists(k, k == 'claims') && request.auth.claims.tier == 'gold'",
+		"'gold' in [request.auth].map(a, a.claims.tier)",
+		"request.auth == {'uid': 'carol', 'username': '', 'roles': [], 'claims': {'tier': 'gold'}}",
+	}
+	gold := &rules.Auth{UID: "carol", Claims: map[string]any{"tier": "gold"}}
+	silver := &rules.Auth{UID: "carol", Claims: map[string]any{"tier": "silver"}}
+	for _, cond := range claims {
+		s := MustParse(t, rule1("rooms/{r}", read, cond))
+		ctx := context.Background()
+		if !s.AllowsAll(ctx, gold, rules.OpList, "rooms") {
+			t.Errorf("%s: gold not decided", cond)
+		}
+		if s.AllowsAll(ctx, silver, rules.OpList, "rooms") {
+			t.Errorf("%s: silver decided after gold (a cached answer)", cond)
+		}
+	}
+}

@@ -202,6 +202,12 @@ func TestMustMatch(t *testing.T) {
 		{"users/{uid}", "users/*/notes/*", false},
 		{"users/{uid}", "users/", false},
 		{"users/**", "users/a/*", true},
+		// Empty segments match nothing, under ** too.
+		{"users/{uid}/{rest=**}", "users//notes/*", false},
+		{"users/{uid}/{rest=**}", "users/u1//*", false},
+		{"users/{uid}/{rest=**}", "users/u1/notes/", false},
+		{"{all=**}", "", false},
+		{"{all=**}", "/*", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern+"@"+tt.wild, func(t *testing.T) {
