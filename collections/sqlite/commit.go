@@ -450,9 +450,13 @@ func (t *txn) createFresh(db string, w *collections.Write, now int64) (collectio
 	if err != nil {
 		return collections.WriteResult{}, false, nil
 	}
+	seq := t.c.seq
 	if err := t.store(t.c.stmts.insert, db, w, o, nil, now); err != nil {
+		// Only the row's own key says the path is taken: store moves seq
+		// once the row is in, so a refused change (the log's key) is not
+		// mistaken for it.
 		var se sqlite3.Error
-		if errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
+		if t.c.seq == seq && errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey {
 			return collections.WriteResult{}, false, nil
 		}
 		return collections.WriteResult{}, false, err
