@@ -158,11 +158,10 @@ func (s *Store) get(ctx context.Context, db, path string, raw bool) (*collection
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	// A get reads at most one row through the primary key: bounded and
-	// short, so it runs without watching ctx (begin checked it). Watching
-	// costs database/sql a goroutine per statement and the driver a
-	// context.AfterFunc, about as much CPU as the lookup itself.
-	row := s.reads.get.QueryRowContext(context.WithoutCancel(ctx), db, path)
+	// The lookup itself is one primary-key row, but it first waits for a
+	// free read connection, which a long query may hold: that wait must
+	// end with ctx (its cost, a database/sql goroutine per call, is paid).
+	row := s.reads.get.QueryRowContext(ctx, db, path)
 	var d *collections.Document
 	var err error
 	if raw {
