@@ -213,7 +213,7 @@ type plan struct {
 type inList struct {
 	at    int
 	field string
-	val   string // the field's value expression, constant within an arm
+	val   string // the field's value expression
 	arms  []string
 }
 
@@ -266,14 +266,19 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 		if nested(q.Collection) {
 			// A declared index on a nested shape holds every collection of
 			// the shape, (db, field values..., path): after the fields'
-			// equalities this range on its last column seeks to the queried collection
-			// instead of reading every collection's entries for those values
-			// (one user's query paid for all users' documents). The range
-			// holds exactly the collection's documents among those of its
-			// shape: a path C/id sorts in (C+"/", C+"0") ('0' follows '/'),
-			// and the deeper paths in it have another shape.
+			// equalities this range on its last column seeks to the queried
+			// collection instead of reading every collection's entries for
+			// those values (one user's query paid for all users'
+			// documents). The range holds exactly the collection's
+			// documents among those of its shape: a path C/id sorts in
+			// (C+"/", C+"0") ('0' follows '/'), and the deeper paths in it
+			// have another shape. likelihood(..., 1.0) tells the planner
+			// the range narrows nothing (true, next to collection = ?):
+			// otherwise it would prefer any index the range applies to
+			// over one that yields the ORDER BY, and sort every match of
+			// a large collection.
 			lo, hi := pathRange(q.Collection)
-			p.where = append(p.where, "path > "+p.arg(lo)+" AND path < "+p.arg(hi))
+			p.where = append(p.where, "likelihood(path > "+p.arg(lo)+", 1.0) AND likelihood(path < "+p.arg(hi)+", 1.0)")
 		}
 	} else if shape, ok := shapeLiteral(q.Collection); ok {
 		p.where = append(p.where, "shape = "+shape)
@@ -460,14 +465,15 @@ func boolByte(v bool) byte {
 
 // exactFilter reports whether pushdown's condition for f holds for exactly
 // the documents f matches (collections.MatchValue), not only for a
-// superset: an equality with a string on a field SQL can address. The
+// superset: an equality with a string (or "in" with strings) on a field
+// SQL can address. The
 // condition pins the field's type class to string (json_type 'text', or a
 // column that always holds a string) and compares json_extract's text with
 // BINARY collation, i.e. by bytes, as collections.Equal compares strings.
 // Stored data is json.Marshal output (valid UTF-8, standard escapes), so
 // json_extract decodes a stored string to the same bytes as DecodeJSON.
 // Anything else (numbers, whose SQL form may round; ranges; prefixes;
-// null, bools, lists) is checked in Go as before.
+// null, bools, other lists) is checked in Go as before.
 func exactFilter(f collections.Filter) bool {
 	switch f.Op {
 	case collections.OpEq:
@@ -641,36 +647,63 @@ func (p *plan) after(c *collections.Cursor) string {
 func (p *plan) sql(afterCond string, limit int) string {
 	var b strings.Builder
 	if !p.merge {
-		p.selectSQL(&b, afterCond, p.where, limit, false)
+		p.selectSQL(&b, afterCond, p.where, -1)
+		p.orderBy(&b, false)
+		b.WriteString(" LIMIT " + strconv.Itoa(limit))
 		return b.String()
 	}
-	// A merge: each value's first limit rows, read in the query's order
-	// from the index (an equality, as for "=="), then the first limit rows
-	// of their union in that order: the first limit rows of the IN query.
-	// The arms are disjoint, so UNION ALL repeats no row.
+	// A merge: one arm per value, each selecting its rows with the order
+	// terms as k0, k1, ...; a compound ORDER BY over those makes SQLite
+	// merge the arms (MERGE (UNION ALL)), each read in order from the
+	// index as an equality is, until limit rows: the first limit rows of
+	// the IN query. The arms are disjoint, so UNION ALL repeats no row.
+	//
+	// When the query orders by the "in" field, SQLite sorts each arm by
+	// it (it does not see that the arm's value is constant): such an arm
+	// is a subquery ordered without the field, limited, so a sort takes at
+	// most limit rows of it.
 	where := slices.Clone(p.where)
+	terms := p.orderTerms()
+	byIn := slices.ContainsFunc(terms, func(t term) bool { return t.expr == p.in.val })
 	b.WriteString("SELECT " + docColumns + " FROM (")
 	for i, arm := range p.in.arms {
 		if i > 0 {
 			b.WriteString(" UNION ALL ")
 		}
 		where[p.in.at] = arm
+		if !byIn {
+			p.selectSQL(&b, afterCond, where, i)
+			continue
+		}
 		b.WriteString("SELECT * FROM (")
-		p.selectSQL(&b, afterCond, where, limit, true)
-		b.WriteString(")")
+		p.selectSQL(&b, afterCond, where, i)
+		b.WriteString(" ORDER BY ")
+		first := true
+		for _, t := range terms {
+			if t.expr == p.in.val {
+				continue
+			}
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString(t.expr)
+			if t.desc {
+				b.WriteString(" DESC")
+			}
+		}
+		b.WriteString(" LIMIT " + strconv.Itoa(limit) + ")")
 	}
-	b.WriteString(")")
-	p.orderBy(&b, true, false)
-	b.WriteString(" LIMIT " + strconv.Itoa(limit))
+	p.orderBy(&b, true)
+	b.WriteString(" LIMIT " + strconv.Itoa(limit) + ")")
 	return b.String()
 }
 
-// selectSQL writes the query over docs with the given conditions; with
-// keys, its order terms are also selected, as k0, k1, ..., for mergeSQL's
-// ORDER BY.
-func (p *plan) selectSQL(b *strings.Builder, afterCond string, where []string, limit int, keys bool) {
+// selectSQL writes the query over docs with the given conditions, without
+// ORDER BY; in a merge arm (arm >= 0), with the order terms as k0, k1, ...
+func (p *plan) selectSQL(b *strings.Builder, afterCond string, where []string, arm int) {
 	b.WriteString("SELECT " + docColumns)
-	if keys {
+	if arm >= 0 {
 		for i, t := range p.orderTerms() {
 			b.WriteString(", " + t.expr + " AS k" + strconv.Itoa(i))
 		}
@@ -681,8 +714,6 @@ func (p *plan) selectSQL(b *strings.Builder, afterCond string, where []string, l
 		b.WriteString(" AND ")
 	}
 	b.WriteString(strings.Join(where, " AND "))
-	p.orderBy(b, false, keys)
-	b.WriteString(" LIMIT " + strconv.Itoa(limit))
 }
 
 // orderTerms are the terms ORDER BY names: those no filter pins.
@@ -696,21 +727,14 @@ func (p *plan) orderTerms() []term {
 	return out
 }
 
-// orderBy writes the ORDER BY clause, over the selected keys (k0, k1, ...)
-// or the expressions themselves; in a merge arm, without the "in" field's
-// value, which the arm pins (SQLite would sort by it rather than read the
-// index in order).
-func (p *plan) orderBy(b *strings.Builder, keys, arm bool) {
+// orderBy writes the ORDER BY clause, over the merge's keys (k0, k1, ...)
+// or the expressions themselves.
+func (p *plan) orderBy(b *strings.Builder, keys bool) {
 	b.WriteString(" ORDER BY ")
-	first := true
 	for i, t := range p.orderTerms() {
-		if arm && t.expr == p.in.val {
-			continue
-		}
-		if !first {
+		if i > 0 {
 			b.WriteString(", ")
 		}
-		first = false
 		if keys {
 			b.WriteString("k" + strconv.Itoa(i))
 		} else {

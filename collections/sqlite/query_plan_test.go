@@ -32,7 +32,8 @@ func cachedPlanOf(t testing.TB, s *Store, q collections.Query) (string, string) 
 // of all matches and no scan. Results match brute force, repeated and
 // numerically equal values included.
 func TestNestedCollectionAndInPlans(t *testing.T) {
-	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, Indexes: []collections.Index{tasksIndex, peopleIndex}})
+	tasksByN := collections.Index{Collection: tasksIndex.Collection, Fields: []string{"chatId", "n"}}
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1, Indexes: []collections.Index{tasksIndex, tasksByN, peopleIndex}})
 	seedChats(t, s, 300)
 	var people []collections.Write
 	for i := range 200 {
@@ -43,7 +44,7 @@ func TestNestedCollectionAndInPlans(t *testing.T) {
 		people = append(people, create(fmt.Sprintf("people/p%03d", (i*7)%200), obj(t, `{"age":`+age+`}`)))
 	}
 	commitAll(t, s, people)
-	tasksIx, peopleIx := indexName(t, tasksIndex), indexName(t, peopleIndex)
+	tasksIx, tasksByNIx, peopleIx := indexName(t, tasksIndex), indexName(t, tasksByN), indexName(t, peopleIndex)
 
 	in := func(field string, vs ...any) []collections.Filter {
 		return []collections.Filter{{Field: field, Op: collections.OpIn, Value: vs}}
@@ -59,10 +60,15 @@ func TestNestedCollectionAndInPlans(t *testing.T) {
 		// each arm sorts its value's matches: the index does not hold the
 		// order (as for "==")
 		armsSort bool
+		ordered  bool // the index yields the ORDER BY: no sort
 	}{
 		{name: "CollectionEquality", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Filters: eqC1}, index: tasksIx, range_: true},
-		{name: "CollectionEqualityOrderedByOther", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Filters: eqC1, OrderBy: []collections.Order{{Field: "n", Direction: "desc"}}},
+		{name: "CollectionEqualityOrderedByOther", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Filters: eqC1, OrderBy: []collections.Order{{Field: collections.FieldUpdatedAt, Direction: "desc"}}},
 			index: tasksIx, range_: true},
+		// An index that yields the order still wins over the path range
+		// with a sort of every match of the collection.
+		{name: "CollectionEqualityOrderedByIndex", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Filters: eqC1, OrderBy: []collections.Order{{Field: "n"}}},
+			index: tasksByNIx, ordered: true},
 		{name: "CollectionIn", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Filters: in("chatId", "c1", "c3", "c1", "zz")}, index: tasksIx, arms: 4, range_: true},
 		{name: "GroupIn", q: collections.Query{Collection: "users/*/orch-chats/*/tasks", Filters: in("chatId", "c6", "c2")}, index: tasksIx, arms: 2},
 		{name: "TopLevelInNumbers", q: collections.Query{Collection: "people", Filters: in("age", num("3"), num("3.0"), num("17"))}, index: peopleIx, arms: 3},
@@ -86,8 +92,20 @@ func TestNestedCollectionAndInPlans(t *testing.T) {
 			if tc.range_ != strings.Contains(plan, "path>? AND path<?)") {
 				t.Errorf("path range used %v, want %v:\n%s", !tc.range_, tc.range_, plan)
 			}
-			if tc.arms > 0 && !tc.armsSort && strings.Count(plan, "TEMP B-TREE") > 1 {
-				t.Errorf("a merge arm sorts instead of reading the index in order:\n%s", plan)
+			if tc.ordered && strings.Contains(plan, "TEMP B-TREE") {
+				t.Errorf("plan sorts although %s yields the order:\n%s", tc.index, plan)
+			}
+			if tc.arms > 0 && !strings.Contains(plan, "MERGE (UNION ALL)") {
+				t.Errorf("the arms are not merged:\n%s", plan)
+			}
+			// A sort right after a search sorts every match of a value; a
+			// sort of a limited subquery (ordered by the "in" field) is
+			// bounded.
+			lines := strings.Split(plan, "\n")
+			for i := 1; tc.arms > 0 && !tc.armsSort && i < len(lines); i++ {
+				if strings.HasPrefix(lines[i-1], "SEARCH docs") && strings.Contains(lines[i], "TEMP B-TREE") {
+					t.Errorf("a merge arm sorts instead of reading the index in order:\n%s", plan)
+				}
 			}
 			for _, limit := range []int{1, 3, 7} {
 				q := tc.q
