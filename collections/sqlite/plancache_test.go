@@ -23,6 +23,10 @@ func TestPlanCache(t *testing.T) {
 		{json.Number("1"), json.Number("2.5")}, {json.Number("-3"), json.Number("9007199254740993")},
 		{true, false}, {nil, nil},
 		{[]any{"a", json.Number("1")}, []any{}}, {map[string]any{"k": "v"}, map[string]any{}},
+		// Lists of one shape (length and classes), which "in" binds per value.
+		{[]any{"a", "b'c"}, []any{"", "d"}}, {[]any{json.Number("1")}, []any{json.Number("2.5")}},
+		{[]any{true, false, true}, []any{false, false, true}}, {[]any{nil, nil}, []any{nil, nil}},
+		{[]any{json.Number("1"), "x"}, []any{json.Number("7"), "y"}},
 	}
 	fields := []string{"a", "a.b", "id", "collection", "version", "createdAt", "deleted", `q"uote`}
 	ops := []collections.Op{"==", "!=", "<", "<=", ">", ">=", "in", "not-in", "array-contains", "array-contains-any", "prefix", "contains"}
@@ -76,7 +80,7 @@ func TestPlanCache(t *testing.T) {
 							if !refOK {
 								continue
 							}
-							if variant == 0 && len(c.plans) != 1 {
+							if variant == 0 && len(c.plans) != 1 && (op != "in" || sameListShape(pair[0], pair[1])) {
 								t.Fatalf("%s: %d plans cached for one shape", name, len(c.plans))
 							}
 							cached++
@@ -115,4 +119,12 @@ func TestPlanCache(t *testing.T) {
 		t.Fatalf("only %d of %d shapes were ordered in SQL", cached, checked)
 	}
 	t.Logf("%d shapes, %d planned in SQL", checked, cached)
+}
+
+// sameListShape reports whether two filter values are lists of the same
+// length and type classes: the "in" filters of one plan.
+func sameListShape(a, b any) bool {
+	la, _ := a.([]any)
+	lb, _ := b.([]any)
+	return slices.EqualFunc(la, lb, func(x, y any) bool { return collections.TypeClass(x, true) == collections.TypeClass(y, true) })
 }

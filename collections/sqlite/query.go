@@ -199,7 +199,27 @@ type plan struct {
 	// first is the SQL text of the first round (no continuation, the
 	// query's limit + 1), set on plans kept in the cache.
 	first string
+	// in is the first "in" filter whose condition has one parameter per
+	// value, and merge is set when a declared index leads with its field:
+	// then sql reads each value's first rows in order from the index and
+	// merges them, instead of one IN seek whose rows SQLite must
+	// read in full and sort.
+	in    *inList
+	merge bool
 }
+
+// inList is an "in" filter as merge arms: where[at] is its IN condition,
+// arms[i] the condition of the i-th value alone.
+type inList struct {
+	at    int
+	field string
+	val   string // the field's value expression
+	arms  []string
+}
+
+// maxMergeValues bounds the values of an "in" filter read by a merge;
+// longer lists are one IN seek.
+const maxMergeValues = 10
 
 // bind is what a filter's condition binds.
 type bind uint8
@@ -208,7 +228,16 @@ const (
 	bindNone   bind = iota
 	bindValue       // sqlValue of the filter value
 	bindPrefix      // the prefix and the prefix + "\xff"
+	bindList        // sqlValue of each value of the list
 )
+
+// nested reports whether a concrete collection is a subcollection, whose
+// shape other collections share.
+func nested(collection string) bool { return strings.IndexByte(collection, '/') >= 0 }
+
+// pathRange returns bounds strictly around the paths of collection's
+// documents.
+func pathRange(collection string) (lo, hi string) { return collection + "/", collection + "0" }
 
 func (p *plan) arg(v any) string {
 	p.args = append(p.args, v)
@@ -234,6 +263,23 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	if !collections.IsPattern(q.Collection) {
 		shape, _ := shapeLiteral(q.Collection)
 		p.where = append(p.where, "collection = "+p.arg(q.Collection), "shape = "+shape)
+		if nested(q.Collection) {
+			// A declared index on a nested shape holds every collection of
+			// the shape, (db, field values..., path): after the fields'
+			// equalities this range on its last column seeks to the queried
+			// collection instead of reading every collection's entries for
+			// those values (one user's query paid for all users'
+			// documents). The range holds exactly the collection's
+			// documents among those of its shape: a path C/id sorts in
+			// (C+"/", C+"0") ('0' follows '/'), and the deeper paths in it
+			// have another shape. likelihood(..., 1.0) tells the planner
+			// the range narrows nothing (true, next to collection = ?):
+			// otherwise it would prefer any index the range applies to
+			// over one that yields the ORDER BY, and sort every match of
+			// a large collection.
+			lo, hi := pathRange(q.Collection)
+			p.where = append(p.where, "likelihood(path > "+p.arg(lo)+", 1.0) AND likelihood(path < "+p.arg(hi)+", 1.0)")
+		}
 	} else if shape, ok := shapeLiteral(q.Collection); ok {
 		p.where = append(p.where, "shape = "+shape)
 	}
@@ -248,11 +294,11 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
-		n := len(p.args)
-		if cond := p.pushdown(f); cond != "" {
+		cond, b := p.pushdown(f)
+		if cond != "" {
 			p.where = append(p.where, cond)
 		}
-		p.binds = append(p.binds, bind(len(p.args)-n)) // 0, 1 or 2 arguments: bindNone, bindValue, bindPrefix
+		p.binds = append(p.binds, b)
 		p.exact = p.exact && exactFilter(f)
 	}
 	for _, o := range q.OrderBy {
@@ -268,6 +314,25 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	}
 	p.terms = append(p.terms, term{expr: "path"})
 	return p, true
+}
+
+// leadKey names a shape and a field for stmtCache.leading; "" when the
+// collection (a pattern with a wildcard collection name) has no one shape.
+func leadKey(collection, field string) string {
+	if _, ok := shapeLiteral(collection); !ok {
+		return ""
+	}
+	return collections.Shape(collection) + "\x00" + field
+}
+
+// setIndexes records which fields lead a declared index, per shape: the
+// "in" filters on them are read by a merge (plan.merge). Without such an
+// index each merge arm would scan the collection on its own.
+func (c *stmtCache) setIndexes(defs []indexDef) {
+	c.leading = map[string]bool{}
+	for _, d := range defs {
+		c.leading[leadKey(d.decl.Collection, d.decl.Fields[0])] = true
+	}
 }
 
 // maxCachedPlans bounds the query shapes whose plans are kept; past it,
@@ -293,6 +358,10 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 		p.args = append(p.args, db)
 		if !collections.IsPattern(q.Collection) {
 			p.args = append(p.args, q.Collection)
+			if nested(q.Collection) {
+				lo, hi := pathRange(q.Collection)
+				p.args = append(p.args, lo, hi)
+			}
 		}
 		for i, f := range q.Filters {
 			switch t.binds[i] {
@@ -302,6 +371,12 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 			case bindPrefix:
 				s, _ := f.Value.(string)
 				p.args = append(p.args, s, s+"\xff")
+			case bindList:
+				list, _ := f.Value.([]any)
+				for _, e := range list {
+					_, v := sqlValue(e, true)
+					p.args = append(p.args, v)
+				}
 			}
 		}
 		return &p, true
@@ -310,6 +385,7 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 	if !ordered {
 		return p, false // the Go-sorted scan: rare, and planned per call
 	}
+	p.merge = p.in != nil && c.leading[leadKey(q.Collection, p.in.field)]
 	t = &plan{}
 	*t = *p
 	t.args = nil // each call binds its own
@@ -363,6 +439,14 @@ func appendPlanKey(b []byte, q *collections.Query, want int) []byte {
 		str(f.Field)
 		str(string(f.Op))
 		b = append(b, byte(collections.TypeClass(f.Value, true)))
+		if list, ok := f.Value.([]any); ok && f.Op == collections.OpIn {
+			// An in-list's SQL has a parameter per value, and depends on
+			// their classes (listClass).
+			b = binary.AppendUvarint(b, uint64(len(list)))
+			for _, e := range list {
+				b = append(b, byte(collections.TypeClass(e, true)))
+			}
+		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(q.OrderBy)))
 	for _, o := range q.OrderBy {
@@ -381,35 +465,71 @@ func boolByte(v bool) byte {
 
 // exactFilter reports whether pushdown's condition for f holds for exactly
 // the documents f matches (collections.MatchValue), not only for a
-// superset: an equality with a string on a field SQL can address. The
+// superset: an equality with a string (or "in" with strings) on a field
+// SQL can address. The
 // condition pins the field's type class to string (json_type 'text', or a
 // column that always holds a string) and compares json_extract's text with
 // BINARY collation, i.e. by bytes, as collections.Equal compares strings.
 // Stored data is json.Marshal output (valid UTF-8, standard escapes), so
 // json_extract decodes a stored string to the same bytes as DecodeJSON.
 // Anything else (numbers, whose SQL form may round; ranges; prefixes;
-// null, bools, lists) is checked in Go as before.
+// null, bools, other lists) is checked in Go as before.
 func exactFilter(f collections.Filter) bool {
-	if f.Op != collections.OpEq {
-		return false
-	}
-	if _, ok := f.Value.(string); !ok {
+	switch f.Op {
+	case collections.OpEq:
+		if _, ok := f.Value.(string); !ok {
+			return false
+		}
+	case collections.OpIn:
+		// The same condition with a list of strings: the field equals one
+		// of them. An empty list's condition is false, as is the filter.
+		list, _ := f.Value.([]any)
+		if len(list) > 0 && listClass(list) != rankString {
+			return false
+		}
+	default:
 		return false
 	}
 	k, ok := fieldKey(f.Field)
 	return ok && (k.rank != "" || k.constRank == rankString)
 }
 
+// listClass returns the type class every value of a non-empty list has,
+// or -1 when they differ.
+func listClass(list []any) int {
+	class := -1
+	for i, e := range list {
+		c := collections.TypeClass(e, true)
+		if i > 0 && c != class {
+			return -1
+		}
+		class = c
+	}
+	return class
+}
+
 // pushdown returns a SQL condition implied by the filter (a superset of its
-// matches), or "" when the filter is left to Go alone.
-func (p *plan) pushdown(f collections.Filter) string {
+// matches), or "" when the filter is left to Go alone, and what the
+// condition binds.
+func (p *plan) pushdown(f collections.Filter) (string, bind) {
 	k, ok := fieldKey(f.Field)
 	if !ok {
-		return ""
+		return "", bindNone
 	}
 	class, v := sqlValue(f.Value, true)
+	var list []any
+	if f.Op == collections.OpIn {
+		// "in" is an equality with any of the values: with values of one
+		// class, the class condition and the value IN (...) let SQLite seek
+		// a declared index once per value.
+		list, _ = f.Value.([]any)
+		if len(list) == 0 {
+			return "0", bindNone
+		}
+		class = listClass(list)
+	}
 	if class < rankNull || class > rankString {
-		return "" // arrays and objects are compared in Go
+		return "", bindNone // arrays and objects are compared in Go, as are mixed lists
 	}
 	classCond := func() string {
 		if k.rank == "" {
@@ -434,26 +554,47 @@ func (p *plan) pushdown(f collections.Filter) string {
 		return a + " AND " + b
 	}
 	switch f.Op {
-	case collections.OpEq, collections.OpLt, collections.OpLe, collections.OpGt, collections.OpGe, collections.OpPrefix:
+	case collections.OpEq, collections.OpIn, collections.OpLt, collections.OpLe, collections.OpGt, collections.OpGe, collections.OpPrefix:
 	default:
-		return ""
+		return "", bindNone
 	}
 	// The class condition first: when it is false no argument is bound,
 	// so the SQL uses every argument (prepared statements insist).
 	cc := classCond()
-	if cc == "0" || (f.Op == collections.OpEq && class == rankNull) {
-		return cc
+	if cc == "0" || ((f.Op == collections.OpEq || f.Op == collections.OpIn) && class == rankNull) {
+		return cc, bindNone
 	}
 	switch f.Op {
 	case collections.OpEq:
-		return and(cc, k.val+" = "+p.arg(v))
+		return and(cc, k.val+" = "+p.arg(v)), bindValue
+	case collections.OpIn:
+		ps := make([]string, len(list))
+		for i, e := range list {
+			_, v := sqlValue(e, true)
+			ps[i] = p.arg(v)
+		}
+		if p.in == nil && len(list) > 1 && len(list) <= maxMergeValues {
+			// The caller appends the condition to where. Each arm excludes
+			// the values before it, so no row is read by two arms even
+			// when the list repeats a value (1 and 1.0 alike).
+			in := &inList{at: len(p.where), field: f.Field, val: k.val}
+			for i := range ps {
+				arm := k.val + " = " + ps[i]
+				if i > 0 {
+					arm += " AND " + k.val + " NOT IN (" + strings.Join(ps[:i], ", ") + ")"
+				}
+				in.arms = append(in.arms, and(cc, arm))
+			}
+			p.in = in
+		}
+		return and(cc, k.val+" IN ("+strings.Join(ps, ", ")+")"), bindList
 	case collections.OpPrefix:
 		s, _ := f.Value.(string)
 		// Every string with prefix s sorts in [s, s+"\xff"): 0xff never
 		// occurs in UTF-8.
-		return and(cc, k.val+" >= "+p.arg(s)+" AND "+k.val+" < "+p.arg(s+"\xff"))
+		return and(cc, k.val+" >= "+p.arg(s)+" AND "+k.val+" < "+p.arg(s+"\xff")), bindPrefix
 	}
-	return and(cc, k.val+" "+string(f.Op)+" "+p.arg(v))
+	return and(cc, k.val+" "+string(f.Op)+" "+p.arg(v)), bindValue
 }
 
 // after returns the condition "sorts strictly after c" over the plan's
@@ -505,29 +646,104 @@ func (p *plan) after(c *collections.Cursor) string {
 
 func (p *plan) sql(afterCond string, limit int) string {
 	var b strings.Builder
-	b.WriteString("SELECT " + docColumns + " FROM docs WHERE ")
+	if !p.merge {
+		p.selectSQL(&b, afterCond, p.where, -1)
+		p.orderBy(&b, false)
+		b.WriteString(" LIMIT " + strconv.Itoa(limit))
+		return b.String()
+	}
+	// A merge: one arm per value, each selecting its rows with the order
+	// terms as k0, k1, ...; a compound ORDER BY over those makes SQLite
+	// merge the arms (MERGE (UNION ALL)), each read in order from the
+	// index as an equality is, until limit rows: the first limit rows of
+	// the IN query. The arms are disjoint, so UNION ALL repeats no row.
+	//
+	// When the query orders by the "in" field, SQLite sorts each arm by
+	// it (it does not see that the arm's value is constant): such an arm
+	// is a subquery ordered without the field, limited, so a sort takes at
+	// most limit rows of it.
+	where := slices.Clone(p.where)
+	terms := p.orderTerms()
+	byIn := slices.ContainsFunc(terms, func(t term) bool { return t.expr == p.in.val })
+	b.WriteString("SELECT " + docColumns + " FROM (")
+	for i, arm := range p.in.arms {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		where[p.in.at] = arm
+		if !byIn {
+			p.selectSQL(&b, afterCond, where, i)
+			continue
+		}
+		b.WriteString("SELECT * FROM (")
+		p.selectSQL(&b, afterCond, where, i)
+		b.WriteString(" ORDER BY ")
+		first := true
+		for _, t := range terms {
+			if t.expr == p.in.val {
+				continue
+			}
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			b.WriteString(t.expr)
+			if t.desc {
+				b.WriteString(" DESC")
+			}
+		}
+		b.WriteString(" LIMIT " + strconv.Itoa(limit) + ")")
+	}
+	p.orderBy(&b, true)
+	b.WriteString(" LIMIT " + strconv.Itoa(limit) + ")")
+	return b.String()
+}
+
+// selectSQL writes the query over docs with the given conditions, without
+// ORDER BY; in a merge arm (arm >= 0), with the order terms as k0, k1, ...
+func (p *plan) selectSQL(b *strings.Builder, afterCond string, where []string, arm int) {
+	b.WriteString("SELECT " + docColumns)
+	if arm >= 0 {
+		for i, t := range p.orderTerms() {
+			b.WriteString(", " + t.expr + " AS k" + strconv.Itoa(i))
+		}
+	}
+	b.WriteString(" FROM docs WHERE ")
 	if afterCond != "" {
 		b.WriteString(afterCond)
 		b.WriteString(" AND ")
 	}
-	b.WriteString(strings.Join(p.where, " AND "))
-	b.WriteString(" ORDER BY ")
-	first := true
+	b.WriteString(strings.Join(where, " AND "))
+}
+
+// orderTerms are the terms ORDER BY names: those no filter pins.
+func (p *plan) orderTerms() []term {
+	var out []term
 	for _, t := range p.terms {
-		if _, ok := p.fixed[t.expr]; ok {
-			continue
+		if _, ok := p.fixed[t.expr]; !ok {
+			out = append(out, t)
 		}
-		if !first {
+	}
+	return out
+}
+
+// orderBy writes the ORDER BY clause, over the merge's keys (k0, k1, ...)
+// or the expressions themselves.
+func (p *plan) orderBy(b *strings.Builder, keys bool) {
+	b.WriteString(" ORDER BY ")
+	for i, t := range p.orderTerms() {
+		if i > 0 {
 			b.WriteString(", ")
 		}
-		first = false
-		b.WriteString(t.expr)
+		if keys {
+			b.WriteString("k" + strconv.Itoa(i))
+		} else {
+			b.WriteString(t.expr)
+		}
 		if t.desc {
 			b.WriteString(" DESC")
 		}
 	}
-	b.WriteString(" LIMIT " + strconv.Itoa(limit))
-	return b.String()
 }
 
 // maxChunk bounds one round of a query whose filters SQL could not apply

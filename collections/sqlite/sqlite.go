@@ -185,6 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log:     cfg.Logger,
 		indexes: indexes,
 	}
+	s.queries.setIndexes(indexes)
 	s.q = groupcommit.New[*request](cfg.MaxBatch, 0, &s.closed, &s.abandon)
 	if s.wdb, err = openDB(cfg.Path, true); err != nil {
 		return nil, err

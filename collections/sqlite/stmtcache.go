@@ -22,6 +22,8 @@ type stmtCache struct {
 	// plans are query plans by query shape (planFor).
 	planMu sync.RWMutex
 	plans  map[string]*plan
+	// leading is set at Open and read-only after (setIndexes).
+	leading map[string]bool
 }
 
 func (c *stmtCache) query(ctx context.Context, db *sql.DB, text string, args ...any) (*sql.Rows, error) {

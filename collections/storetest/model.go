@@ -33,14 +33,14 @@ func reference(docs []*collections.Document, q collections.Query) []*collections
 }
 
 var (
-	modelCollections = []string{"m/a/items", "m/b/items", "items", "m/a/other"}
-	modelPatterns    = []string{"m/a/items", "m/b/items", "items", "m/*/items", "m/a/*", "*", "m/*/other", "m/*/*", "nope"}
+	modelCollections = []string{"m/a/items", "m/b/items", "items", "m/a/other", "m/a/items/d01/deep"}
+	modelPatterns    = []string{"m/a/items", "m/b/items", "items", "m/*/items", "m/a/*", "*", "m/*/other", "m/*/*", "m/a/items/d01/deep", "m/*/items/*/deep", "nope"}
 	modelFields      = []string{"a", "b", "n", "s", "tags", "c", "c.d", "c.e", "id", "version", "createdAt", "missing"}
 	modelOrderFields = []string{"a", "b", "n", "s", "tags", "c", "c.d", "id", "version", "createdAt", "updatedAt"}
 	modelOps         = []collections.Op{"==", "!=", "<", "<=", ">", ">=", "in", "not-in", "array-contains", "array-contains-any", "prefix", "contains"}
 	modelIndexes     = func() []collections.Index {
 		var ixs []collections.Index
-		for _, coll := range []string{"m/*/items", "items", "m/*/other"} {
+		for _, coll := range []string{"m/*/items", "items", "m/*/other", "m/*/items/*/deep"} {
 			for _, f := range []string{"a", "b", "n", "s", "tags", "c", "c.d", "c.e"} {
 				ixs = append(ixs, collections.Index{Collection: coll, Fields: []string{f}})
 			}
@@ -181,8 +181,14 @@ func (g gen) filterValue(field string, op collections.Op, docs []*collections.Do
 		}
 	case "in", "not-in", "array-contains-any":
 		list := make([]any, g.r.IntN(5))
+		// Half the lists hold values of one type class (often repeated):
+		// an engine may answer those from an index, one value at a time.
+		same := g.r.IntN(2) == 0
 		for i := range list {
 			list[i] = one()
+			for try := 0; same && i > 0 && try < 20 && collections.TypeClass(list[i], true) != collections.TypeClass(list[0], true); try++ {
+				list[i] = one()
+			}
 		}
 		return list
 	case "prefix":
