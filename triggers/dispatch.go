@@ -222,6 +222,14 @@ func (d *dispatcher) unshare(m map[string]*share, k string) {
 	}
 }
 
+// holds reports whether this node holds the row id.
+func (d *dispatcher) holds(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.held[id]
+	return ok
+}
+
 // full reports whether the node holds MaxHeld rows.
 func (d *dispatcher) full() bool {
 	return d.heldCount() >= d.cfg.MaxHeld

@@ -60,13 +60,18 @@ func (dv *deliverer) pollOnce(ctx context.Context) error {
 	wrapped := q.StartAfter == ""
 	claimed, scanned := 0, 0
 	for claimed < pollBatch && scanned < pollScan && !dv.disp.full() {
-		res, err := dv.store.Query(ctx, SystemDB, q)
+		res, err := dv.queryRaw(ctx, q)
 		if err != nil {
 			dv.pollFrom = ""
 			return err
 		}
 		for _, doc := range res.Docs {
 			scanned++
+			// A row held here (queued behind its key, or answered and
+			// being recorded) is not decoded again: takeOver would refuse it.
+			if dv.disp.holds(doc.ID) {
+				continue
+			}
 			if dv.takeOver(ctx, doc, now, false) {
 				claimed++
 			}
@@ -127,6 +132,10 @@ func (dv *deliverer) adoptOwn(ctx context.Context) {
 // taken (held already, no room, or claimed by someone else). force skips
 // the shares of the key and the trigger (see dispatcher.reserve).
 func (dv *deliverer) takeOver(ctx context.Context, doc *collections.Document, now time.Time, force bool) bool {
+	if err := doc.DecodeRaw(); err != nil {
+		dv.log.Error("skipping a malformed outbox row", "err", err)
+		return false
+	}
 	d, err := decodeDelivery(doc)
 	if err != nil {
 		dv.log.Error("skipping a malformed outbox row", "err", err)
