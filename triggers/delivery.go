@@ -204,6 +204,31 @@ func (dv *deliverer) claim(ctx context.Context, j *job, e *entry, now time.Time)
 	return true
 }
 
+// claimAll is claim for rows of trigger e, all in one commit (one
+// version-checked update per row); when that commit fails, each row is
+// claimed on its own. It reports which rows were claimed.
+func (dv *deliverer) claimAll(ctx context.Context, e *entry, js []*job, now time.Time) []bool {
+	ok := make([]bool, len(js))
+	lease := now.Add(e.c.Timeout + dv.cfg.LeaseSlack)
+	writes := make([]collections.Write, len(js))
+	for i, j := range js {
+		writes[i] = rowUpdate(j.d, map[string]any{fOwner: dv.cfg.NodeID, fNext: ms(lease)})
+	}
+	res, err := dv.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{})
+	if err == nil {
+		for i, j := range js {
+			j.d.version = res[i].Doc.Version
+			j.leasedUntil = lease
+			ok[i] = true
+		}
+		return ok
+	}
+	for i, j := range js {
+		ok[i] = len(js) > 1 && ctx.Err() == nil && dv.claim(ctx, j, e, now)
+	}
+	return ok
+}
+
 // signingKeys returns the keys a delivery of e is signed with now.
 func signingKeys(e *entry, now time.Time) ([][]byte, error) {
 	secret := e.c.Def.Secret

@@ -117,16 +117,28 @@ func queueKey(dl *Delivery) string {
 // row that way (and gives back a row in exchange, see swapIn), so rows
 // waiting for their head can never keep the head out.
 func (d *dispatcher) reserve(dl *Delivery, force bool) bool {
+	return d.reserveFor(dl, force, false)
+}
+
+// reserveFor is reserve; refill: for the key's refill, which takes the rows
+// waiting in the outbox although the key is marked spilled.
+func (d *dispatcher) reserveFor(dl *Delivery, force, refill bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.held[dl.ID]; ok {
 		return false
 	}
 	k, o := queueKey(dl), originKey(dl.event)
+	q := d.keys[k]
+	// While rows of the key wait in the outbox (spilled), a later row waits
+	// behind them there too: the runner refills them together, in seq order,
+	// a page per claim commit, instead of meeting each older one as the
+	// head of a newer held row and taking it alone (swapIn).
 	if !force && (len(d.held) >= d.cfg.MaxHeld || d.byTrigger[dl.TriggerID] >= d.triggerCap ||
-		d.byOrigin[o] >= d.originCap || (k != "" && d.byKey[k] >= d.keyCap)) {
-		if q := d.keys[k]; q != nil {
+		d.byOrigin[o] >= d.originCap || (k != "" && (d.byKey[k] >= d.keyCap || q != nil && q.spilled && !refill))) {
+		if q != nil && !refill {
 			q.spilled = true // the key's runner looks for it when it has room
+			q.refused++
 		}
 		return false
 	}
@@ -469,7 +481,6 @@ func (d *dispatcher) nextOf(k string, q *keyQueue) (j *job, refill, ok bool) {
 	defer d.mu.Unlock()
 	n := q.jobs.Len()
 	if q.spilled && n <= d.keyCap/2 {
-		q.spilled = false
 		return nil, true, true
 	}
 	if n == 0 {
@@ -514,23 +525,33 @@ func (d *dispatcher) retake(q *keyQueue) bool {
 }
 
 // unqueue removes an answered row from its queue; it stays held (and
-// counted in the shares) until the key's recorder stored its answer.
+// counted in the node's, trigger's and origin's shares) until the key's
+// recorder stored its answer, but leaves the key's share to the rows
+// still to send (keyPipeline bounds the answered ones), so the key's
+// refills take full pages while answers are being stored.
 func (d *dispatcher) unqueue(q *keyQueue, j *job) {
 	d.mu.Lock()
 	if i := indexOf(&q.jobs, j); i >= 0 {
 		heap.Remove(&q.jobs, i)
 	}
+	if h, ok := d.held[j.d.ID]; ok && h.key != "" {
+		decr(d.byKey, h.key)
+		h.key = ""
+		d.held[j.d.ID] = h
+	}
 	q.lastAnswered = max(q.lastAnswered, j.d.Seq)
 	d.mu.Unlock()
 }
 
-// refill takes the key's due rows that follow the last one queued here
-// from the outbox, in seq order, up to the key's share. The queue stays
-// marked spilled only while a full page was found and taken from; rows it
-// cannot take now (leased elsewhere, no room) are the poller's. False when
-// the dispatcher stopped.
+// refill takes the key's due rows that follow the last one queued (or
+// answered) here from the outbox, in seq order, up to the key's share, and
+// claims them in one commit. The queue stays marked spilled only while it
+// took rows and a full page was found or rows were refused meanwhile; rows
+// it cannot take now (leased elsewhere, no room) are the poller's. False
+// when the dispatcher stopped.
 func (d *dispatcher) refill(k string, q *keyQueue) bool {
 	d.mu.Lock()
+	refused := q.refused    // rows refused from now on are after this page
 	after := q.lastAnswered // answered rows may still be pending: they are held here
 	for _, j := range q.jobs {
 		after = max(after, j.d.Seq)
@@ -538,6 +559,9 @@ func (d *dispatcher) refill(k string, q *keyQueue) bool {
 	room := min(d.keyCap-d.byKey[k], collections.MaxLimit)
 	d.mu.Unlock()
 	if room <= 0 {
+		d.mu.Lock()
+		q.spilled = false // set again by the next row refused
+		d.mu.Unlock()
 		return true
 	}
 	docs, err := d.del.keyRows(d.ctx, q.trigger, q.key, after, room)
@@ -551,15 +575,43 @@ func (d *dispatcher) refill(k string, q *keyQueue) bool {
 		d.mu.Unlock()
 		return sleep(d.ctx, d.cfg.PollInterval)
 	}
+	// The rows are claimed together: one commit, not one per row (a key
+	// that fell behind takes every row of its backlog this way).
 	now := time.Now()
-	took := 0
+	var (
+		claim []*job
+		e     *entry
+		took  int
+	)
 	for _, doc := range docs {
-		if d.del.dueFor(doc, now) && d.del.takeOver(d.ctx, doc, now, false) {
+		if !d.del.dueFor(doc, now) {
+			continue
+		}
+		j, je := d.del.reserveRow(d.ctx, doc, now, false, true)
+		switch {
+		case j == nil:
+		case je == nil:
+			d.submit(j) // an unknown trigger: its attempt marks it dead (version-checked)
 			took++
+		default:
+			claim, e = append(claim, j), je
+		}
+	}
+	if len(claim) > 0 {
+		for i, ok := range d.del.claimAll(d.ctx, e, claim, now) {
+			if ok {
+				d.submit(claim[i])
+				took++
+			} else {
+				d.release(claim[i].d.ID)
+			}
 		}
 	}
 	d.mu.Lock()
-	q.spilled = took > 0 && (q.spilled || len(docs) == room)
+	// Still spilled when this page was full or rows were refused meanwhile,
+	// unless nothing could be taken (rows leased elsewhere, no room): those
+	// are the poller's, and the runner must not spin on them.
+	q.spilled = took > 0 && (len(docs) == room || q.refused != refused)
 	d.mu.Unlock()
 	return true
 }
@@ -611,8 +663,9 @@ type keyQueue struct {
 	trigger, key string
 	jobs         jobHeap
 	// spilled: rows of the key were refused for want of room and may
-	// wait in the outbox.
+	// wait in the outbox; refused counts the refusals (but the refill's).
 	spilled bool
+	refused int
 	// lastAnswered is the seq of the last row its runner saw answered 2xx.
 	lastAnswered int64
 	// rec stores the key's 2xx answers in order (see runKey).

@@ -32,9 +32,40 @@ type hookedStore struct {
 	// delivered is called with the message id of each row a commit would
 	// record delivered; an error fails the whole commit.
 	delivered func(ctx context.Context, msg string) error
+
+	mu sync.Mutex
+	// claims counts the commits that claim outbox rows, by how many rows
+	// each claims.
+	claims map[int]int
+}
+
+func (s *hookedStore) claimCommits() map[int]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]int{}
+	for k, v := range s.claims {
+		out[k] = v
+	}
+	return out
 }
 
 func (s *hookedStore) Commit(ctx context.Context, db string, ws []collections.Write, o collections.CommitOptions) ([]collections.WriteResult, error) {
+	if db == triggers.SystemDB {
+		n := 0
+		for _, w := range ws {
+			if w.Type == collections.WriteUpdate && strings.HasPrefix(w.Path, "_outbox/") && w.Data["leaseOwner"] != nil && w.Data["status"] == nil {
+				n++
+			}
+		}
+		if n > 0 {
+			s.mu.Lock()
+			if s.claims == nil {
+				s.claims = map[int]int{}
+			}
+			s.claims[n]++
+			s.mu.Unlock()
+		}
+	}
 	if db == triggers.SystemDB && s.delivered != nil {
 		for _, w := range ws {
 			if w.Type != collections.WriteUpdate || !strings.HasPrefix(w.Path, "_outbox/") || w.Data["status"] != triggers.StatusDelivered {
@@ -57,6 +88,10 @@ func (s *hookedStore) Commit(ctx context.Context, db string, ws []collections.Wr
 // startHooked runs a service on a hookedStore over a fresh SQLite store with
 // one trigger on chat messages, ordered by chat.
 func startHooked(t *testing.T, url string, hook func(context.Context, string) error) *pipeEnv {
+	return startHookedWith(t, url, hook, triggers.Config{})
+}
+
+func startHookedWith(t *testing.T, url string, hook func(context.Context, string) error, cfg triggers.Config) *pipeEnv {
 	t.Helper()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "triggers.json")
@@ -66,7 +101,7 @@ func startHooked(t *testing.T, url string, hook func(context.Context, string) er
 	}
 	base := openStore(t, dir)
 	e := &pipeEnv{store: &hookedStore{Store: base, delivered: hook}, file: file}
-	e.start(t, triggers.Config{})
+	e.start(t, cfg)
 	t.Cleanup(func() {
 		e.stop()
 		_ = base.Close()
@@ -300,4 +335,34 @@ func TestOrderingKeyStopStoresPipelinedAnswers(t *testing.T) {
 		t.Fatalf("%d requests for %d rows: a row answered before the stop was sent again", len(sent), len(ids))
 	}
 	checkFirstOKsInOrder(t, oks, ids)
+}
+
+// A key that fell behind (its rows did not fit in its share and wait in
+// the outbox, unleased) takes its backlog back a page at a time with one
+// claim commit per page, not one per row; every row is still delivered
+// once, in order.
+func TestOrderingKeyBacklogClaimedPerPage(t *testing.T) {
+	// The receiver is slower than the writer, and with MaxHeld 100 a key
+	// holds at most 16 rows: the rest wait in the outbox.
+	rc := newSerialReceiver(t, 5*time.Millisecond, func(string, int) int { return http.StatusOK })
+	e := startHookedWith(t, rc.URL, nil, triggers.Config{MaxHeld: 100})
+	ids := msgIDs("m", 200)
+	for _, id := range ids {
+		e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/"+id, map[string]any{"a": 1})
+	}
+	waitDeliveries(t, e.svc, triggers.DeliveryQuery{Limit: 1000}, allDelivered(len(ids)))
+	sent, oks, _ := rc.snapshot()
+	if len(sent) != len(ids) {
+		t.Fatalf("%d requests for %d rows", len(sent), len(ids))
+	}
+	checkFirstOKsInOrder(t, oks, ids)
+	claims := e.store.(*hookedStore).claimCommits()
+	commits, rows := 0, 0
+	for n, c := range claims {
+		commits += c
+		rows += n * c
+	}
+	if rows < 150 || commits > rows/4 {
+		t.Fatalf("%d rows claimed in %d commits (by rows per commit: %v), want the backlog claimed a page per commit", rows, commits, claims)
+	}
 }

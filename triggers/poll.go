@@ -132,35 +132,45 @@ func (dv *deliverer) adoptOwn(ctx context.Context) {
 // taken (held already, no room, or claimed by someone else). force skips
 // the shares of the key and the trigger (see dispatcher.reserve).
 func (dv *deliverer) takeOver(ctx context.Context, doc *collections.Document, now time.Time, force bool) bool {
-	if err := doc.DecodeRaw(); err != nil {
-		dv.log.Error("skipping a malformed outbox row", "err", err)
+	j, e := dv.reserveRow(ctx, doc, now, force, false)
+	if j == nil {
 		return false
 	}
-	d, err := decodeDelivery(doc)
-	if err != nil {
-		dv.log.Error("skipping a malformed outbox row", "err", err)
-		return false
-	}
-	if d.Status != StatusPending {
-		return false
-	}
-	e := dv.reg.entry(d.TriggerID)
-	if e != nil && !e.enabled() {
-		dv.park(ctx, d, now)
-		return false
-	}
-	if !dv.disp.reserve(d, force) {
-		return false
-	}
-	j := &job{d: d}
 	if e != nil && !dv.claim(ctx, j, e, now) {
-		dv.disp.release(d.ID)
+		dv.disp.release(j.d.ID)
 		return false
 	}
 	// A row of an unknown trigger is started unclaimed: its attempt marks
 	// it dead (version-checked).
 	dv.disp.submit(j)
 	return true
+}
+
+// reserveRow is takeOver up to the claim: the row reserved here as a job,
+// and its trigger (nil when unknown); a nil job when it is not to be taken.
+// refill: for its key's refill (dispatcher.reserveFor).
+func (dv *deliverer) reserveRow(ctx context.Context, doc *collections.Document, now time.Time, force, refill bool) (*job, *entry) {
+	if err := doc.DecodeRaw(); err != nil {
+		dv.log.Error("skipping a malformed outbox row", "err", err)
+		return nil, nil
+	}
+	d, err := decodeDelivery(doc)
+	if err != nil {
+		dv.log.Error("skipping a malformed outbox row", "err", err)
+		return nil, nil
+	}
+	if d.Status != StatusPending {
+		return nil, nil
+	}
+	e := dv.reg.entry(d.TriggerID)
+	if e != nil && !e.enabled() {
+		dv.park(ctx, d, now)
+		return nil, nil
+	}
+	if !dv.disp.reserveFor(d, force, refill) {
+		return nil, nil
+	}
+	return &job{d: d}, e
 }
 
 // wakeTrigger makes the parked pending rows of a trigger due now (not the
