@@ -28,8 +28,9 @@ const (
 )
 
 // deliverer makes the webhook requests: one delivery reads top to bottom
-// in this file (attempt → claim, signingKeys → post → record: decide,
-// account). It holds
+// in this file (attempt → claim, signingKeys → post → outcomeOf: decide →
+// patchRow → recorded: account; an ordering key's 2xx answers are stored by
+// its recorder through recordAll instead). It holds
 // no rows itself: the dispatcher (dispatch.go) decides which rows this node
 // holds and when each runs, and poll.go finds the rows due in the outbox.
 // The outcome of an attempt reaches the trigger's state through the
@@ -108,10 +109,22 @@ type outcome int
 const (
 	done  outcome = iota // finished, parked, or no longer ours
 	retry                // attempt again at d.NextAttemptAt
+	// acked: answered 2xx and handed to the key's recorder (attemptKeyed),
+	// which stores it and releases the row.
+	acked
 )
 
 // attempt makes one delivery attempt of j and records it.
 func (dv *deliverer) attempt(ctx context.Context, j *job) outcome {
+	return dv.attemptKeyed(ctx, j, nil)
+}
+
+// attemptKeyed is attempt for the head of an ordering key: with a recorder,
+// a 2xx answer is not recorded here but handed to rec, which stores it in
+// order with the key's other answers while the key's next row goes (the
+// attempt then counts as in flight until rec stored it, so a drain waits
+// for the record). Any other answer is recorded here, as by attempt.
+func (dv *deliverer) attemptKeyed(ctx context.Context, j *job, rec *keyRecorder) outcome {
 	d := j.d
 	e := dv.reg.entry(d.TriggerID)
 	now := time.Now()
@@ -153,12 +166,29 @@ func (dv *deliverer) attempt(ctx context.Context, j *job) outcome {
 	if !dv.disp.begin() {
 		return done // shutting down: the row stays leased and is taken back at the next start
 	}
-	defer dv.disp.end()
+	handed := false
+	defer func() {
+		if !handed {
+			dv.disp.end()
+		}
+	}()
 	a, retryAfter := dv.post(ctx, e, d, keys)
 	if !j.stored(ctx) || ctx.Err() != nil {
 		return done
 	}
-	return dv.record(ctx, j, e, a, retryAfter)
+	r := dv.outcomeOf(j, e, a, retryAfter, time.Now())
+	if rec != nil && r.status == StatusDelivered {
+		handed = true
+		rec.add(r)
+		return acked
+	}
+	ver, err := dv.patchRow(ctx, d, r.patch)
+	if err != nil {
+		dv.recordFailed(ctx, d, err)
+		return done // no longer ours (or the store is failing): the lease expires and someone retries
+	}
+	dv.recorded(ctx, r, ver)
+	return r.out
 }
 
 // claim takes the lease on a row this node holds in memory but whose
@@ -172,6 +202,31 @@ func (dv *deliverer) claim(ctx context.Context, j *job, e *entry, now time.Time)
 	j.d.version = ver
 	j.leasedUntil = lease
 	return true
+}
+
+// claimAll is claim for rows of trigger e, all in one commit (one
+// version-checked update per row); when that commit fails, each row is
+// claimed on its own. It reports which rows were claimed.
+func (dv *deliverer) claimAll(ctx context.Context, e *entry, js []*job, now time.Time) []bool {
+	ok := make([]bool, len(js))
+	lease := now.Add(e.c.Timeout + dv.cfg.LeaseSlack)
+	writes := make([]collections.Write, len(js))
+	for i, j := range js {
+		writes[i] = rowUpdate(j.d, map[string]any{fOwner: dv.cfg.NodeID, fNext: ms(lease)})
+	}
+	res, err := dv.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{})
+	if err == nil {
+		for i, j := range js {
+			j.d.version = res[i].Doc.Version
+			j.leasedUntil = lease
+			ok[i] = true
+		}
+		return ok
+	}
+	for i, j := range js {
+		ok[i] = len(js) > 1 && ctx.Err() == nil && dv.claim(ctx, j, e, now)
+	}
+	return ok
 }
 
 // signingKeys returns the keys a delivery of e is signed with now.
@@ -262,10 +317,23 @@ func (dv *deliverer) post(ctx context.Context, e *entry, d *Delivery, keys [][]b
 	return a, retryAfter(resp.Header.Get("Retry-After"), time.Now())
 }
 
-// record stores an attempt and decides what comes next.
-func (dv *deliverer) record(ctx context.Context, j *job, e *entry, a Attempt, retryAfter time.Duration) outcome {
+// answer is an attempt's outcome: what it stores in its row and what
+// follows it.
+type answer struct {
+	j      *job
+	e      *entry
+	a      Attempt
+	gone   bool
+	budget int
+	status string
+	next   int64
+	out    outcome
+	patch  map[string]any
+}
+
+// outcomeOf decides what follows attempt a of j and the patch that stores it.
+func (dv *deliverer) outcomeOf(j *job, e *entry, a Attempt, retryAfter time.Duration, now time.Time) *answer {
 	d := j.d
-	now := time.Now()
 	// A 410 from the built-in handlers is an ordinary failure: they never
 	// send it, and one document must not switch them off for everyone.
 	gone := a.Status == http.StatusGone && !dv.reg.builtin(e)
@@ -283,21 +351,61 @@ func (dv *deliverer) record(ctx context.Context, j *job, e *entry, a Attempt, re
 	if status != StatusPending {
 		patch[fFinishedAt] = ms(now)
 	}
-	ver, err := dv.patchRow(ctx, d, patch)
-	if err != nil {
-		if !errors.Is(err, collections.ErrPreconditionFailed) && ctx.Err() == nil {
-			dv.log.Error("recording a delivery attempt", "delivery", d.ID, "err", err)
-		}
-		return done // no longer ours (or the store is failing): the lease expires and someone retries
-	}
+	return &answer{j: j, e: e, a: a, gone: gone, budget: budget, status: status, next: next, out: out, patch: patch}
+}
+
+// recorded updates the row in memory once r is stored (at version ver)
+// and accounts for it.
+func (dv *deliverer) recorded(ctx context.Context, r *answer, ver int64) {
+	d := r.j.d
 	d.version = ver
-	d.Attempts = append(d.Attempts, a)
-	d.budget = budget
-	d.Status = status
-	d.NextAttemptAt = next
-	j.leasedUntil = time.UnixMilli(next) // a retry claims again
-	dv.account(ctx, e, d, a, gone)
-	return out
+	d.Attempts = append(d.Attempts, r.a)
+	d.budget = r.budget
+	d.Status = r.status
+	d.NextAttemptAt = r.next
+	r.j.leasedUntil = time.UnixMilli(r.next) // a retry claims again
+	dv.account(ctx, r.e, d, r.a, r.gone)
+}
+
+// recordFailed logs a record that failed for another reason than the row
+// no longer being this node's.
+func (dv *deliverer) recordFailed(ctx context.Context, d *Delivery, err error) {
+	if !errors.Is(err, collections.ErrPreconditionFailed) && ctx.Err() == nil {
+		dv.log.Error("recording a delivery attempt", "delivery", d.ID, "err", err)
+	}
+}
+
+// recordAll stores the answers of an ordering key's rows, in order, in one
+// commit (one version-checked update per row). When that commit fails, each
+// row is stored on its own, so a row that is no longer this node's (or
+// cannot be stored) fails alone and the others are kept. It returns the
+// answers not stored: their rows stay pending, to be delivered again.
+func (dv *deliverer) recordAll(ctx context.Context, rs []*answer) (failed []*answer) {
+	writes := make([]collections.Write, len(rs))
+	for i, r := range rs {
+		writes[i] = rowUpdate(r.j.d, r.patch)
+	}
+	res, err := dv.store.Commit(ctx, SystemDB, writes, collections.CommitOptions{})
+	if err == nil {
+		for i, r := range rs {
+			dv.recorded(ctx, r, res[i].Doc.Version)
+		}
+		return nil
+	}
+	if len(rs) == 1 || ctx.Err() != nil {
+		dv.recordFailed(ctx, rs[0].j.d, err)
+		return rs
+	}
+	for _, r := range rs {
+		ver, err := dv.patchRow(ctx, r.j.d, r.patch)
+		if err != nil {
+			dv.recordFailed(ctx, r.j.d, err)
+			failed = append(failed, r)
+			continue
+		}
+		dv.recorded(ctx, r, ver)
+	}
+	return failed
 }
 
 // decide says what follows an attempt: delivered, dead (its budget is
@@ -373,14 +481,19 @@ func (dv *deliverer) park(ctx context.Context, d *Delivery, now time.Time) {
 
 // patchRow updates an outbox row this node holds (version-checked).
 func (dv *deliverer) patchRow(ctx context.Context, d *Delivery, patch map[string]any) (int64, error) {
-	res, err := dv.store.Commit(ctx, SystemDB, []collections.Write{{
-		Type: collections.WriteUpdate, Path: outboxColl + "/" + d.ID, Data: patch,
-		IfMatch: []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: d.version}},
-	}}, collections.CommitOptions{})
+	res, err := dv.store.Commit(ctx, SystemDB, []collections.Write{rowUpdate(d, patch)}, collections.CommitOptions{})
 	if err != nil {
 		return 0, err
 	}
 	return res[0].Doc.Version, nil
+}
+
+// rowUpdate is the version-checked update of d's outbox row.
+func rowUpdate(d *Delivery, patch map[string]any) collections.Write {
+	return collections.Write{
+		Type: collections.WriteUpdate, Path: outboxColl + "/" + d.ID, Data: patch,
+		IfMatch: []collections.Filter{{Field: collections.FieldVersion, Op: collections.OpEq, Value: d.version}},
+	}
 }
 
 // originOf names the top-level document d's document lives under (its

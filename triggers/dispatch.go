@@ -3,6 +3,7 @@ package triggers
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,16 +117,28 @@ func queueKey(dl *Delivery) string {
 // row that way (and gives back a row in exchange, see swapIn), so rows
 // waiting for their head can never keep the head out.
 func (d *dispatcher) reserve(dl *Delivery, force bool) bool {
+	return d.reserveFor(dl, force, false)
+}
+
+// reserveFor is reserve; refill: for the key's refill, which takes the rows
+// waiting in the outbox although the key is marked spilled.
+func (d *dispatcher) reserveFor(dl *Delivery, force, refill bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.held[dl.ID]; ok {
 		return false
 	}
 	k, o := queueKey(dl), originKey(dl.event)
+	q := d.keys[k]
+	// While rows of the key wait in the outbox (spilled), a later row waits
+	// behind them there too: the runner refills them together, in seq order,
+	// a page per claim commit, instead of meeting each older one as the
+	// head of a newer held row and taking it alone (swapIn).
 	if !force && (len(d.held) >= d.cfg.MaxHeld || d.byTrigger[dl.TriggerID] >= d.triggerCap ||
-		d.byOrigin[o] >= d.originCap || (k != "" && d.byKey[k] >= d.keyCap)) {
-		if q := d.keys[k]; q != nil {
+		d.byOrigin[o] >= d.originCap || (k != "" && (d.byKey[k] >= d.keyCap || q != nil && q.spilled && !refill))) {
+		if q != nil && !refill {
 			q.spilled = true // the key's runner looks for it when it has room
+			q.refused++
 		}
 		return false
 	}
@@ -221,6 +234,14 @@ func (d *dispatcher) unshare(m map[string]*share, k string) {
 	}
 }
 
+// holds reports whether this node holds the row id.
+func (d *dispatcher) holds(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.held[id]
+	return ok
+}
+
 // full reports whether the node holds MaxHeld rows.
 func (d *dispatcher) full() bool {
 	return d.heldCount() >= d.cfg.MaxHeld
@@ -247,12 +268,13 @@ func (d *dispatcher) submit(j *job) {
 	q := d.keys[k]
 	start := q == nil
 	if start {
-		q = &keyQueue{trigger: j.d.TriggerID, key: j.d.OrderingKey}
+		q = newKeyQueue(d, j.d.TriggerID, j.d.OrderingKey)
 		d.keys[k] = q
 	}
 	heap.Push(&q.jobs, j)
 	d.mu.Unlock()
 	if !start {
+		q.poke()
 		d.wg.Done()
 		return
 	}
@@ -323,8 +345,22 @@ func (d *dispatcher) runOne(j *job) {
 // outbox and are refilled from there in seq order once half of the held
 // ones are done, so a key whose head keeps failing holds a small, fixed
 // share of memory however many rows pile up behind it.
+//
+// A row answered 2xx is not recorded before the next one goes: the key's
+// recorder stores the answers in order, in one commit for all that wait,
+// while the runner sends the next rows (at most keyPipeline answers wait to
+// be stored; they stay held until stored, counting against the shares).
+// The next row is still sent only once every earlier row of its key was
+// answered 2xx (or went dead), one request at a time. What this gives up:
+// when a record fails (the row's lease was lost, the store failed) or the
+// node dies before its records are stored, the row is delivered again —
+// with its webhook-id — after later rows of its key were delivered. A
+// failed record stops the pipeline (retake).
 func (d *dispatcher) runKey(k string, q *keyQueue) {
 	for {
+		if q.rec.failedSince() && !d.retake(q) {
+			return
+		}
 		j, refill, ok := d.nextOf(k, q)
 		if !ok {
 			return
@@ -334,6 +370,18 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 				return
 			}
 			continue
+		}
+		if j == nil {
+			// Nothing queued, answers still being stored: the runner stays
+			// (a new runner of the key would not know which pending rows of
+			// the key are answered already) until a row comes or they are stored.
+			if !q.waitForWork(d.ctx) {
+				return
+			}
+			continue
+		}
+		if !q.rec.room(d.ctx) {
+			return
 		}
 
 		if e := d.del.reg.entry(j.d.TriggerID); e == nil || !e.enabled() {
@@ -349,7 +397,7 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 
 		// A row still being inserted is the head when no older row of its
 		// key is pending (older rows of this batch are ahead of it here).
-		head, err := d.del.keyHead(d.ctx, j.d)
+		head, err := d.del.keyHead(d.ctx, j.d, q.rec.unrecorded())
 		headID := ""
 		if head != nil {
 			headID = head.ID
@@ -373,10 +421,12 @@ func (d *dispatcher) runKey(k string, q *keyQueue) {
 			}
 			continue
 		}
-		out := d.del.attempt(d.ctx, j)
+		out := d.del.attemptKeyed(d.ctx, j, q.rec)
 		switch out {
 		case done:
 			d.drop(q, j)
+		case acked:
+			d.unqueue(q, j) // held until its recorder stored it
 		case retry:
 			if !d.sleepHead(j.d.ID, time.Until(time.UnixMilli(j.d.NextAttemptAt))) {
 				return
@@ -424,16 +474,19 @@ func (d *dispatcher) wake(id string) {
 
 // nextOf returns the key's next row, or asks for a refill when rows of the
 // key were left in the outbox and half of the queue's share is free; ok is
-// false when the queue is done (it is then removed).
+// false when the queue is done (it is then removed). A nil row without a
+// refill: nothing is queued but the key's recorder still stores answers.
 func (d *dispatcher) nextOf(k string, q *keyQueue) (j *job, refill, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := q.jobs.Len()
 	if q.spilled && n <= d.keyCap/2 {
-		q.spilled = false
 		return nil, true, true
 	}
 	if n == 0 {
+		if q.rec.busy() {
+			return nil, false, true
+		}
 		delete(d.keys, k)
 		return nil, false, false
 	}
@@ -450,20 +503,65 @@ func (d *dispatcher) drop(q *keyQueue, j *job) {
 	d.mu.Unlock()
 }
 
-// refill takes the key's due rows that follow the last one queued here
-// from the outbox, in seq order, up to the key's share. The queue stays
-// marked spilled only while a full page was found and taken from; rows it
-// cannot take now (leased elsewhere, no room) are the poller's. False when
-// the dispatcher stopped.
+// retake waits until every answer of q's key is stored or failed, then
+// puts the rows whose answer could not be stored back in the queue (they
+// are still held), so they go again before any later row; a row no longer
+// pending at the version known here (another node took it over, or it was
+// canceled) is released instead. False when the dispatcher stopped.
+func (d *dispatcher) retake(q *keyQueue) bool {
+	if !q.rec.flush(d.ctx) {
+		return false
+	}
+	for _, j := range q.rec.takeFailed() {
+		if d.del.stillPending(d.ctx, j.d) {
+			d.mu.Lock()
+			heap.Push(&q.jobs, j)
+			d.mu.Unlock()
+		} else {
+			d.release(j.d.ID)
+		}
+	}
+	return true
+}
+
+// unqueue removes an answered row from its queue; it stays held (and
+// counted in the node's, trigger's and origin's shares) until the key's
+// recorder stored its answer, but leaves the key's share to the rows
+// still to send (keyPipeline bounds the answered ones), so the key's
+// refills take full pages while answers are being stored.
+func (d *dispatcher) unqueue(q *keyQueue, j *job) {
+	d.mu.Lock()
+	if i := indexOf(&q.jobs, j); i >= 0 {
+		heap.Remove(&q.jobs, i)
+	}
+	if h, ok := d.held[j.d.ID]; ok && h.key != "" {
+		decr(d.byKey, h.key)
+		h.key = ""
+		d.held[j.d.ID] = h
+	}
+	q.lastAnswered = max(q.lastAnswered, j.d.Seq)
+	d.mu.Unlock()
+}
+
+// refill takes the key's due rows that follow the last one queued (or
+// answered) here from the outbox, in seq order, up to the key's share, and
+// claims them in one commit. The queue stays marked spilled only while it
+// took rows and a full page was found or rows were refused meanwhile; rows
+// it cannot take now (leased elsewhere, no room) are the poller's. False
+// when the dispatcher stopped.
 func (d *dispatcher) refill(k string, q *keyQueue) bool {
 	d.mu.Lock()
-	var after int64
+	refused := q.refused    // rows refused from now on are after this page
+	after := q.lastAnswered // answered rows may still be pending: they are held here
 	for _, j := range q.jobs {
 		after = max(after, j.d.Seq)
 	}
 	room := min(d.keyCap-d.byKey[k], collections.MaxLimit)
 	d.mu.Unlock()
 	if room <= 0 {
+		d.mu.Lock()
+		q.spilled = false // set again by the next row refused
+		d.mu.Unlock()
 		return true
 	}
 	docs, err := d.del.keyRows(d.ctx, q.trigger, q.key, after, room)
@@ -477,15 +575,43 @@ func (d *dispatcher) refill(k string, q *keyQueue) bool {
 		d.mu.Unlock()
 		return sleep(d.ctx, d.cfg.PollInterval)
 	}
+	// The rows are claimed together: one commit, not one per row (a key
+	// that fell behind takes every row of its backlog this way).
 	now := time.Now()
-	took := 0
+	var (
+		claim []*job
+		e     *entry
+		took  int
+	)
 	for _, doc := range docs {
-		if d.del.dueFor(doc, now) && d.del.takeOver(d.ctx, doc, now, false) {
+		if !d.del.dueFor(doc, now) {
+			continue
+		}
+		j, je := d.del.reserveRow(d.ctx, doc, now, false, true)
+		switch {
+		case j == nil:
+		case je == nil:
+			d.submit(j) // an unknown trigger: its attempt marks it dead (version-checked)
 			took++
+		default:
+			claim, e = append(claim, j), je
+		}
+	}
+	if len(claim) > 0 {
+		for i, ok := range d.del.claimAll(d.ctx, e, claim, now) {
+			if ok {
+				d.submit(claim[i])
+				took++
+			} else {
+				d.release(claim[i].d.ID)
+			}
 		}
 	}
 	d.mu.Lock()
-	q.spilled = took > 0 && (q.spilled || len(docs) == room)
+	// Still spilled when this page was full or rows were refused meanwhile,
+	// unless nothing could be taken (rows leased elsewhere, no room): those
+	// are the poller's, and the runner must not spin on them.
+	q.spilled = took > 0 && (len(docs) == room || q.refused != refused)
 	d.mu.Unlock()
 	return true
 }
@@ -537,8 +663,191 @@ type keyQueue struct {
 	trigger, key string
 	jobs         jobHeap
 	// spilled: rows of the key were refused for want of room and may
-	// wait in the outbox.
+	// wait in the outbox; refused counts the refusals (but the refill's).
 	spilled bool
+	refused int
+	// lastAnswered is the seq of the last row its runner saw answered 2xx.
+	lastAnswered int64
+	// rec stores the key's 2xx answers in order (see runKey).
+	rec *keyRecorder
+	// pushed wakes the runner waiting for work (a row was queued).
+	pushed chan struct{}
+}
+
+func newKeyQueue(d *dispatcher, trigger, key string) *keyQueue {
+	return &keyQueue{trigger: trigger, key: key, rec: newKeyRecorder(d), pushed: make(chan struct{}, 1)}
+}
+
+// poke tells the key's runner a row was queued.
+func (q *keyQueue) poke() {
+	select {
+	case q.pushed <- struct{}{}:
+	default:
+	}
+}
+
+// waitForWork waits until a row is queued or the recorder stored a batch
+// (at once when it holds failed rows, or none); false when ctx ended.
+func (q *keyQueue) waitForWork(ctx context.Context) bool {
+	r := q.rec
+	r.mu.Lock()
+	now := len(r.failed) > 0 || len(r.pending) == 0
+	changed := r.changed
+	r.mu.Unlock()
+	if now {
+		return true
+	}
+	select {
+	case <-q.pushed:
+	case <-changed:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// keyPipeline bounds the 2xx answers of one ordering key that wait to be
+// stored: the runner sends no further row of the key while that many wait.
+const keyPipeline = 16
+
+// keyRecorder stores the 2xx answers of one ordering key's rows in the
+// order they came, all that wait in one commit, while the key's runner
+// sends the next rows. Only the key's runner adds to it; a goroutine runs
+// while answers wait (started by add, counted in the dispatcher's
+// WaitGroup, so a stop waits for it). Each answer counts as an attempt in
+// flight until stored, so a drain stores the answers before it ends.
+type keyRecorder struct {
+	d  *dispatcher
+	mu sync.Mutex
+	// waiting are the answers not handed to a commit yet; pending those
+	// and the ones being committed, in order.
+	waiting, pending []*answer
+	running          bool // the goroutine runs
+	// failed are the rows whose answer could not be stored, still held,
+	// until the runner takes them back (retake).
+	failed []*job
+	// changed is closed (and replaced) each time a commit ends.
+	changed chan struct{}
+}
+
+func newKeyRecorder(d *dispatcher) *keyRecorder {
+	return &keyRecorder{d: d, changed: make(chan struct{})}
+}
+
+// add hands over a row's 2xx answer; the row stays held until it is stored.
+func (r *keyRecorder) add(a *answer) {
+	r.mu.Lock()
+	r.waiting = append(r.waiting, a)
+	r.pending = append(r.pending, a)
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start {
+		r.d.wg.Add(1) // the runner calling add is counted: this is not a wg.Add from zero
+		go r.run()
+	}
+}
+
+// run commits the waiting answers, all of them in one commit, until none
+// waits.
+func (r *keyRecorder) run() {
+	defer r.d.wg.Done()
+	for {
+		r.mu.Lock()
+		batch := r.waiting
+		r.waiting = nil
+		if len(batch) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		failed := r.d.del.recordAll(r.d.ctx, batch)
+		for _, a := range batch {
+			if !slices.Contains(failed, a) {
+				r.d.release(a.j.d.ID)
+			}
+			r.d.end()
+		}
+		r.mu.Lock()
+		r.pending = append(r.pending[:0:0], r.pending[len(batch):]...)
+		for _, a := range failed {
+			r.failed = append(r.failed, a.j)
+		}
+		close(r.changed)
+		r.changed = make(chan struct{})
+		r.mu.Unlock()
+	}
+}
+
+// state returns how many answers are not stored yet and a channel closed
+// at the next change.
+func (r *keyRecorder) state() (int, chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending), r.changed
+}
+
+// busy reports whether answers are not stored yet, or failed and were not
+// taken back.
+func (r *keyRecorder) busy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending) > 0 || len(r.failed) > 0
+}
+
+// unrecorded returns the ids of the rows answered 2xx and not stored yet:
+// the key's head check passes over them.
+func (r *keyRecorder) unrecorded() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, len(r.pending))
+	for i, a := range r.pending {
+		ids[i] = a.j.d.ID
+	}
+	return ids
+}
+
+// failedSince reports whether an answer could not be stored since the
+// runner last took the failed rows.
+func (r *keyRecorder) failedSince() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.failed) > 0
+}
+
+// takeFailed returns the rows whose answer could not be stored and
+// forgets them.
+func (r *keyRecorder) takeFailed() []*job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.failed
+	r.failed = nil
+	return f
+}
+
+// flush waits until every answer is stored or failed; false when ctx ended.
+func (r *keyRecorder) flush(ctx context.Context) bool {
+	return r.waitBelow(ctx, 1)
+}
+
+// room waits until fewer than keyPipeline answers wait to be stored.
+func (r *keyRecorder) room(ctx context.Context) bool {
+	return r.waitBelow(ctx, keyPipeline)
+}
+
+func (r *keyRecorder) waitBelow(ctx context.Context, n int) bool {
+	for {
+		have, changed := r.state()
+		if have < n {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // jobHeap is a min-heap of jobs by seq.

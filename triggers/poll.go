@@ -3,6 +3,7 @@ package triggers
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/loomdb/loom/collections"
@@ -59,13 +60,18 @@ func (dv *deliverer) pollOnce(ctx context.Context) error {
 	wrapped := q.StartAfter == ""
 	claimed, scanned := 0, 0
 	for claimed < pollBatch && scanned < pollScan && !dv.disp.full() {
-		res, err := dv.store.Query(ctx, SystemDB, q)
+		res, err := dv.queryRaw(ctx, q)
 		if err != nil {
 			dv.pollFrom = ""
 			return err
 		}
 		for _, doc := range res.Docs {
 			scanned++
+			// A row held here (queued behind its key, or answered and
+			// being recorded) is not decoded again: takeOver would refuse it.
+			if dv.disp.holds(doc.ID) {
+				continue
+			}
 			if dv.takeOver(ctx, doc, now, false) {
 				claimed++
 			}
@@ -126,31 +132,45 @@ func (dv *deliverer) adoptOwn(ctx context.Context) {
 // taken (held already, no room, or claimed by someone else). force skips
 // the shares of the key and the trigger (see dispatcher.reserve).
 func (dv *deliverer) takeOver(ctx context.Context, doc *collections.Document, now time.Time, force bool) bool {
-	d, err := decodeDelivery(doc)
-	if err != nil {
-		dv.log.Error("skipping a malformed outbox row", "err", err)
+	j, e := dv.reserveRow(ctx, doc, now, force, false)
+	if j == nil {
 		return false
 	}
-	if d.Status != StatusPending {
-		return false
-	}
-	e := dv.reg.entry(d.TriggerID)
-	if e != nil && !e.enabled() {
-		dv.park(ctx, d, now)
-		return false
-	}
-	if !dv.disp.reserve(d, force) {
-		return false
-	}
-	j := &job{d: d}
 	if e != nil && !dv.claim(ctx, j, e, now) {
-		dv.disp.release(d.ID)
+		dv.disp.release(j.d.ID)
 		return false
 	}
 	// A row of an unknown trigger is started unclaimed: its attempt marks
 	// it dead (version-checked).
 	dv.disp.submit(j)
 	return true
+}
+
+// reserveRow is takeOver up to the claim: the row reserved here as a job,
+// and its trigger (nil when unknown); a nil job when it is not to be taken.
+// refill: for its key's refill (dispatcher.reserveFor).
+func (dv *deliverer) reserveRow(ctx context.Context, doc *collections.Document, now time.Time, force, refill bool) (*job, *entry) {
+	if err := doc.DecodeRaw(); err != nil {
+		dv.log.Error("skipping a malformed outbox row", "err", err)
+		return nil, nil
+	}
+	d, err := decodeDelivery(doc)
+	if err != nil {
+		dv.log.Error("skipping a malformed outbox row", "err", err)
+		return nil, nil
+	}
+	if d.Status != StatusPending {
+		return nil, nil
+	}
+	e := dv.reg.entry(d.TriggerID)
+	if e != nil && !e.enabled() {
+		dv.park(ctx, d, now)
+		return nil, nil
+	}
+	if !dv.disp.reserveFor(d, force, refill) {
+		return nil, nil
+	}
+	return &job{d: d}, e
 }
 
 // wakeTrigger makes the parked pending rows of a trigger due now (not the
@@ -189,19 +209,50 @@ func (dv *deliverer) wakeTrigger(ctx context.Context, id string) {
 	}
 }
 
-// keyHead returns the oldest pending row of d's ordering key (nil when
-// there is none).
-func (dv *deliverer) keyHead(ctx context.Context, d *Delivery) (*collections.Document, error) {
-	docs, err := dv.keyRows(ctx, d.TriggerID, d.OrderingKey, 0, 1)
-	if err != nil || len(docs) == 0 {
+// keyHead returns the oldest pending row of d's ordering key, passing over
+// the rows in answered (answered 2xx by this node's runner of the key, their
+// record not stored yet); nil when there is none. The rows are read without
+// decoding their payloads where the engine allows it: only a head that is
+// not d's own row is decoded (the caller reads its fields).
+func (dv *deliverer) keyHead(ctx context.Context, d *Delivery, answered []string) (*collections.Document, error) {
+	q, err := keyQuery(d.TriggerID, d.OrderingKey, 0, len(answered)+1)
+	if err != nil {
 		return nil, err
 	}
-	return docs[0], nil
+	res, err := dv.queryRaw(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range res.Docs {
+		if slices.Contains(answered, doc.ID) {
+			continue
+		}
+		if doc.ID != d.ID {
+			if err := doc.DecodeRaw(); err != nil {
+				return nil, err
+			}
+		}
+		return doc, nil
+	}
+	return nil, nil
 }
 
 // keyRows returns up to limit pending rows of an ordering key with a seq
 // after after, in seq order.
 func (dv *deliverer) keyRows(ctx context.Context, trigger, key string, after int64, limit int) ([]*collections.Document, error) {
+	q, err := keyQuery(trigger, key, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	res, err := dv.store.Query(ctx, SystemDB, q)
+	if err != nil {
+		return nil, err
+	}
+	return res.Docs, nil
+}
+
+// keyQuery is the normalized query of keyRows.
+func keyQuery(trigger, key string, after int64, limit int) (collections.Query, error) {
 	q := collections.Query{
 		Collection: outboxColl,
 		Filters: []collections.Filter{
@@ -215,14 +266,18 @@ func (dv *deliverer) keyRows(ctx context.Context, trigger, key string, after int
 	if after > 0 {
 		q.Filters = append(q.Filters, collections.Filter{Field: fSeq, Op: collections.OpGt, Value: after})
 	}
-	if err := q.Normalize(); err != nil {
-		return nil, err
+	err := q.Normalize()
+	return q, err
+}
+
+// queryRaw reads outbox rows, leaving their stored encoding undecoded
+// (Data nil) where the engine allows it (collections.RawReader): the caller
+// decodes only the rows it reads the fields of (DecodeRaw).
+func (dv *deliverer) queryRaw(ctx context.Context, q collections.Query) (collections.QueryResult, error) {
+	if rr, ok := dv.store.(collections.RawReader); ok {
+		return rr.QueryRaw(ctx, SystemDB, q)
 	}
-	res, err := dv.store.Query(ctx, SystemDB, q)
-	if err != nil {
-		return nil, err
-	}
-	return res.Docs, nil
+	return dv.store.Query(ctx, SystemDB, q)
 }
 
 // eventOf is the event an outbox row carries.
