@@ -10,7 +10,6 @@ import (
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/loomdb/loom/internal/pathpattern"
 )
@@ -183,15 +182,7 @@ func (s *Set) allowsAll(ctx context.Context, auth *Auth, op Op, collection strin
 			}
 			continue
 		}
-		var (
-			out ref.Val
-			err error
-		)
-		if ctx.Done() == nil {
-			out, _, err = r.prg.Eval(act)
-		} else {
-			out, _, err = r.prg.ContextEval(ctx, act)
-		}
+		out, err := r.eval(ctx, act)
 		if err == nil && out == types.True {
 			return true
 		}

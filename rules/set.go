@@ -113,6 +113,18 @@ type rule struct {
 	refs     refs // what the condition reads (AllowsAll)
 }
 
+// eval runs the rule's program on act. When nothing can interrupt (ctx
+// has no Done channel) it skips ContextEval's per-call context plumbing;
+// CostLimit still bounds the evaluation.
+func (r *rule) eval(ctx context.Context, act *activation) (ref.Val, error) {
+	if ctx.Done() == nil {
+		out, _, err := r.prg.Eval(act)
+		return out, err
+	}
+	out, _, err := r.prg.ContextEval(ctx, act)
+	return out, err
+}
+
 // Len returns the number of rules.
 func (s *Set) Len() int { return len(s.rules) }
 
@@ -155,17 +167,7 @@ func (s *Set) Allow(ctx context.Context, req Request, g Getter) (bool, error) {
 			act = newActivation(ctx, &req, g)
 		}
 		act.caps = caps
-		var (
-			out ref.Val
-			err error
-		)
-		if ctx.Done() == nil {
-			// Nothing can interrupt: skip ContextEval's per-call context
-			// plumbing. CostLimit still bounds the evaluation.
-			out, _, err = r.prg.Eval(act)
-		} else {
-			out, _, err = r.prg.ContextEval(ctx, act)
-		}
+		out, err := r.eval(ctx, act)
 		if act.state.fatal != nil {
 			return false, act.state.fatal
 		}
