@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +184,53 @@ func TestNodes_OrderingKeyLeaseLostWhileRecordsPending(t *testing.T) {
 		again += g.sent[id] - 1
 	}
 	t.Logf("%d redeliveries", again)
+}
+
+// A key's recorder whose commit never returns on its own (a store that
+// hangs until its caller gives up): the stop ends once the drain timeout
+// passed, its goroutines end with it (Run returns), no answer is stored,
+// and after a restart every row is delivered, the answered ones again with
+// their webhook-ids, first answers still in order.
+func TestOrderingKeyStopWhileRecordHangs(t *testing.T) {
+	rc := newSerialReceiver(t, 0, func(string, int) int { return http.StatusOK })
+	var hang atomic.Bool
+	hang.Store(true)
+	e := startHookedWith(t, rc.URL, func(ctx context.Context, _ string) error {
+		if !hang.Load() {
+			return nil
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}, triggers.Config{DrainTimeout: 100 * time.Millisecond})
+	ids := writeChat(t, e.store, "c1", 2*keyPipeline)
+	rc.WaitFor(t, "a full pipeline", apptest.AtLeast(keyPipeline))
+	stopped := make(chan struct{})
+	go func() {
+		e.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stop waits for a record that hangs")
+	}
+	ds, _, err := e.svc.Deliveries(context.Background(), triggers.DeliveryQuery{Status: triggers.StatusDelivered, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 0 {
+		t.Fatalf("%d rows recorded delivered though no record could be stored", len(ds))
+	}
+	hang.Store(false)
+	e.start(t, triggers.Config{})
+	waitDeliveries(t, e.svc, triggers.DeliveryQuery{Limit: 100}, allDelivered(len(ids)))
+	_, oks, hooks := rc.snapshot()
+	checkFirstOKsInOrder(t, oks, ids)
+	for _, id := range ids {
+		if n := len(hooks[id]); n == 0 || n > 2 {
+			t.Errorf("%s sent %d times", id, n)
+		} else if n == 2 && hooks[id][0] != hooks[id][1] {
+			t.Errorf("%s sent again under another webhook-id: %v", id, hooks[id])
+		}
+	}
 }
