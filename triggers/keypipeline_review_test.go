@@ -234,3 +234,45 @@ func TestOrderingKeyStopWhileRecordHangs(t *testing.T) {
 		}
 	}
 }
+
+// A disable while a key's answers wait to be stored: the answers are still
+// stored (each row the receiver answered 2xx ends delivered), no further row
+// of the key is sent, and an enable sends the rest, in order, each once.
+func TestOrderingKeyDisableWhileRecordsPending(t *testing.T) {
+	rc := newSerialReceiver(t, time.Millisecond, func(string, int) int { return http.StatusOK })
+	held := make(chan struct{})
+	e := startHooked(t, rc.URL, func(ctx context.Context, msg string) error {
+		if msg >= "m0005" {
+			select { // the answers from m0005 on wait until the trigger is disabled
+			case <-held:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	ids := writeChat(t, e.store, "c1", 60)
+	rc.WaitFor(t, "rows sent past the held record", apptest.AtLeast(10))
+	if err := e.svc.Disable(context.Background(), "o"); err != nil {
+		t.Fatal(err)
+	}
+	close(held)
+	var sent []string
+	waitDeliveries(t, e.svc, triggers.DeliveryQuery{Status: triggers.StatusDelivered, Limit: 100}, func(ds []*triggers.Delivery) bool {
+		sent, _, _ = rc.snapshot()
+		return len(ds) == len(sent)
+	})
+	time.Sleep(300 * time.Millisecond)
+	if now, _, _ := rc.snapshot(); len(now) != len(sent) || len(sent) >= len(ids) {
+		t.Fatalf("%d rows sent when the records were stored, %d after the disable settled (of %d)", len(sent), len(now), len(ids))
+	}
+	if err := e.svc.Enable(context.Background(), "o"); err != nil {
+		t.Fatal(err)
+	}
+	waitDeliveries(t, e.svc, triggers.DeliveryQuery{Limit: 100}, allDelivered(len(ids)))
+	all, oks, _ := rc.snapshot()
+	if len(all) != len(ids) {
+		t.Fatalf("%d requests for %d rows: %v", len(all), len(ids), all)
+	}
+	checkFirstOKsInOrder(t, oks, ids)
+}
