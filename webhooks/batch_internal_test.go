@@ -3,9 +3,11 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
 )
 
 // batchLog is a Docs that counts the writes made one by one and the
@@ -209,5 +211,63 @@ func TestOrchestrator_OneBatchAndRedeliveries(t *testing.T) {
 				t.Errorf("tokensUsed %d after a redelivery, %d before", num(cd, "tokensUsed"), tokens)
 			}
 		})
+	}
+}
+
+// overBatchLimit is a Docs whose Batch refuses more than
+// maxBatchWrites writes, as POST /batch does for `loom agents`.
+type overBatchLimit struct {
+	Docs
+	refused int
+}
+
+func (d *overBatchLimit) Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error) {
+	if len(writes) > maxBatchWrites {
+		d.refused++
+		return nil, fmt.Errorf("POST batch: 400 BAD_REQUEST: %w", collections.ErrInvalidDocument)
+	}
+	return d.Docs.Batch(ctx, writes)
+}
+
+// manyDelegates is a model whose every answer delegates n tasks.
+type manyDelegates struct{ n int }
+
+func (m manyDelegates) Name() string { return "many" }
+
+func (m manyDelegates) Complete(context.Context, llm.Request) (*llm.Response, error) {
+	res := &llm.Response{Content: "Many at once.", Usage: llm.Usage{PromptTokens: 1, CompletionTokens: 1, TotalTokens: 2}}
+	for i := range m.n {
+		res.ToolCalls = append(res.ToolCalls, llm.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: "delegate_task",
+			Arguments: fmt.Sprintf(`{"agent":"general","instruction":"part %d"}`, i)})
+	}
+	return res, nil
+}
+
+// A decision that delegates more tasks than one /batch may hold is carried
+// out one write at a time, as before batching, instead of failing its
+// delivery on every retry.
+func TestOrchestrator_DecisionOverTheBatchLimit(t *testing.T) {
+	ctx := context.Background()
+	c := chat{uid: "u1", id: "c1"}
+	docs := &overBatchLimit{Docs: (&rulesEnv{store: openTestStore(t)}).serviceDocs()}
+	h := offlineHandlers(t, Config{Docs: docs})
+	n := maxBatchWrites // the reply and the chat make it n+2 writes
+	h.model = meteredModel{Model: manyDelegates{n: n}, m: h.model.(meteredModel).m}
+	msg, err := docs.Docs.Create(ctx, c.messages()+"/m1", map[string]any{"userId": c.uid, "chatId": c.id, "role": "user", "content": "Many"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.orchestrator(ctx, &Event{Type: "create", Path: msg.Path, ID: msg.ID, Doc: msg}); err != nil {
+		t.Fatalf("orchestrator: %v (%d batches refused)", err, docs.refused)
+	}
+	tasks, err := docs.Query(ctx, collections.Query{Collection: c.tasks(), Limit: 2 * n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != n {
+		t.Fatalf("%d tasks, want %d", len(tasks), n)
+	}
+	if cd := mustGet(t, docs, c.path()); str(cd, "runStatus") != "running" || num(cd, "tokensUsed") != 2 {
+		t.Fatalf("chat %v, want runStatus running and the decision's 2 tokens", cd.Data)
 	}
 }
