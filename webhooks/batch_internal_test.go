@@ -271,3 +271,66 @@ func TestOrchestrator_DecisionOverTheBatchLimit(t *testing.T) {
 		t.Fatalf("chat %v, want runStatus running and the decision's 2 tokens", cd.Data)
 	}
 }
+
+// The agent loop writes a step and counts it (iterationCount, tokensUsed)
+// in one batch: a delivery whose batch committed but whose answer was lost,
+// retried on the state it read, writes the step once and counts its tokens
+// once, and a batch that did not commit leaves neither behind.
+func TestWriteStep_OneBatchAndRetries(t *testing.T) {
+	for _, fail := range []string{"", "lost", "outage"} {
+		t.Run("fail="+fail, func(t *testing.T) {
+			ctx := context.Background()
+			c := chat{uid: "u1", id: "c1"}
+			sa := taskID("m1", 0)
+			docs := &batchLog{Docs: (&rulesEnv{store: openTestStore(t)}).serviceDocs(), fail: fail}
+			h := offlineHandlers(t, Config{Docs: docs})
+			agent, err := docs.Docs.Create(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
+				"userId": c.uid, "chatId": c.id, "taskId": sa, "role": "general", "status": "active",
+				"iterationCount": 0, "tokenBudget": 1000, "tokensUsed": 5, "model": "offline",
+			}, subAgentSeal))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []*collections.Document
+			for seq, role := range []string{"system", "user"} {
+				w := h.subMessageWrite(c, sa, map[string]any{"userId": c.uid, "subAgentId": sa, "role": role, "content": role, "seq": seq})
+				m, err := docs.Docs.Create(ctx, w.Path, w.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, m)
+			}
+			res := &llm.Response{Content: "done", Usage: llm.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}}
+			step, updated, err := h.writeStep(ctx, c, sa, agent, msgs, msgs[1].ID, res, nil)
+			switch {
+			case fail == "" && (err != nil || step == nil || num(updated, "tokensUsed") != 12):
+				t.Fatalf("step %v, agent %v, err %v", step, updated, err)
+			case fail != "" && err == nil:
+				t.Fatal("a failed batch did not fail the step")
+			}
+			if fail == "outage" {
+				stepPath := c.subMessages(sa) + "/" + msgID(2)
+				if _, err := docs.Get(ctx, stepPath); !errors.Is(err, collections.ErrNotFound) {
+					t.Fatalf("a batch that failed left its step behind: %v", err)
+				}
+				if a := mustGet(t, docs, agent.Path); num(a, "tokensUsed") != 5 || num(a, "iterationCount") != 0 {
+					t.Fatalf("a batch that failed counted its step: %v", a.Data)
+				}
+			}
+			// The retry, on the state the first delivery read.
+			if _, _, err := h.writeStep(ctx, c, sa, agent, msgs, msgs[1].ID, res, nil); err != nil {
+				t.Fatalf("the retry: %v", err)
+			}
+			all, err := docs.Query(ctx, collections.Query{Collection: c.subMessages(sa), Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(all) != 3 || str(all[2], "role") != "assistant" {
+				t.Fatalf("%d sub-agent messages, want the step once after the two", len(all))
+			}
+			if a := mustGet(t, docs, agent.Path); num(a, "tokensUsed") != 12 || num(a, "iterationCount") != 1 {
+				t.Fatalf("sub-agent %v, want the step counted once (tokensUsed 12, iterationCount 1)", a.Data)
+			}
+		})
+	}
+}
