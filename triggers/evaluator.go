@@ -169,7 +169,9 @@ func (v *evaluator) claimEvaluator(ctx context.Context) (time.Time, error) {
 
 // evalState is the evaluator's position. durable is the stored cursor;
 // pos may run ahead of it over changes that matched nothing: re-reading
-// those after a crash inserts nothing, so their advance can wait and ride
+// those after a crash inserts nothing (under the same trigger states: a
+// state change makes the position before it durable first, as a restarted
+// node evaluates with the states at the head), so their advance can wait and ride
 // along with the next commit (or a periodic one) instead of costing a
 // commit each.
 type evalState struct {
@@ -216,9 +218,45 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 			v.reg.count(id, *c)
 		}
 	}()
+	// commit stores the rows matched so far with the cursor at seq.
+	commit := func(seq int64) error {
+		if err := v.commitRows(ctx, ev.durable, seq, rows, now); err != nil {
+			clear(counts) // re-evaluated after the retry
+			return err
+		}
+		ev.durable, ev.pos, ev.advancedAt = seq, seq, now
+		rows = rows[:0]
+		for id, c := range counts {
+			v.reg.count(id, *c)
+		}
+		clear(counts)
+		return nil
+	}
 	for i := range changes {
 		ch := &changes[i]
 		if isStateChange(ch) {
+			// The changes before it were evaluated without it: make that
+			// durable first. A node restarting after a crash loads the
+			// states at the head, so it would evaluate them again with
+			// this one in force (a trigger switched on just after a write
+			// it missed would fire for that write).
+			prev := ev.pos
+			if i > 0 {
+				prev = changes[i-1].Seq
+			}
+			if len(rows) > 0 {
+				if err := commit(prev); err != nil {
+					return err
+				}
+			} else if prev > ev.durable {
+				before := ev.pos
+				ev.pos = prev
+				if err := v.advance(ctx, ev); err != nil {
+					ev.pos = before
+					clear(counts) // re-evaluated after the retry
+					return err
+				}
+			}
 			// An admin change, maybe another node's: the changes after it
 			// are evaluated with it in force, as on the node that made it.
 			if err := v.reg.syncTo(ctx, ch.Seq); err != nil {
@@ -229,16 +267,9 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 		}
 		rows = v.match(ev, ch, act, now, counts, rows)
 		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
-			if err := v.commitRows(ctx, ev.durable, ch.Seq, rows, now); err != nil {
-				clear(counts) // re-evaluated after the retry
+			if err := commit(ch.Seq); err != nil {
 				return err
 			}
-			ev.durable, ev.pos, ev.advancedAt = ch.Seq, ch.Seq, now
-			rows = rows[:0]
-			for id, c := range counts {
-				v.reg.count(id, *c)
-			}
-			clear(counts)
 		}
 	}
 	ev.pos = changes[len(changes)-1].Seq

@@ -3,9 +3,11 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/loomdb/loom/collections"
+	"github.com/loomdb/loom/webhooks/llm"
 )
 
 // batchLog is a Docs that counts the writes made one by one and the
@@ -207,6 +209,127 @@ func TestOrchestrator_OneBatchAndRedeliveries(t *testing.T) {
 			}
 			if cd := check("after a redelivery"); num(cd, "tokensUsed") != tokens {
 				t.Errorf("tokensUsed %d after a redelivery, %d before", num(cd, "tokensUsed"), tokens)
+			}
+		})
+	}
+}
+
+// overBatchLimit is a Docs whose Batch refuses more than
+// maxBatchWrites writes, as POST /batch does for `loom agents`.
+type overBatchLimit struct {
+	Docs
+	refused int
+}
+
+func (d *overBatchLimit) Batch(ctx context.Context, writes []collections.Write) ([]*collections.Document, error) {
+	if len(writes) > maxBatchWrites {
+		d.refused++
+		return nil, fmt.Errorf("POST batch: 400 BAD_REQUEST: %w", collections.ErrInvalidDocument)
+	}
+	return d.Docs.Batch(ctx, writes)
+}
+
+// manyDelegates is a model whose every answer delegates n tasks.
+type manyDelegates struct{ n int }
+
+func (m manyDelegates) Name() string { return "many" }
+
+func (m manyDelegates) Complete(context.Context, llm.Request) (*llm.Response, error) {
+	res := &llm.Response{Content: "Many at once.", Usage: llm.Usage{PromptTokens: 1, CompletionTokens: 1, TotalTokens: 2}}
+	for i := range m.n {
+		res.ToolCalls = append(res.ToolCalls, llm.ToolCall{ID: fmt.Sprintf("call_%d", i), Name: "delegate_task",
+			Arguments: fmt.Sprintf(`{"agent":"general","instruction":"part %d"}`, i)})
+	}
+	return res, nil
+}
+
+// A decision that delegates more tasks than one /batch may hold is carried
+// out one write at a time, as before batching, instead of failing its
+// delivery on every retry.
+func TestOrchestrator_DecisionOverTheBatchLimit(t *testing.T) {
+	ctx := context.Background()
+	c := chat{uid: "u1", id: "c1"}
+	docs := &overBatchLimit{Docs: (&rulesEnv{store: openTestStore(t)}).serviceDocs()}
+	h := offlineHandlers(t, Config{Docs: docs})
+	n := maxBatchWrites // the reply and the chat make it n+2 writes
+	h.model = meteredModel{Model: manyDelegates{n: n}, m: h.model.(meteredModel).m}
+	msg, err := docs.Docs.Create(ctx, c.messages()+"/m1", map[string]any{"userId": c.uid, "chatId": c.id, "role": "user", "content": "Many"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.orchestrator(ctx, &Event{Type: "create", Path: msg.Path, ID: msg.ID, Doc: msg}); err != nil {
+		t.Fatalf("orchestrator: %v (%d batches refused)", err, docs.refused)
+	}
+	tasks, err := docs.Query(ctx, collections.Query{Collection: c.tasks(), Limit: 2 * n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) != n {
+		t.Fatalf("%d tasks, want %d", len(tasks), n)
+	}
+	if cd := mustGet(t, docs, c.path()); str(cd, "runStatus") != "running" || num(cd, "tokensUsed") != 2 {
+		t.Fatalf("chat %v, want runStatus running and the decision's 2 tokens", cd.Data)
+	}
+}
+
+// The agent loop writes a step and counts it (iterationCount, tokensUsed)
+// in one batch: a delivery whose batch committed but whose answer was lost,
+// retried on the state it read, writes the step once and counts its tokens
+// once, and a batch that did not commit leaves neither behind.
+func TestWriteStep_OneBatchAndRetries(t *testing.T) {
+	for _, fail := range []string{"", "lost", "outage"} {
+		t.Run("fail="+fail, func(t *testing.T) {
+			ctx := context.Background()
+			c := chat{uid: "u1", id: "c1"}
+			sa := taskID("m1", 0)
+			docs := &batchLog{Docs: (&rulesEnv{store: openTestStore(t)}).serviceDocs(), fail: fail}
+			h := offlineHandlers(t, Config{Docs: docs})
+			agent, err := docs.Docs.Create(ctx, c.subAgent(sa), h.seals.seal(c.subAgent(sa), map[string]any{
+				"userId": c.uid, "chatId": c.id, "taskId": sa, "role": "general", "status": "active",
+				"iterationCount": 0, "tokenBudget": 1000, "tokensUsed": 5, "model": "offline",
+			}, subAgentSeal))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []*collections.Document
+			for seq, role := range []string{"system", "user"} {
+				w := h.subMessageWrite(c, sa, map[string]any{"userId": c.uid, "subAgentId": sa, "role": role, "content": role, "seq": seq})
+				m, err := docs.Docs.Create(ctx, w.Path, w.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, m)
+			}
+			res := &llm.Response{Content: "done", Usage: llm.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7}}
+			step, updated, err := h.writeStep(ctx, c, sa, agent, msgs, msgs[1].ID, res, nil)
+			switch {
+			case fail == "" && (err != nil || step == nil || num(updated, "tokensUsed") != 12):
+				t.Fatalf("step %v, agent %v, err %v", step, updated, err)
+			case fail != "" && err == nil:
+				t.Fatal("a failed batch did not fail the step")
+			}
+			if fail == "outage" {
+				stepPath := c.subMessages(sa) + "/" + msgID(2)
+				if _, err := docs.Get(ctx, stepPath); !errors.Is(err, collections.ErrNotFound) {
+					t.Fatalf("a batch that failed left its step behind: %v", err)
+				}
+				if a := mustGet(t, docs, agent.Path); num(a, "tokensUsed") != 5 || num(a, "iterationCount") != 0 {
+					t.Fatalf("a batch that failed counted its step: %v", a.Data)
+				}
+			}
+			// The retry, on the state the first delivery read.
+			if _, _, err := h.writeStep(ctx, c, sa, agent, msgs, msgs[1].ID, res, nil); err != nil {
+				t.Fatalf("the retry: %v", err)
+			}
+			all, err := docs.Query(ctx, collections.Query{Collection: c.subMessages(sa), Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(all) != 3 || str(all[2], "role") != "assistant" {
+				t.Fatalf("%d sub-agent messages, want the step once after the two", len(all))
+			}
+			if a := mustGet(t, docs, agent.Path); num(a, "tokensUsed") != 12 || num(a, "iterationCount") != 1 {
+				t.Fatalf("sub-agent %v, want the step counted once (tokensUsed 12, iterationCount 1)", a.Data)
 			}
 		})
 	}

@@ -68,12 +68,6 @@ func promptHook(h plugins.Hook) bool {
 // idempotent, so a retry writes nothing twice. A rule's own failure (its
 // condition, its rendering, an action over a bound, a write the store
 // refuses) is recorded in the execution log and never fails the run.
-// rulesAt reports whether the rules loaded now have a rule at hook (its
-// switches aside): runHook would run something there.
-func (h *Handlers) rulesAt(hook plugins.Hook) bool {
-	return h.cfg.Rules != nil && len(h.cfg.Rules.Set().ByHook(hook)) > 0
-}
-
 func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error) {
 	eng := h.cfg.Rules
 	if eng == nil {
@@ -166,6 +160,12 @@ func (h *Handlers) runHook(ctx context.Context, call hookCall) ([]notice, error)
 		}
 		return notices, nil
 	}
+}
+
+// rulesAt reports whether the rules loaded now have a rule at hook (its
+// switches aside): runHook would run something there.
+func (h *Handlers) rulesAt(hook plugins.Hook) bool {
+	return h.cfg.Rules != nil && len(h.cfg.Rules.Set().ByHook(hook)) > 0
 }
 
 // hookReadErr decides what a failed read of the hook's context means: a

@@ -55,6 +55,10 @@ func (h *Handlers) createOnce(ctx context.Context, path string, data map[string]
 	return d, err
 }
 
+// maxBatchWrites is the most writes one Batch may hold: POST /batch's
+// bound (server.MaxBatchWrites), which `loom agents` commits through.
+const maxBatchWrites = 500
+
 // batchOrSettle commits writes in one Batch when the documents are as the
 // handler read them, and reports done. A batch that meets another state — a
 // document already there (a redelivery), a version moved or a document gone
@@ -69,6 +73,9 @@ func (h *Handlers) batchOrSettle(ctx context.Context, writes []collections.Write
 // batchIfAsRead is batchOrSettle that returns the written documents (in
 // the order of writes) when done.
 func (h *Handlers) batchIfAsRead(ctx context.Context, writes []collections.Write) (_ []*collections.Document, done bool, _ error) {
+	if len(writes) > maxBatchWrites {
+		return nil, false, nil // more than /batch takes (a plan of many tasks): one by one
+	}
 	docs, err := h.docs.Batch(ctx, writes)
 	switch {
 	case err == nil:
