@@ -342,14 +342,20 @@ func TestOrderingKeyStopStoresPipelinedAnswers(t *testing.T) {
 // claim commit per page, not one per row; every row is still delivered
 // once, in order.
 func TestOrderingKeyBacklogClaimedPerPage(t *testing.T) {
-	// The receiver is slower than the writer, and with MaxHeld 100 a key
+	// The receiver answers nothing until every row is written (however
+	// slow the writes are on a loaded machine), and with MaxHeld 100 a key
 	// holds at most 16 rows: the rest wait in the outbox.
-	rc := newSerialReceiver(t, 5*time.Millisecond, func(string, int) int { return http.StatusOK })
+	written := make(chan struct{})
+	rc := newSerialReceiver(t, time.Millisecond, func(string, int) int {
+		<-written
+		return http.StatusOK
+	})
 	e := startHookedWith(t, rc.URL, nil, triggers.Config{MaxHeld: 100})
 	ids := msgIDs("m", 200)
 	for _, id := range ids {
 		e.write(t, collections.WriteCreate, "users/u1/chats/c1/messages/"+id, map[string]any{"a": 1})
 	}
+	close(written)
 	waitDeliveries(t, e.svc, triggers.DeliveryQuery{Limit: 1000}, allDelivered(len(ids)))
 	sent, oks, _ := rc.snapshot()
 	if len(sent) != len(ids) {
