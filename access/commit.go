@@ -319,7 +319,7 @@ func (s *Service) writeView(ctx context.Context, caller *Caller, db string, typ 
 		return d, err
 	}
 	envelope := *d
-	envelope.Data = nil
+	envelope.Data, envelope.Raw = nil, nil
 	return &envelope, nil
 }
 

@@ -209,7 +209,7 @@ allow = ["write"]
 if    = "request.auth != null"
 `)
 	caller := &Caller{Kind: "user", UID: "u1"}
-	d := &collections.Document{Path: "posts/p1", Collection: "posts", ID: "p1", Version: 2, Data: map[string]any{"x": "mine"}}
+	d := &collections.Document{Path: "posts/p1", Collection: "posts", ID: "p1", Version: 2, Data: map[string]any{"x": "mine"}, Raw: []byte(`{"x":"mine"}`)}
 	for _, typ := range []collections.WriteType{collections.WriteCreate, collections.WriteReplace} {
 		got, err := s.writeView(context.Background(), caller, "default", typ, d)
 		if err != nil || got != d {
@@ -217,7 +217,7 @@ if    = "request.auth != null"
 		}
 	}
 	got, err := s.writeView(context.Background(), caller, "default", collections.WriteUpdate, d)
-	if err != nil || got.Data != nil || got.Version != 2 || got.ID != "p1" {
+	if err != nil || got.Data != nil || got.Raw != nil || got.Version != 2 || got.ID != "p1" {
 		t.Errorf("update result of an unreadable document: %+v %v, want the envelope only", got, err)
 	}
 }
