@@ -54,7 +54,11 @@ func (s *Service) Commit(ctx context.Context, caller *Caller, db string, writes 
 // missing document turned into a create. A concurrent change then fails
 // the commit with a precondition error instead of slipping past the rules,
 // and commitGuarded re-evaluates.
-func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, writes []collections.Write) (out []collections.Write, pins []pin, err error) {
+//
+// With assumeFree, a create without conditions whose path no earlier write
+// of the commit touched is taken to find its path free, without looking it
+// up (see commitGuarded).
+func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, writes []collections.Write, assumeFree bool) (out []collections.Write, pins []pin, err error) {
 	if caller.Admin {
 		return writes, make([]pin, len(writes)), nil
 	}
@@ -62,8 +66,11 @@ func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, wr
 	pins = make([]pin, len(writes))
 	view := commitView{store: s.store, db: db, pending: map[string]*docState{}}
 	for i, w := range writes {
-		cur, inBatch, err := view.current(ctx, w.Path)
-		if err != nil {
+		var cur *docState
+		var inBatch bool
+		if _, touched := view.pending[w.Path]; !touched && assumeFree && isPlainCreate(w) {
+			cur = nil // taken to be free: the commit refuses the create otherwise
+		} else if cur, inBatch, err = view.current(ctx, w.Path); err != nil {
 			return nil, nil, err
 		}
 		req, after, err := rulesRequest(w, cur)
@@ -104,6 +111,13 @@ type commitView struct {
 	store   collections.Store
 	db      string
 	pending map[string]*docState // nil = absent or deleted
+}
+
+// isPlainCreate reports whether w is a create without conditions: when its
+// path is free, nothing the store holds changes what the rules see of it or
+// how it commits.
+func isPlainCreate(w collections.Write) bool {
+	return w.Type == collections.WriteCreate && len(w.IfMatch) == 0
 }
 
 // current is path's state (nil when absent); inBatch tells whether an
@@ -223,9 +237,29 @@ type pin struct {
 
 // commitGuarded checks writes against the rules and commits them, retrying
 // when a document the rules looked at changed before the commit.
+//
+// A caller's commit with plain creates is first tried with their paths
+// taken to be free, without looking them up: a POST to a collection names a
+// fresh server-made id, and the lookup was a read per create for nothing.
+// The try is exact when it commits, as the engine refuses a create on a
+// taken path. On any refusal or error nothing was committed, and the writes
+// are checked again with every path looked up: the rules then see what is
+// stored, and the answer is the one the lookup would have given.
 func (s *Service) commitGuarded(ctx context.Context, caller *Caller, db string, writes []collections.Write) ([]collections.WriteResult, error) {
+	if !caller.Admin && slices.ContainsFunc(writes, isPlainCreate) {
+		guarded, _, err := s.guardWrites(ctx, caller, db, writes, true)
+		if err == nil {
+			var res []collections.WriteResult
+			if res, err = s.store.Commit(ctx, db, guarded, collections.CommitOptions{}); err == nil {
+				return res, nil
+			}
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr // the commit may still land: do not try it again
+		}
+	}
 	for attempt := 0; ; attempt++ {
-		guarded, pins, err := s.guardWrites(ctx, caller, db, writes)
+		guarded, pins, err := s.guardWrites(ctx, caller, db, writes, false)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +319,7 @@ func (s *Service) writeView(ctx context.Context, caller *Caller, db string, typ 
 		return d, err
 	}
 	envelope := *d
-	envelope.Data = nil
+	envelope.Data, envelope.Raw = nil, nil
 	return &envelope, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/loomdb/loom/collections"
@@ -129,6 +130,73 @@ if    = "request.auth != null"
 	}
 }
 
+// getCountingStore counts the engine's Gets.
+type getCountingStore struct {
+	collections.Store
+	gets atomic.Int64
+}
+
+func (s *getCountingStore) Get(ctx context.Context, db, path string) (*collections.Document, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, db, path)
+}
+
+// A plain create is committed without looking its path up; a create whose
+// rule reads the stored document still sees it when the path is taken: a
+// rule refusing a create over a stored document answers 403, and one
+// allowing it lets the engine answer 409, exactly as when the path was
+// looked up before the rules.
+func TestCommitGuarded_CreateLooksUpOnlyATakenPath(t *testing.T) {
+	s, is := newGuardService(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["create"]
+if    = "request.auth != null && resource == null"
+
+[[rule]]
+match = "open/{p}"
+allow = ["create"]
+if    = "request.auth != null && resource != null"
+`)
+	counting := &getCountingStore{Store: is.Store}
+	s.store = counting
+	ctx := context.Background()
+	caller := &Caller{Kind: "user", UID: "u1"}
+	create := func(path string) error {
+		_, err := s.commitGuarded(ctx, caller, "default", []collections.Write{
+			{Type: collections.WriteCreate, Path: path, Data: map[string]any{"by": "u1"}},
+		})
+		return err
+	}
+
+	if err := create("posts/p1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := counting.gets.Load(); n != 0 {
+		t.Fatalf("a create on a free path made %d Gets, want none", n)
+	}
+
+	mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "posts/p2", Data: map[string]any{"by": "other"}})
+	var de *Denied
+	if err := create("posts/p2"); !errors.As(err, &de) {
+		t.Fatalf("create over a stored document its rule refuses: err=%v, want a denial (403)", err)
+	}
+	if err := create("open/o1"); err == nil {
+		t.Fatal("create on a free path its rule refuses (resource != null) succeeded")
+	} else if !errors.As(err, &de) {
+		t.Fatalf("create on a free path its rule refuses: err=%v, want a denial (403)", err)
+	}
+	mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "open/o2", Data: map[string]any{"by": "other"}})
+	if err := create("open/o2"); !errors.Is(err, collections.ErrAlreadyExists) {
+		t.Fatalf("create over a stored document its rule allows: err=%v, want already exists (409)", err)
+	}
+	for _, p := range []string{"posts/p2", "open/o2"} {
+		if d, err := is.Store.Get(ctx, "default", p); err != nil || d.Version != 1 || d.Data["by"] != "other" {
+			t.Fatalf("%s after the refused create: %+v %v", p, d, err)
+		}
+	}
+}
+
 // writeView evaluates the get rules only for an update, the one write
 // whose result can carry stored fields the caller never sent: a create or
 // replace shows back exactly the caller's own data, with no rule
@@ -141,7 +209,7 @@ allow = ["write"]
 if    = "request.auth != null"
 `)
 	caller := &Caller{Kind: "user", UID: "u1"}
-	d := &collections.Document{Path: "posts/p1", Collection: "posts", ID: "p1", Version: 2, Data: map[string]any{"x": "mine"}}
+	d := &collections.Document{Path: "posts/p1", Collection: "posts", ID: "p1", Version: 2, Data: map[string]any{"x": "mine"}, Raw: []byte(`{"x":"mine"}`)}
 	for _, typ := range []collections.WriteType{collections.WriteCreate, collections.WriteReplace} {
 		got, err := s.writeView(context.Background(), caller, "default", typ, d)
 		if err != nil || got != d {
@@ -149,7 +217,7 @@ if    = "request.auth != null"
 		}
 	}
 	got, err := s.writeView(context.Background(), caller, "default", collections.WriteUpdate, d)
-	if err != nil || got.Data != nil || got.Version != 2 || got.ID != "p1" {
+	if err != nil || got.Data != nil || got.Raw != nil || got.Version != 2 || got.ID != "p1" {
 		t.Errorf("update result of an unreadable document: %+v %v, want the envelope only", got, err)
 	}
 }

@@ -48,9 +48,11 @@ type Document struct {
 	Data map[string]any
 	// Raw, when not nil, is the stored encoding of Data in exactly the
 	// form AppendJSON would write for it (see WireData), and AppendJSON
-	// writes it as is. Only the optional RawReader reads return documents
-	// with Raw set, and only those may leave Data nil: such a document is
-	// for writing out, not for reading its fields. Raw is never modified.
+	// writes it as is. Only the optional RawReader reads and an engine's
+	// write results return documents with Raw set, and only the reads may
+	// leave Data nil: such a document is for writing out, not for reading
+	// its fields. Raw is never modified; whoever changes or drops Data
+	// drops Raw with it (Clone does).
 	Raw []byte
 }
 

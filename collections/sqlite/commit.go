@@ -432,7 +432,18 @@ func (t *txn) write(db string, w *collections.Write, now int64) (collections.Wri
 	if err := t.store(t.c.stmts.put, db, w, o, cur, now); err != nil {
 		return collections.WriteResult{}, err
 	}
-	return o.Result(w), nil
+	return result(w, o), nil
+}
+
+// result is w's result. Its document carries the data bytes just stored as
+// Raw: they are json.Marshal of its Data, what AppendJSON would write, so
+// the answer to the write is not encoded a second time. A delete stores
+// the bytes it found, of whatever form: its document is encoded from Data.
+func result(w *collections.Write, o docwrite.Outcome) collections.WriteResult {
+	if o.Op != collections.OpDelete {
+		o.Next.Raw = o.Data
+	}
+	return o.Result(w)
 }
 
 // createFresh applies a create as if its path held no row, which is what
@@ -461,7 +472,7 @@ func (t *txn) createFresh(db string, w *collections.Write, now int64) (collectio
 		}
 		return collections.WriteResult{}, false, err
 	}
-	return o.Result(w), true, nil
+	return result(w, o), true, nil
 }
 
 // store writes the document o leaves with put (or insert) and, for a

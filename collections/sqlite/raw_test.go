@@ -70,3 +70,38 @@ func TestRawReadsNonWireData(t *testing.T) {
 		q.StartAfter = res.NextCursor
 	}
 }
+
+// TestWriteResultsCarryStoredBytes: a create's, replace's and update's
+// result carries the data bytes just stored as Raw, and writes out exactly
+// as its Data encodes; a delete's result is encoded from Data.
+func TestWriteResultsCarryStoredBytes(t *testing.T) {
+	s := mustOpen(t, Config{Path: tempPath(t), PurgeInterval: -1})
+	type unsorted struct{ B, A int }
+	wire := func(d *collections.Document) string {
+		var b bytes.Buffer
+		if err := d.AppendJSON(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	steps := []struct {
+		w   collections.Write
+		raw bool
+	}{
+		{create("things/a", map[string]any{"v": unsorted{B: 1, A: 2}, "s": "<x>"}), true},
+		{create("things/b", map[string]any{}), true}, // a fresh create with an empty body
+		{collections.Write{Type: collections.WriteReplace, Path: "things/a", Data: map[string]any{"n": 1}}, true},
+		{collections.Write{Type: collections.WriteUpdate, Path: "things/a", Data: map[string]any{"m": "y"}}, true},
+		{collections.Write{Type: collections.WriteDelete, Path: "things/a"}, false},
+	}
+	for _, st := range steps {
+		res := mustCommit(t, s, st.w)
+		d := res[0].Doc
+		if (d.Raw != nil) != st.raw {
+			t.Errorf("%s %s: Raw %q, want set %v", st.w.Type, st.w.Path, d.Raw, st.raw)
+		}
+		if got, want := wire(d), wire(d.Clone()); got != want {
+			t.Errorf("%s %s: result writes %s, its Data %s", st.w.Type, st.w.Path, got, want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,6 +194,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.wdb.SetMaxOpenConns(1)
 	s.wdb.SetMaxIdleConns(1)
 	s.wdb.SetConnMaxLifetime(0)
+	// The commit that takes the WAL past this many pages copies them into
+	// the database file (a PASSIVE checkpoint) and fsyncs it. Most of a
+	// batch's pages are the same hot ones (the right edges of the docs and
+	// changes trees, the index leaves its values fall in): a checkpoint
+	// every 4,000 pages instead of SQLite's 1,000 copies each of them a
+	// quarter as often. Durability does not depend on it (every commit
+	// fsyncs the WAL); the WAL stays bounded as before, at ~16 MB instead
+	// of ~4 MB (4 KiB pages), unless a long read holds it back.
+	if _, err := s.wdb.ExecContext(ctx, `PRAGMA wal_autocheckpoint = `+strconv.Itoa(walCheckpointPages)); err != nil {
+		s.wdb.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
+	}
 	if err := s.migrate(ctx); err != nil {
 		s.wdb.Close()
 		return nil, err
@@ -226,6 +239,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.log.Info("opened", "path", cfg.Path, "head", s.head.Load(), "indexes", len(indexes))
 	return s, nil
 }
+
+// walCheckpointPages is the writer's wal_autocheckpoint (see Open).
+const walCheckpointPages = 4000
 
 // openDB opens a handle with the pragmas every connection needs. The writer
 // handle takes the write lock at BEGIN so a transaction never fails half way
