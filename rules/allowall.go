@@ -227,6 +227,12 @@ func (r *rule) captureIndex(name string) int {
 // maxDecisions bounds a Set's decision cache; a full cache starts over.
 const maxDecisions = 4096
 
+// maxDecisionKeyBytes bounds the strings one cached decision keeps (the
+// collection and the caller's uid, username and roles), so that the cache
+// holds at most maxDecisions*maxDecisionKeyBytes of them whatever callers
+// send; a larger key is decided each time.
+const maxDecisionKeyBytes = 4096
+
 // decisionCache remembers AllowsAll's answers of one Set (a reload makes a
 // new Set, and so a new cache). It is used only when no condition reads
 // more of the caller than the key holds (refs.authOther), and then the
@@ -270,12 +276,20 @@ func (c *decisionCache) key(auth *Auth, op Op, collection string) (decisionKey, 
 		return decisionKey{}, false
 	}
 	k := decisionKey{op: op, collection: collection, anonymous: auth == nil}
+	size := len(collection)
 	if auth != nil {
+		size += len(auth.UID) + len(auth.Username)
 		for _, r := range auth.Roles {
 			if strings.IndexByte(r, 0) >= 0 {
 				return decisionKey{}, false // the join would be ambiguous
 			}
+			size += len(r) + 1
 		}
+	}
+	if size > maxDecisionKeyBytes {
+		return decisionKey{}, false // decided each time: the cache's memory stays bounded
+	}
+	if auth != nil {
 		k.uid, k.username = auth.UID, auth.Username
 		k.roles, k.nroles = strings.Join(auth.Roles, "\x00"), len(auth.Roles)
 	}

@@ -1,6 +1,10 @@
 package rules
 
-import "testing"
+import (
+	"context"
+	"strings"
+	"testing"
+)
 
 // The decision cache is on only when no condition reads more of the
 // caller than its key holds.
@@ -28,5 +32,35 @@ func TestDecisionCacheEnabled(t *testing.T) {
 		if s.decisions.enabled != want {
 			t.Errorf("%s: cached=%v, want %v", cond, s.decisions.enabled, want)
 		}
+	}
+}
+
+// A decision whose key would keep more than maxDecisionKeyBytes is not
+// cached: what a caller sends cannot make the cache hold unbounded memory.
+func TestDecisionCacheKeyBounded(t *testing.T) {
+	s := Default()
+	if !s.decisions.enabled {
+		t.Fatal("the default rules' decisions are not cached")
+	}
+	big := strings.Repeat("r", maxDecisionKeyBytes)
+	for _, tt := range []struct {
+		name string
+		auth *Auth
+		coll string
+	}{
+		{"collection", nil, "users/" + big + "/notes"},
+		{"uid", &Auth{UID: big}, "users/a/notes"},
+		{"roles", &Auth{UID: "a", Roles: []string{big[:maxDecisionKeyBytes/2], big[:maxDecisionKeyBytes/2]}}, "users/a/notes"},
+	} {
+		if _, ok := s.decisions.key(tt.auth, OpList, tt.coll); ok {
+			t.Errorf("%s: a %d-byte key is cached", tt.name, maxDecisionKeyBytes)
+		}
+		s.AllowsAll(context.Background(), tt.auth, OpList, tt.coll)
+	}
+	if n := len(s.decisions.m); n != 0 {
+		t.Fatalf("the cache holds %d oversized decisions", n)
+	}
+	if _, ok := s.decisions.key(&Auth{UID: "a", Roles: []string{"x"}}, OpList, "users/a/notes"); !ok {
+		t.Fatal("a small key is not cached")
 	}
 }
