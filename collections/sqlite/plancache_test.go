@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/loomdb/loom/collections"
@@ -127,4 +128,19 @@ func sameListShape(a, b any) bool {
 	la, _ := a.([]any)
 	lb, _ := b.([]any)
 	return slices.EqualFunc(la, lb, func(x, y any) bool { return collections.TypeClass(x, true) == collections.TypeClass(y, true) })
+}
+
+// A shape whose field names a request made long is planned per call, not
+// kept: neither cache holds memory that grows with the request's size.
+func TestPlanCacheSkipsLongShapes(t *testing.T) {
+	c := &stmtCache{}
+	long := strings.Repeat("f", 4*maxCachedPlanKey)
+	q := &collections.Query{Collection: "items", Filters: []collections.Filter{{Field: long, Op: "==", Value: "v"}}}
+	p, ok := c.planFor("db", q, 3)
+	if !ok || p == nil {
+		t.Fatal("long shape not planned")
+	}
+	if len(c.plans) != 0 {
+		t.Fatalf("%d plans kept for a %d-byte field name", len(c.plans), len(long))
+	}
 }

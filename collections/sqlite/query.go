@@ -339,6 +339,11 @@ func (c *stmtCache) setIndexes(defs []indexDef) {
 // new shapes are planned per call (nothing is evicted).
 const maxCachedPlans = 512
 
+// maxCachedPlanKey bounds the key of a cached plan: a shape's key (and its
+// SQL) grows with its field names and collection pattern, which a request
+// chooses, so a longer shape is planned per call rather than kept.
+const maxCachedPlanKey = 1024
+
 // planFor returns planQuery's plan for q, reading rounds of want rows,
 // from the cache when a query of the same shape was planned before. The
 // SQL text of a plan depends only on what planKey writes: the collection
@@ -392,7 +397,7 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 	t.first = p.sql("", want)
 	p.first = t.first
 	c.planMu.Lock()
-	if len(c.plans) < maxCachedPlans {
+	if len(c.plans) < maxCachedPlans && len(key) <= maxCachedPlanKey {
 		if c.plans == nil {
 			c.plans = map[string]*plan{}
 		}

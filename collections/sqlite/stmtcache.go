@@ -9,6 +9,11 @@ import (
 // maxCachedQueries bounds the prepared query statements kept.
 const maxCachedQueries = 512
 
+// maxCachedQueryText bounds the SQL text of a kept statement: a request
+// chooses the field names a query's text holds, so a longer text is
+// prepared per call rather than kept.
+const maxCachedQueryText = 8192
+
 // stmtCache keeps prepared query statements by SQL text. Query shapes repeat
 // (the same filters, order and limit), and preparing one — its JSON
 // expressions matched against every declared index by the planner — costs
@@ -28,7 +33,7 @@ type stmtCache struct {
 
 func (c *stmtCache) query(ctx context.Context, db *sql.DB, text string, args ...any) (*sql.Rows, error) {
 	c.mu.Lock()
-	st, full := c.m[text], len(c.m) >= maxCachedQueries
+	st, full := c.m[text], len(c.m) >= maxCachedQueries || len(text) > maxCachedQueryText
 	c.mu.Unlock()
 	if st == nil {
 		if full {

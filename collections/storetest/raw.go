@@ -15,11 +15,20 @@ import (
 // document gives. So every query operator on random data checks the raw
 // path too. Only harnesses with raw set compare (no concurrent writes).
 
+// rawReader is the engine as a RawReader when this harness compares raw
+// reads, else nil.
+func (h *harness) rawReader() collections.RawReader {
+	if rr, ok := h.s.(collections.RawReader); ok && h.raw {
+		return rr
+	}
+	return nil
+}
+
 // checkGetRaw compares GetRaw(db, path) with Get's answer d, err.
 func (h *harness) checkGetRaw(db, path string, d *collections.Document, err error) {
 	h.t.Helper()
-	rr, ok := h.s.(collections.RawReader)
-	if !ok || !h.raw {
+	rr := h.rawReader()
+	if rr == nil {
 		return
 	}
 	ctx, cancel := ctxT()
@@ -36,8 +45,8 @@ func (h *harness) checkGetRaw(db, path string, d *collections.Document, err erro
 // checkQueryRaw compares QueryRaw(db, q) with Query's answer res, err.
 func (h *harness) checkQueryRaw(db string, q collections.Query, res collections.QueryResult, err error) {
 	h.t.Helper()
-	rr, ok := h.s.(collections.RawReader)
-	if !ok || !h.raw {
+	rr := h.rawReader()
+	if rr == nil {
 		return
 	}
 	ctx, cancel := ctxT()
