@@ -26,6 +26,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Only loom serve tunes the collector: its request path allocates on
+	// every request. loom agents mostly waits on the model and on HTTP, and
+	// loom bench is a client.
+	gc, err := decideGC(cfg.Runtime, os.Getenv, availableMemory(os.DirFS("/")))
+	if err != nil {
+		return err
+	}
+	applyGC(logger, gc, os.Getenv)
 	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Version: version})
 	if err != nil {
 		return err

@@ -64,6 +64,7 @@ type Config struct {
 	Mongo    Mongo               `toml:"mongo"`
 	Compat   Compat              `toml:"compat"`
 	Console  Console             `toml:"console"`
+	Runtime  Runtime             `toml:"runtime"`
 	Indexes  []collections.Index `toml:"index"`
 
 	// More process settings (env or flags only), and what loading found.
@@ -597,6 +598,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: [auth] min_password_length must be between %d and %d (0: the default, 10), got %d", MinPasswordLengthLow, MaxPasswordLength, n)
 	}
 	if err := c.Console.validate(); err != nil {
+		return err
+	}
+	if err := c.Runtime.validate(); err != nil {
 		return err
 	}
 	if err := c.Agents.validateRules(); err != nil {
