@@ -210,6 +210,20 @@ func (s *Store) ChangedSince(ctx context.Context, db, collection string, cp coll
 // position and the rows are read in one snapshot, so a concurrent purge can
 // never open a silent gap.
 func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	return s.readChanges(ctx, after, limit, nil)
+}
+
+var _ collections.FilteredChangeReader = (*Store)(nil)
+
+// ReadChangesFiltered is ReadChanges for collections.FilteredChangeReader:
+// the stored data of a change want rejects is neither copied out of the
+// row nor decoded.
+func (s *Store) ReadChangesFiltered(ctx context.Context, after int64, limit int, want collections.ChangeWant) ([]collections.Change, error) {
+	return s.readChanges(ctx, after, limit, want)
+}
+
+// readChanges reads the changes after `after`; want nil wants them all.
+func (s *Store) readChanges(ctx context.Context, after int64, limit int, want collections.ChangeWant) ([]collections.Change, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -235,7 +249,7 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	defer rows.Close()
 	var out []collections.Change
 	for rows.Next() {
-		c, err := scanChange(rows)
+		c, err := scanChange(rows, want)
 		if err != nil {
 			return nil, s.readErr("read changes", err)
 		}
@@ -247,13 +261,17 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	return out, nil
 }
 
-func scanChange(rows *sql.Rows) (collections.Change, error) {
+// scanChange reads one change row; when want is not nil and rejects it,
+// only its Seq, DB, Op, Path and Time. The data columns are scanned as
+// sql.RawBytes (the driver's buffer, valid until the next row): decoded at
+// once or dropped, they need no copy of their own.
+func scanChange(rows *sql.Rows, want collections.ChangeWant) (collections.Change, error) {
 	var (
 		c                  collections.Change
 		op                 string
 		bv, bc, bu, bs     sql.NullInt64
 		bd                 sql.NullBool
-		bdata, adata       []byte
+		bdata, adata       sql.RawBytes
 		aVersion, aCreated int64
 		aDeleted           bool
 	)
@@ -261,6 +279,9 @@ func scanChange(rows *sql.Rows) (collections.Change, error) {
 		return c, err
 	}
 	c.Op = collections.ChangeOp(op)
+	if want != nil && !want(c.DB, c.Op, c.Path) {
+		return c, nil
+	}
 	coll, id := collections.SplitDocPath(c.Path)
 	after, err := collections.DecodeObject(adata)
 	if err != nil {
