@@ -202,14 +202,14 @@ func (v *evaluator) advance(ctx context.Context, ev *evalState) error {
 
 // evaluateBatch processes the changes after ev.pos (up to readBatch).
 func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
-	if len(v.reg.activeTriggers()) == 0 {
+	act := v.reg.activeTriggers()
+	if len(act) == 0 {
 		return v.skipIdle(ctx, ev)
 	}
-	changes, err := v.store.ReadChanges(ctx, ev.pos, readBatch)
+	changes, err := v.readChanges(ctx, ev.pos, act)
 	if err != nil || len(changes) == 0 {
 		return err
 	}
-	act := v.reg.activeTriggers()
 	now := time.Now()
 	var rows []*Delivery
 	counts := map[string]*Counts{}
@@ -264,12 +264,22 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 				return err
 			}
 			act = v.reg.activeTriggers()
+			if withoutData(changes[i+1:]) {
+				// They were read for the triggers before this change:
+				// one enabled by it may match a change read without
+				// its documents. End the batch here; the next one reads
+				// them again for the triggers in force now.
+				changes = changes[:i+1]
+			}
 		}
 		rows = v.match(ev, ch, act, now, counts, rows)
 		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
 			if err := commit(ch.Seq); err != nil {
 				return err
 			}
+		}
+		if i == len(changes)-1 {
+			break // the batch may have been cut short above
 		}
 	}
 	ev.pos = changes[len(changes)-1].Seq
@@ -278,6 +288,50 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 		return v.advance(ctx, ev)
 	}
 	return nil
+}
+
+// readChanges reads the batch after `after` for the triggers act. From an
+// engine that can (collections.FilteredChangeReader) only the changes one
+// of them can match carry their documents: the others (every write of a
+// collection no trigger names, every system write) need no decode. match
+// never builds an event of such a change, as long as it is given the same
+// triggers (see withoutData).
+func (v *evaluator) readChanges(ctx context.Context, after int64, act []activeTrigger) ([]collections.Change, error) {
+	fr, ok := v.store.(collections.FilteredChangeReader)
+	if !ok {
+		return v.store.ReadChanges(ctx, after, readBatch)
+	}
+	return fr.ReadChangesFiltered(ctx, after, readBatch, func(db string, op collections.ChangeOp, path string) bool {
+		return canMatch(act, db, op, path)
+	})
+}
+
+// canMatch reports whether a trigger of act may match a change of db, op
+// and path: the test of match before it needs the documents (the
+// condition, orderingKey and deliverAt read them; activeFrom is left to
+// match).
+func canMatch(act []activeTrigger, db string, op collections.ChangeOp, path string) bool {
+	if collections.IsSystemPath(path) {
+		return false
+	}
+	coll, _ := collections.SplitDocPath(path)
+	for _, t := range act {
+		if _, ok := t.c.Match(db, op, coll); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutData reports whether one of changes was read without its
+// documents (collections.FilteredChangeReader: After is nil only then).
+func withoutData(changes []collections.Change) bool {
+	for i := range changes {
+		if changes[i].After == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // skipIdle moves ev to the head of the log without reading the changes

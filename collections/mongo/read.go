@@ -134,6 +134,21 @@ const maxReadBytes = 16 << 20
 // mark and the changes are read in one snapshot (a snapshot session), so a
 // concurrent purge can never open a silent gap.
 func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	return s.readChanges(ctx, after, limit, nil)
+}
+
+var _ collections.FilteredChangeReader = (*Store)(nil)
+
+// ReadChangesFiltered is ReadChanges for collections.FilteredChangeReader.
+// The server still sends every change whole (want is the caller's code,
+// no query can name it); what a change want rejects saves is the decode
+// of its documents, which dominates a read.
+func (s *Store) ReadChangesFiltered(ctx context.Context, after int64, limit int, want collections.ChangeWant) ([]collections.Change, error) {
+	return s.readChanges(ctx, after, limit, want)
+}
+
+// readChanges reads the changes after `after`; want nil wants them all.
+func (s *Store) readChanges(ctx context.Context, after int64, limit int, want collections.ChangeWant) ([]collections.Change, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
@@ -164,13 +179,18 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 	var out []collections.Change
 	read := 0
 	for read < maxReadBytes && cur.Next(sctx) {
-		var rec changeRecord
-		if err := cur.Decode(&rec); err != nil {
+		c, rejected, err := rejectedChange(cur.Current, want)
+		if err != nil {
 			return nil, s.readErr("read changes", err)
 		}
-		c, err := rec.decode()
-		if err != nil {
-			return nil, err
+		if !rejected {
+			var rec changeRecord
+			if err := cur.Decode(&rec); err != nil {
+				return nil, s.readErr("read changes", err)
+			}
+			if c, err = rec.decode(); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, c)
 		read += len(cur.Current)
@@ -179,6 +199,34 @@ func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]coll
 		return nil, s.readErr("read changes", err)
 	}
 	return out, nil
+}
+
+// changeHeader is the part of a stored change a filtered read decodes
+// first (bson ignores the fields a struct does not name).
+type changeHeader struct {
+	Seq  int64  `bson:"_id"`
+	DB   string `bson:"db"`
+	Op   string `bson:"op"`
+	Path string `bson:"path"`
+	Time int64  `bson:"time"`
+}
+
+// rejectedChange decodes the header of a stored change when want is not
+// nil; when want rejects it, c is the change without documents and
+// rejected is true (otherwise the caller decodes the whole record).
+func rejectedChange(raw bson.Raw, want collections.ChangeWant) (c collections.Change, rejected bool, err error) {
+	if want == nil {
+		return c, false, nil
+	}
+	var h changeHeader
+	if err := bson.Unmarshal(raw, &h); err != nil {
+		return c, false, err
+	}
+	op := collections.ChangeOp(h.Op)
+	if want(h.DB, op, h.Path) {
+		return c, false, nil
+	}
+	return collections.Change{Seq: h.Seq, DB: h.DB, Op: op, Path: h.Path, Time: h.Time}, true, nil
 }
 
 func (r *changeRecord) decode() (collections.Change, error) {

@@ -159,3 +159,50 @@ func BenchmarkCommitParallelFailing(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 }
+
+// BenchmarkReadChanges: the trigger evaluator's read, batches of n changes
+// (256, the evaluator's limit, and 20, about one group commit of the create
+// benchmark, what it reads after each) of documents shaped like the create
+// benchmark's, all decoded (ReadChanges) or none wanted
+// (ReadChangesFiltered: the changes of a collection no trigger names). An
+// op is one batch; ns/change is per change.
+func BenchmarkReadChanges(b *testing.B) {
+	const docs = 4096
+	s := benchStore(b, Config{})
+	ctx := context.Background()
+	var ws []collections.Write
+	for i := range docs {
+		ws = append(ws, create(fmt.Sprintf("bench/r1/items/d%05d", i), map[string]any{
+			"title": fmt.Sprintf("item %d", i), "n": i, "done": i%2 == 0, "tags": []any{"a", "b"}, "body": "some text of a usual length for a record"}))
+	}
+	commitAll(b, s, ws)
+	none := func(string, collections.ChangeOp, string) bool { return false }
+	for _, batch := range []int{256, 20} {
+		for _, tc := range []struct {
+			name string
+			read func(after int64) ([]collections.Change, error)
+		}{
+			{"all", func(after int64) ([]collections.Change, error) { return s.ReadChanges(ctx, after, batch) }},
+			{"none-wanted", func(after int64) ([]collections.Change, error) {
+				return s.ReadChangesFiltered(ctx, after, batch, none)
+			}},
+		} {
+			b.Run(fmt.Sprintf("n%d/%s", batch, tc.name), func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					after := int64((i * batch) % (docs - batch))
+					i++
+					cs, err := tc.read(after)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(cs) != batch {
+						b.Fatalf("%d changes", len(cs))
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/change")
+			})
+		}
+	}
+}

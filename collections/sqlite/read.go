@@ -89,8 +89,8 @@ func scanDocRawInto(sc scanner, d *collections.Document) error {
 
 type readStmts struct {
 	get, changedSince, cursor *sql.Stmt
-	// purged and changes are ReadChanges' two reads (one transaction):
-	// it runs after every commit, for the trigger evaluator and realtime.
+	// changes is ReadChanges' read (purged when it finds no change): it
+	// runs after every commit, for the trigger evaluator and realtime.
 	purged, changes *sql.Stmt
 }
 
@@ -114,7 +114,7 @@ func (r *readStmts) prepare(ctx context.Context, db *sql.DB) error {
 		ORDER BY seq, id LIMIT +?5`)
 	r.cursor = prep(`SELECT seq FROM cursors WHERE name = +?1`)
 	r.purged = prep(`SELECT value FROM meta WHERE key = 'purged_through'`)
-	r.changes = prep(`SELECT c.seq, c.db, c.op, c.path, c.time,
+	r.changes = prep(`SELECT (SELECT value FROM meta WHERE key = 'purged_through'), c.seq, c.db, c.op, c.path, c.time,
 		c.b_version, c.b_created, c.b_updated, c.b_deleted, c.b_seq, c.b_data,
 		c.a_version, c.a_created, c.a_deleted, c.a_data
 		FROM changes c WHERE c.seq > +?1 ORDER BY c.seq LIMIT +?2`)
@@ -210,73 +210,116 @@ func (s *Store) ChangedSince(ctx context.Context, db, collection string, cp coll
 // position and the rows are read in one snapshot, so a concurrent purge can
 // never open a silent gap.
 func (s *Store) ReadChanges(ctx context.Context, after int64, limit int) ([]collections.Change, error) {
+	return s.readChanges(ctx, after, limit, nil)
+}
+
+var _ collections.FilteredChangeReader = (*Store)(nil)
+
+// ReadChangesFiltered is ReadChanges for collections.FilteredChangeReader:
+// the stored data of a change want rejects is neither copied out of the
+// row nor decoded.
+func (s *Store) ReadChangesFiltered(ctx context.Context, after int64, limit int, want collections.ChangeWant) ([]collections.Change, error) {
+	return s.readChanges(ctx, after, limit, want)
+}
+
+// readChanges reads the changes after `after`; want nil wants them all.
+//
+// One statement reads the changes and, in each row, the retention mark: a
+// statement reads one snapshot, so a change it returns was not purged and
+// the mark says whether an older one after `after` was, with no
+// transaction to open and roll back around it (this runs after every
+// commit). When no change follows `after`, the mark is read alone: an
+// empty answer opens no gap, and an expired position is reported as of
+// that read.
+func (s *Store) readChanges(ctx context.Context, after int64, limit int, want collections.ChangeWant) ([]collections.Change, error) {
 	if err := s.begin(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, s.readErr("read changes", err)
+	var out []collections.Change
+	if limit > 0 {
+		rows, err := s.reads.changes.QueryContext(ctx, after, limit)
+		if err != nil {
+			return nil, s.readErr("read changes", err)
+		}
+		defer rows.Close()
+		r := newChangeRow()
+		for rows.Next() {
+			c, purged, err := scanChange(rows, r, want)
+			if err != nil {
+				return nil, s.readErr("read changes", err)
+			}
+			if after < purged {
+				return nil, &collections.PositionExpiredError{After: after, Oldest: purged}
+			}
+			out = append(out, c)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, s.readErr("read changes", err)
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
 	}
-	defer tx.Rollback() //nolint:errcheck // read-only
 	var purged int64
-	if err := tx.StmtContext(ctx, s.reads.purged).QueryRowContext(ctx).Scan(&purged); err != nil {
+	if err := s.reads.purged.QueryRowContext(ctx).Scan(&purged); err != nil {
 		return nil, s.readErr("read changes", err)
 	}
 	if after < purged {
 		return nil, &collections.PositionExpiredError{After: after, Oldest: purged}
 	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	rows, err := tx.StmtContext(ctx, s.reads.changes).QueryContext(ctx, after, limit)
-	if err != nil {
-		return nil, s.readErr("read changes", err)
-	}
-	defer rows.Close()
-	var out []collections.Change
-	for rows.Next() {
-		c, err := scanChange(rows)
-		if err != nil {
-			return nil, s.readErr("read changes", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.readErr("read changes", err)
-	}
-	return out, nil
+	return nil, nil
 }
 
-func scanChange(rows *sql.Rows) (collections.Change, error) {
-	var (
-		c                  collections.Change
-		op                 string
-		bv, bc, bu, bs     sql.NullInt64
-		bd                 sql.NullBool
-		bdata, adata       []byte
-		aVersion, aCreated int64
-		aDeleted           bool
-	)
-	if err := rows.Scan(&c.Seq, &c.DB, &op, &c.Path, &c.Time, &bv, &bc, &bu, &bd, &bs, &bdata, &aVersion, &aCreated, &aDeleted, &adata); err != nil {
-		return c, err
+// changeRow holds the columns of one change row. A read scans all its rows
+// into one changeRow: a Scan destination escapes to the heap, so scanning
+// into locals would allocate each of them for every row.
+type changeRow struct {
+	purged, seq, time  int64
+	db, op, path       string
+	bv, bc, bu, bs     sql.NullInt64
+	bd                 sql.NullBool
+	bdata, adata       sql.RawBytes
+	aVersion, aCreated int64
+	aDeleted           bool
+	dest               []any
+}
+
+func newChangeRow() *changeRow {
+	r := new(changeRow)
+	r.dest = []any{&r.purged, &r.seq, &r.db, &r.op, &r.path, &r.time, &r.bv, &r.bc, &r.bu, &r.bd, &r.bs, &r.bdata,
+		&r.aVersion, &r.aCreated, &r.aDeleted, &r.adata}
+	return r
+}
+
+// scanChange reads one change row into r and returns the change and the
+// retention mark read with it; when want is not nil and rejects the
+// change, only its Seq, DB, Op, Path and Time. The data columns are
+// scanned as sql.RawBytes (the driver's buffer, valid until the next row):
+// decoded at once or dropped, they need no copy of their own.
+func scanChange(rows *sql.Rows, r *changeRow, want collections.ChangeWant) (collections.Change, int64, error) {
+	if err := rows.Scan(r.dest...); err != nil {
+		return collections.Change{}, 0, err
 	}
-	c.Op = collections.ChangeOp(op)
+	c := collections.Change{Seq: r.seq, DB: r.db, Op: collections.ChangeOp(r.op), Path: r.path, Time: r.time}
+	if want != nil && !want(c.DB, c.Op, c.Path) {
+		return c, r.purged, nil
+	}
 	coll, id := collections.SplitDocPath(c.Path)
-	after, err := collections.DecodeObject(adata)
+	after, err := collections.DecodeObject(r.adata)
 	if err != nil {
-		return c, fmt.Errorf("corrupt change %d: %w", c.Seq, err)
+		return c, 0, fmt.Errorf("corrupt change %d: %w", c.Seq, err)
 	}
-	c.After = &collections.Document{Path: c.Path, Collection: coll, ID: id, Version: aVersion, CreatedAt: aCreated,
-		UpdatedAt: c.Time, Deleted: aDeleted, Seq: c.Seq, Data: after}
-	if bv.Valid {
-		before, err := collections.DecodeObject(bdata)
+	c.After = &collections.Document{Path: c.Path, Collection: coll, ID: id, Version: r.aVersion, CreatedAt: r.aCreated,
+		UpdatedAt: c.Time, Deleted: r.aDeleted, Seq: c.Seq, Data: after}
+	if r.bv.Valid {
+		before, err := collections.DecodeObject(r.bdata)
 		if err != nil {
-			return c, fmt.Errorf("corrupt change %d: %w", c.Seq, err)
+			return c, 0, fmt.Errorf("corrupt change %d: %w", c.Seq, err)
 		}
-		c.Before = &collections.Document{Path: c.Path, Collection: coll, ID: id, Version: bv.Int64, CreatedAt: bc.Int64,
-			UpdatedAt: bu.Int64, Deleted: bd.Bool, Seq: bs.Int64, Data: before}
+		c.Before = &collections.Document{Path: c.Path, Collection: coll, ID: id, Version: r.bv.Int64, CreatedAt: r.bc.Int64,
+			UpdatedAt: r.bu.Int64, Deleted: r.bd.Bool, Seq: r.bs.Int64, Data: before}
 	}
-	return c, nil
+	return c, r.purged, nil
 }
 
 // Head returns the seq of the last committed change.

@@ -221,6 +221,7 @@ func testChangeLog(t *testing.T, f Factory) {
 			}
 		}
 	}
+	h.checkFiltered(cs, first)
 	if page := h.mustReadChanges(first+2, 2); len(page) != 2 || page[0].Seq != first+3 || page[1].Seq != first+4 {
 		t.Errorf("ReadChanges(%d, 2)=%v, want seqs %d and %d", first+2, changePaths(page), first+3, first+4)
 	}

@@ -55,6 +55,7 @@ func (h *harness) wantExpired(after int64) int64 {
 	if cs, err := h.readChanges(after, 0); !errors.As(err, &pe) || len(cs) != 0 || pe.Oldest <= after {
 		h.t.Errorf("ReadChanges(%d, 0) after retention=%v, %v, want no change and a *PositionExpiredError", after, changePaths(cs), err)
 	}
+	h.checkFilteredExpired(after, pe.Oldest)
 	return pe.Oldest
 }
 
