@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/app/apptest"
+	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/server"
+	"github.com/loomdb/loom/triggers"
 )
 
 // whFixedSecret is a Standard Webhooks secret written into triggers.json.
@@ -739,17 +741,70 @@ func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
 	})
 }
 
+// A trigger registered after a change does not fire for it, even when the
+// evaluator reaches the change only after the registration: the test holds
+// the evaluator lease for another node while the change is committed and
+// the trigger registered, so the only thing that can keep the change from
+// matching is the trigger's ActiveFrom (not the evaluator having passed the
+// change already, which a sleep before the registration would ensure).
 func TestTriggersAdmin_RegisteredTriggerIgnoresPastChanges(t *testing.T) {
 	rc := apptest.NewReceiver(t, nil)
-	e := startTrigEnv(t, trigEnvOpts{})
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := apptest.OpenStore(t, dir)
+	release := holdEvaluatorLease(t, st)
+	e := &trigEnv{Stack: apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[]"})}
 	e.Put(t, "items/old", `{"n":1}`)
-	time.Sleep(100 * time.Millisecond)
+	old := e.Head(t)
 	e.register(t, extDef("ext", rc.URL, ""))
+	if pos, err := st.Cursor(ctx, "triggers"); err != nil || pos >= old {
+		t.Fatalf("trigger cursor %d (%v) at the registration, want it before items/old (%d): the test would check nothing", pos, err, old)
+	}
 	e.Put(t, "items/new", `{"n":1}`)
+	release()
+	// The evaluator now reads items/old, the registration and items/new,
+	// in that order: a row for items/old would be committed no later than
+	// the row for items/new.
 	rc.WaitFor(t, "new", apptest.HasDoc("new"))
-	time.Sleep(300 * time.Millisecond)
+	ds := e.waitDeliveries(t, "the row of items/new delivered", "triggerId=ext", func(ds []deliveryOut) bool {
+		for _, d := range ds {
+			if d.Status == "delivered" {
+				return true
+			}
+		}
+		return false
+	})
+	if len(ds) != 1 {
+		t.Fatalf("a trigger registered later has %d outbox rows, want 1 (items/new only): %+v", len(ds), ds)
+	}
 	if apptest.HasDoc("old")(rc.Requests()) {
 		t.Fatal("a trigger registered later fired for a past change")
+	}
+}
+
+// evaluatorLease is the document whose lease makes a node the one trigger
+// evaluator (triggers/evaluator.go, claimEvaluator).
+const evaluatorLease = "_trigger_meta/evaluator-lease"
+
+// holdEvaluatorLease makes a node that does not exist the trigger
+// evaluator of st, so a node started on st evaluates nothing until
+// release; it must be called before that node starts (a running node
+// renews its own lease). The node retries the claim every few seconds.
+func holdEvaluatorLease(t *testing.T, st collections.Store) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.Commit(ctx, triggers.SystemDB, []collections.Write{{Type: collections.WriteCreate, Path: evaluatorLease, Data: map[string]any{}}}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := collections.Claim(ctx, st, triggers.SystemDB, evaluatorLease, "test-holder", time.Hour, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		// A lease that ended an hour ago: free for the next claim.
+		if _, err := collections.Claim(ctx, st, triggers.SystemDB, evaluatorLease, "test-holder", -time.Hour, time.Now()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
