@@ -157,6 +157,20 @@ func wantErr(t testing.TB, what string, r *response, status int, contains ...str
 	}
 }
 
+// wantCode is wantErr that checks the error's code name too: the body is
+// the contract, and two errors of one status (BAD_REQUEST, INVALID_JSON)
+// tell a client different things.
+func wantCode(t testing.TB, what string, r *response, status int, code string, contains ...string) {
+	t.Helper()
+	wantErr(t, what, r, status, contains...)
+	var e struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal(r.Body, &e); err != nil || e.Code != code {
+		t.Errorf("%s: error code %q (%v), want %q; body %s", what, e.Code, err, code, r.Body)
+	}
+}
+
 func extDef(id, u, extra string) string {
 	return fmt.Sprintf(`{"triggerId":%q,"collection":"items","events":["create","update"],"url":%q%s}`, id, u, extra)
 }
@@ -248,8 +262,9 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 
 	// Refused registrations answer the error and commit nothing.
 	post := func(name, def string, status int, mentions string) apptest.Scenario {
+		code := map[int]string{http.StatusConflict: "CONFLICT", http.StatusBadRequest: "BAD_REQUEST"}[status]
 		return apptest.Scenario{Name: name, Method: "POST", URL: "/admin/v1/triggers", Body: def,
-			ExpectedStatus: status, ExpectedContent: []string{mentions}}
+			ExpectedStatus: status, ExpectedContent: []string{mentions, `"code":"` + code + `"`}}
 	}
 	scenarios := []apptest.Scenario{
 		post("duplicate id", extDef("ext", rc.URL, ""), http.StatusConflict, "ext"),
@@ -261,7 +276,7 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 		post("bad id", extDef("bad id!", rc.URL, ""), http.StatusBadRequest, "triggerId"),
 	}
 	for _, id := range []string{"bad1", "bad2", "bad3", "bad4", "bad5"} {
-		scenarios = append(scenarios, apptest.Scenario{Name: "GET " + id, Method: "GET", URL: "/admin/v1/triggers/" + id, ExpectedStatus: http.StatusNotFound})
+		scenarios = append(scenarios, apptest.Scenario{Name: "GET " + id, Method: "GET", URL: "/admin/v1/triggers/" + id, ExpectedStatus: http.StatusNotFound, ExpectedContent: []string{`"code":"NOT_FOUND"`}})
 	}
 	apptest.RunScenarios(t, e.Stack, scenarios)
 }
@@ -269,10 +284,10 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 	rc := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f1", rc.URL, "") + "]"})
-	wantErr(t, "PUT file trigger", e.Do(t, "PUT", "/admin/v1/triggers/f1", fileDef("f1", rc.URL, `,"condition":"false"`), nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "DELETE file trigger", e.Do(t, "DELETE", "/admin/v1/triggers/f1", "", nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "PUT unknown", e.Do(t, "PUT", "/admin/v1/triggers/nope", extDef("nope", rc.URL, ""), nil), http.StatusNotFound)
-	wantErr(t, "DELETE unknown", e.Do(t, "DELETE", "/admin/v1/triggers/nope", "", nil), http.StatusNotFound)
+	wantCode(t, "PUT file trigger", e.Do(t, "PUT", "/admin/v1/triggers/f1", fileDef("f1", rc.URL, `,"condition":"false"`), nil), http.StatusConflict, "CONFLICT", "triggers.json")
+	wantCode(t, "DELETE file trigger", e.Do(t, "DELETE", "/admin/v1/triggers/f1", "", nil), http.StatusConflict, "CONFLICT", "triggers.json")
+	wantCode(t, "PUT unknown", e.Do(t, "PUT", "/admin/v1/triggers/nope", extDef("nope", rc.URL, ""), nil), http.StatusNotFound, "NOT_FOUND")
+	wantCode(t, "DELETE unknown", e.Do(t, "DELETE", "/admin/v1/triggers/nope", "", nil), http.StatusNotFound, "NOT_FOUND")
 
 	secret := e.register(t, extDef("ext", rc.URL, `,"condition":"event.document.data.n == 1"`))
 	var upd triggerOut
@@ -280,8 +295,8 @@ func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 	if upd.Condition != "event.document.data.n == 2" || upd.Secret != nil {
 		t.Fatalf("PUT answer %+v", upd)
 	}
-	wantErr(t, "PUT id mismatch", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("other", rc.URL, ""), nil), http.StatusBadRequest, "other")
-	wantErr(t, "PUT bad CEL", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.URL, `,"condition":"((("`), nil), http.StatusBadRequest, "condition")
+	wantCode(t, "PUT id mismatch", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("other", rc.URL, ""), nil), http.StatusBadRequest, "BAD_REQUEST", "other")
+	wantCode(t, "PUT bad CEL", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.URL, `,"condition":"((("`), nil), http.StatusBadRequest, "BAD_REQUEST", "condition")
 	if tr := e.getTrigger(t, "ext"); tr.Condition != "event.document.data.n == 2" {
 		t.Fatalf("after a bad PUT the condition is %q", tr.Condition)
 	}
@@ -295,7 +310,7 @@ func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 	}
 
 	e.MustDo(t, http.StatusNoContent, "DELETE", "/admin/v1/triggers/ext", "")
-	wantErr(t, "GET deleted", e.Do(t, "GET", "/admin/v1/triggers/ext", "", nil), http.StatusNotFound)
+	wantCode(t, "GET deleted", e.Do(t, "GET", "/admin/v1/triggers/ext", "", nil), http.StatusNotFound, "NOT_FOUND")
 	if _, ok := e.listTriggers(t)["ext"]; ok {
 		t.Fatal("deleted trigger still listed")
 	}
@@ -331,8 +346,8 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 	if apptest.HasDoc("while-off")(rc.Requests()) {
 		t.Error("a change committed while the trigger was disabled was delivered")
 	}
-	wantErr(t, "enable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/enable", "", nil), http.StatusNotFound)
-	wantErr(t, "disable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/disable", "", nil), http.StatusNotFound)
+	wantCode(t, "enable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/enable", "", nil), http.StatusNotFound, "NOT_FOUND")
+	wantCode(t, "disable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/disable", "", nil), http.StatusNotFound, "NOT_FOUND")
 }
 
 func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
@@ -373,8 +388,8 @@ func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
 	apptest.Verify(t, oldSecret, after)
 	apptest.Verify(t, newSecret, after)
 
-	wantErr(t, "rotate file secret", e.Do(t, "POST", "/admin/v1/triggers/f-fixed/rotate-secret", "", nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "rotate unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/rotate-secret", "", nil), http.StatusNotFound)
+	wantCode(t, "rotate file secret", e.Do(t, "POST", "/admin/v1/triggers/f-fixed/rotate-secret", "", nil), http.StatusConflict, "CONFLICT", "triggers.json")
+	wantCode(t, "rotate unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/rotate-secret", "", nil), http.StatusNotFound, "NOT_FOUND")
 
 	// A file trigger with a generated secret can rotate it, and a reload
 	// keeps the rotated secret.
@@ -450,9 +465,9 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 	if ds, _ := e.deliveries(t, ""); len(ds) != 4 {
 		t.Fatalf("all: %d rows, want 4", len(ds))
 	}
-	wantErr(t, "bad status", e.Do(t, "GET", "/admin/v1/deliveries?status=bogus", "", nil), http.StatusBadRequest, "bogus")
-	wantErr(t, "bad limit", e.Do(t, "GET", "/admin/v1/deliveries?limit=0", "", nil), http.StatusBadRequest, "limit")
-	wantErr(t, "bad cursor", e.Do(t, "GET", "/admin/v1/deliveries?cursor=garbage", "", nil), http.StatusBadRequest, "cursor")
+	wantCode(t, "bad status", e.Do(t, "GET", "/admin/v1/deliveries?status=bogus", "", nil), http.StatusBadRequest, "BAD_REQUEST", "bogus")
+	wantCode(t, "bad limit", e.Do(t, "GET", "/admin/v1/deliveries?limit=0", "", nil), http.StatusBadRequest, "BAD_REQUEST", "limit")
+	wantCode(t, "bad cursor", e.Do(t, "GET", "/admin/v1/deliveries?cursor=garbage", "", nil), http.StatusBadRequest, "BAD_REQUEST", "cursor")
 
 	target := page2[0]
 	before := len(rc.Requests())
@@ -474,7 +489,7 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 		return false
 	})
 	_ = ds
-	wantErr(t, "replay unknown", e.Do(t, "POST", "/admin/v1/deliveries/nope/replay", "", nil), http.StatusNotFound)
+	wantCode(t, "replay unknown", e.Do(t, "POST", "/admin/v1/deliveries/nope/replay", "", nil), http.StatusNotFound, "NOT_FOUND")
 }
 
 func TestTriggersAdmin_Reload(t *testing.T) {
@@ -509,7 +524,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if err := os.WriteFile(e.TriggersFile, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "bad reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "f3")
+	wantCode(t, "bad reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST", "f3")
 	list = e.listTriggers(t)
 	if _, ok := list["f3"]; ok {
 		t.Fatal("f3 listed after a failed reload")
@@ -524,7 +539,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if err := os.WriteFile(e.TriggersFile, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "unparsable reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest)
+	wantCode(t, "unparsable reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST")
 	if _, ok := e.listTriggers(t)["f2"]; !ok {
 		t.Fatal("f2 dropped by an unparsable file")
 	}
@@ -534,7 +549,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if err := os.WriteFile(e.TriggersFile, []byte("["+fileDef("f2", rc.URL, "")+","+fileDef("ext", rc.URL, "")+"]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "reload with a registered id", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "ext")
+	wantCode(t, "reload with a registered id", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST", "ext")
 	if tr := e.getTrigger(t, "ext"); tr.Source != "api" {
 		t.Fatalf("ext source %q after a refused reload", tr.Source)
 	}
@@ -571,13 +586,15 @@ func TestTriggersAdmin_AuthRequired(t *testing.T) {
 			name    string
 			headers map[string]string
 			status  int
+			code    string
 		}{
-			{"anonymous", apptest.Anonymous, http.StatusUnauthorized},
-			{"bad key", apptest.Bearer("wrong-key"), http.StatusUnauthorized},
-			{"user", u.Header(), http.StatusForbidden},
+			{"anonymous", apptest.Anonymous, http.StatusUnauthorized, "UNAUTHENTICATED"},
+			{"bad key", apptest.Bearer("wrong-key"), http.StatusUnauthorized, "UNAUTHENTICATED"},
+			{"user", u.Header(), http.StatusForbidden, "PERMISSION_DENIED"},
 		} {
 			scenarios = append(scenarios, apptest.Scenario{Name: who.name + " " + rt.method + " " + rt.path,
-				Method: rt.method, URL: rt.path, Body: rt.body, Headers: who.headers, ExpectedStatus: who.status})
+				Method: rt.method, URL: rt.path, Body: rt.body, Headers: who.headers, ExpectedStatus: who.status,
+				ExpectedContent: []string{`"code":"` + who.code + `"`}})
 		}
 	}
 	apptest.RunScenarios(t, e.Stack, scenarios)
@@ -589,7 +606,7 @@ func TestTriggersAdmin_AuthRequired(t *testing.T) {
 func TestTriggersAdmin_DisabledServer404(t *testing.T) {
 	env := MustStartServer(t, MustOpenStore(t), server.Config{})
 	r := env.Do(t, "GET", "/admin/v1/triggers", "", nil)
-	wantStatus(t, "no pipeline", r, http.StatusNotFound)
+	wantCode(t, "no pipeline", r, http.StatusNotFound, "NOT_FOUND", "not enabled")
 }
 
 func TestTriggersWebhook_Metrics(t *testing.T) {
