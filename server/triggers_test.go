@@ -69,11 +69,20 @@ type attemptOut struct {
 }
 
 type deliveryOut struct {
-	ID        string       `json:"id"`
-	TriggerID string       `json:"triggerId"`
-	EventID   string       `json:"eventId"`
-	Status    string       `json:"status"`
-	Attempts  []attemptOut `json:"attempts"`
+	ID            string       `json:"id"`
+	TriggerID     string       `json:"triggerId"`
+	EventID       string       `json:"eventId"`
+	Status        string       `json:"status"`
+	Attempts      []attemptOut `json:"attempts"`
+	NextAttemptAt int64        `json:"nextAttemptAt"`
+}
+
+// parked reports whether d is pending and put back for about a minute, as
+// a disabled trigger's rows are (not due again within 45 s). Only for
+// triggers with a short timeout ("1s"): a row leased for an attempt is
+// not due before the timeout and 30 s of slack either.
+func (d deliveryOut) parked() bool {
+	return d.Status == "pending" && d.NextAttemptAt > time.Now().Add(45*time.Second).UnixMilli()
 }
 
 func decodeInto(t testing.TB, r *response, v any) {
@@ -142,6 +151,20 @@ func (e *trigEnv) waitDeliveries(t testing.TB, what, query string, cond func([]d
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
+}
+
+// evaluatedThrough waits until the trigger evaluator's stored cursor is at
+// the head of the log: every change committed so far has been evaluated
+// and the outbox rows it matched are committed (they commit with the
+// cursor). "No row for that change" is checked after this, never after a
+// sleep.
+func (e *trigEnv) evaluatedThrough(t testing.TB) {
+	t.Helper()
+	head := e.Head(t)
+	apptest.WaitFor(t, fmt.Sprintf("the trigger cursor at the head (%d)", head), func() bool {
+		pos, err := e.Store.Cursor(context.Background(), "triggers")
+		return err == nil && pos >= head
+	})
 }
 
 func wantErr(t testing.TB, what string, r *response, status int, contains ...string) {
@@ -241,9 +264,15 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 
 	e.Put(t, "items/skip", `{"role":"assistant"}`)
 	e.Put(t, "items/m1", `{"role":"user"}`)
-	got := rc.WaitFor(t, "delivery of m1", apptest.HasDoc("m1"))
-	time.Sleep(200 * time.Millisecond)
-	got = rc.Requests()
+	rc.WaitFor(t, "delivery of m1", apptest.HasDoc("m1"))
+	e.evaluatedThrough(t)
+	e.waitDeliveries(t, "the one row delivered", "triggerId=ext", func(ds []deliveryOut) bool {
+		if len(ds) != 1 {
+			t.Fatalf("%d rows, want 1 (the condition filters skip): %+v", len(ds), ds)
+		}
+		return ds[0].Status == "delivered"
+	})
+	got := rc.Requests()
 	if len(got) != 1 {
 		t.Fatalf("got %d requests, want 1 (the condition filters skip)", len(got))
 	}
@@ -331,7 +360,10 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 		t.Fatalf("GET after disable: %+v", g)
 	}
 	e.Put(t, "items/while-off", `{"n":1}`)
-	time.Sleep(500 * time.Millisecond)
+	e.evaluatedThrough(t)
+	if ds, _ := e.deliveries(t, "triggerId=ext"); len(ds) != 0 {
+		t.Fatalf("a disabled trigger matched: %+v", ds)
+	}
 	if n := len(rc.Requests()); n != 0 {
 		t.Fatalf("disabled trigger delivered %d requests", n)
 	}
@@ -342,7 +374,13 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 	}
 	e.Put(t, "items/after-on", `{"n":2}`)
 	rc.WaitFor(t, "delivery after enable", apptest.HasDoc("after-on"))
-	time.Sleep(200 * time.Millisecond)
+	// after-on is the last change: with its row delivered, every row is in.
+	e.waitDeliveries(t, "the row of after-on delivered", "triggerId=ext", func(ds []deliveryOut) bool {
+		if len(ds) > 1 {
+			t.Fatalf("%d rows, want 1 (after-on): %+v", len(ds), ds)
+		}
+		return len(ds) == 1 && ds[0].Status == "delivered"
+	})
 	if apptest.HasDoc("while-off")(rc.Requests()) {
 		t.Error("a change committed while the trigger was disabled was delivered")
 	}
@@ -713,7 +751,8 @@ func TestTriggersWebhook_SSRFBlocked(t *testing.T) {
 		if a := ds[0].Attempts; len(a) != 1 || a[0].Status != http.StatusFound {
 			t.Fatalf("attempts %+v, want one with status 302", a)
 		}
-		time.Sleep(100 * time.Millisecond)
+		// A followed redirect reaches the target before the attempt
+		// returns, so before the row is recorded dead.
 		if n := len(target.Requests()); n != 0 {
 			t.Fatalf("the redirect was followed: target saw %d requests", n)
 		}
@@ -828,15 +867,20 @@ func holdEvaluatorLease(t *testing.T, st collections.Store) (release func()) {
 func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 	rc := apptest.NewReceiver(t, apptest.UnavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
+	e.register(t, extDef("ext", rc.URL, `,"timeout":"1s","retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.Put(t, "items/p", `{"n":1}`)
 	rc.WaitFor(t, "first attempt", apptest.AtLeast(1))
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/disable", "")
-	time.Sleep(1500 * time.Millisecond)
+	// The retry (10 ms after the 503) falls due, finds the trigger
+	// disabled and puts the row back for a minute: after that, a retry
+	// that was made would show.
+	e.waitDeliveries(t, "the retry parked", "triggerId=ext", func(ds []deliveryOut) bool {
+		return len(ds) == 1 && (ds[0].parked() && len(ds[0].Attempts) > 0 || ds[0].Status != "pending")
+	})
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("a disabled trigger retried: %d requests", n)
 	}
-	if ds, _ := e.deliveries(t, "triggerId=ext&status=pending"); len(ds) != 1 {
+	if ds, _ := e.deliveries(t, "triggerId=ext&status=pending"); len(ds) != 1 || len(ds[0].Attempts) != 1 {
 		t.Fatalf("pending rows while disabled: %+v", ds)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/enable", "")
@@ -850,14 +894,20 @@ func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 func TestTriggersWebhook_GoneDisablesTrigger(t *testing.T) {
 	rc := apptest.NewReceiver(t, apptest.Status(http.StatusGone))
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.URL, ""))
+	e.register(t, extDef("ext", rc.URL, `,"timeout":"1s"`))
 	e.Put(t, "items/g", `{"n":1}`)
 	rc.WaitFor(t, "the 410", apptest.HasDoc("g"))
 	tr := e.waitTrigger(t, "ext", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if tr.Status != "disabled" || !strings.Contains(tr.DisabledReason, "410") {
 		t.Fatalf("after a 410: status %q reason %q", tr.Status, tr.DisabledReason)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The 410's row is parked, not retried.
+	e.waitDeliveries(t, "the 410's row parked", "triggerId=ext", func(ds []deliveryOut) bool {
+		return len(ds) == 1 && (ds[0].parked() && len(ds[0].Attempts) > 0 || ds[0].Status != "pending")
+	})
+	if ds, _ := e.deliveries(t, "triggerId=ext"); len(ds) != 1 || !ds[0].parked() || len(ds[0].Attempts) != 1 {
+		t.Fatalf("after a 410: %+v, want the row pending and parked after one attempt", ds)
+	}
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests after a 410, want 1", n)
 	}
@@ -877,7 +927,13 @@ func TestTriggersAdmin_DeleteThenReregisterDropsOldDeliveries(t *testing.T) {
 	e.register(t, extDef("ext", b.URL, ""))
 	e.Put(t, "items/new", `{"n":1}`)
 	b.WaitFor(t, "new", apptest.HasDoc("new"))
-	time.Sleep(2 * time.Second) // past the old row's retry
+	// The old row's retry (1 s after its 500) finds it belongs to the
+	// deleted trigger and ends it dead without a request.
+	ds := e.waitDeliveries(t, "the old row dead", "triggerId=ext&status=dead", func(ds []deliveryOut) bool { return len(ds) == 1 })
+	if a := ds[0].Attempts; len(a) != 2 || a[0].Status != http.StatusInternalServerError || a[1].Status != 0 ||
+		!strings.Contains(a[1].Error, "was deleted") {
+		t.Fatalf("the deleted trigger's row: %+v; want the 500, then dead without a request", ds[0])
+	}
 	if apptest.HasDoc("old")(b.Requests()) {
 		t.Fatal("the deleted trigger's pending delivery of items/old was sent to the re-registered trigger's url")
 	}
