@@ -337,6 +337,12 @@ func TestServe_TriggersSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	t.Logf("%d events written before the kill were first delivered after the restart; %d events were answered 2xx twice (at least once)", crossed, repeated)
+	// The kill must land while deliveries are under way: some made before
+	// it, some events of acknowledged writes left to the restarted
+	// process. Otherwise this test checks a clean restart, not a crash.
+	if seenAtKill == 0 || crossed == 0 {
+		t.Fatalf("no delivery was in flight at the kill: %d webhooks before it, %d events first delivered after the restart; the test proves nothing", seenAtKill, crossed)
+	}
 
 	// One stable webhook-id per (trigger, document), equal to the body id.
 	idsOf := map[string]map[string]bool{} // trigger/doc -> webhook-ids
