@@ -625,14 +625,15 @@ func TestServe_SIGHUPReloadsTriggers(t *testing.T) {
 	if !strings.Contains(l.Triggers[0].FileError, "gamma") {
 		t.Errorf("fileError %q does not name the bad trigger", l.Triggers[0].FileError)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Still serving after the bad reload was reported (a request answered
+	// after it, not a sleep), and not exited.
+	if code, _ := request(t, "GET", p.url+"/admin/v1/triggers/beta", "k", nil); code != 200 {
+		t.Fatalf("GET beta after the bad reload: status=%d", code)
+	}
 	select {
 	case err := <-p.done:
 		t.Fatalf("loom exited after a bad reload: %v\n%s", err, p.output())
 	default:
-	}
-	if code, _ := request(t, "GET", p.url+"/admin/v1/triggers/beta", "k", nil); code != 200 {
-		t.Fatalf("GET beta after the bad reload: status=%d", code)
 	}
 }
 
