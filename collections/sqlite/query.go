@@ -130,8 +130,9 @@ func indexDefs(decls []collections.Index) ([]indexDef, error) {
 			return nil, fmt.Errorf("index on %q: use * only in place of document ids", ix.Collection)
 		}
 		// stat: the index covers one shape, which is one collection for a
-		// top-level collection (as many rows as docs_collection's estimate)
-		// and many for nested ones (as many as docs_shape's); db and a type
+		// top-level collection (as many rows as a collection has in the
+		// docs_changed estimate) and many for nested ones (as many as
+		// docs_shape's); db and a type
 		// class select nothing, the first field's value selects about 10
 		// rows, further values and the path about 1.
 		rows := "10000"
@@ -261,22 +262,25 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	p := &plan{}
 	p.where = append(p.where, "db = "+p.arg(db))
 	if !collections.IsPattern(q.Collection) {
+		// A concrete collection is read from docs_shape (db, shape, path):
+		// there is no index on the collection column for documents (it
+		// would cost every write an index entry). A top-level collection
+		// is its own shape. A nested collection is a range of paths within
+		// its shape: a path C/id sorts in (C+"/", C+"0") ('0' follows
+		// '/'), and the deeper paths in that range have another shape, so
+		// the range holds exactly the collection's documents, and a seek
+		// never steps over its subcollections' documents. A declared index
+		// on a nested shape holds every collection of the shape, (db, field
+		// values..., path): after the fields' equalities the same range on
+		// its last column seeks to the queried collection instead of
+		// reading every collection's entries for those values (one user's
+		// query paid for all users' documents). likelihood(..., 1.0) keeps
+		// the planner from counting the range as a narrowing: otherwise it
+		// would prefer any index the range applies to over one that yields
+		// the ORDER BY, and sort every match of a large collection.
 		shape, _ := shapeLiteral(q.Collection)
-		p.where = append(p.where, "collection = "+p.arg(q.Collection), "shape = "+shape)
+		p.where = append(p.where, "shape = "+shape)
 		if nested(q.Collection) {
-			// A declared index on a nested shape holds every collection of
-			// the shape, (db, field values..., path): after the fields'
-			// equalities this range on its last column seeks to the queried
-			// collection instead of reading every collection's entries for
-			// those values (one user's query paid for all users'
-			// documents). The range holds exactly the collection's
-			// documents among those of its shape: a path C/id sorts in
-			// (C+"/", C+"0") ('0' follows '/'), and the deeper paths in it
-			// have another shape. likelihood(..., 1.0) tells the planner
-			// the range narrows nothing (true, next to collection = ?):
-			// otherwise it would prefer any index the range applies to
-			// over one that yields the ORDER BY, and sort every match of
-			// a large collection.
 			lo, hi := pathRange(q.Collection)
 			p.where = append(p.where, "likelihood(path > "+p.arg(lo)+", 1.0) AND likelihood(path < "+p.arg(hi)+", 1.0)")
 		}
@@ -292,7 +296,7 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	if !q.ShowDeleted {
 		p.where = append(p.where, "deleted = 0")
 	}
-	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
+	p.exact = !collections.IsPattern(q.Collection) // the collection's documents, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
 		cond, b := p.pushdown(f)
 		if cond != "" {
@@ -361,12 +365,9 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 		p := *t
 		p.args = make([]any, 0, 2+2*len(q.Filters)+len(p.terms))
 		p.args = append(p.args, db)
-		if !collections.IsPattern(q.Collection) {
-			p.args = append(p.args, q.Collection)
-			if nested(q.Collection) {
-				lo, hi := pathRange(q.Collection)
-				p.args = append(p.args, lo, hi)
-			}
+		if nested(q.Collection) && !collections.IsPattern(q.Collection) {
+			lo, hi := pathRange(q.Collection)
+			p.args = append(p.args, lo, hi)
 		}
 		for i, f := range q.Filters {
 			switch t.binds[i] {
