@@ -572,6 +572,15 @@ func (p *plan) pushdown(f collections.Filter) (string, bind) {
 	}
 	switch f.Op {
 	case collections.OpEq:
+		if f.Field == collections.FieldCollection {
+			// No index leads with the collection column in path order
+			// (see planQuery): the collection's documents are a path
+			// range, which docs_shape or a declared index seeks in
+			// order. The "+" keeps docs_changed (db, collection, seq)
+			// from being searched instead and its rows sorted.
+			ph := p.arg(v)
+			return "+collection = " + ph + " AND path > (" + ph + " || '/') AND path < (" + ph + " || '0')", bindValue
+		}
 		return and(cc, k.val+" = "+p.arg(v)), bindValue
 	case collections.OpIn:
 		ps := make([]string, len(list))

@@ -416,6 +416,10 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)", seekFrom: "users/u1/orch-chats/c1/tasks/t0008"},
 		{name: "CollectionOrderByUpdatedAt", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", OrderBy: []collections.Order{{Field: collections.FieldUpdatedAt, Direction: "desc"}}, Limit: 10},
 			index: "docs_shape", search: "(db=? AND shape=? AND path>? AND path<?)"},
+		// A filter on the collection field is the same path range.
+		{name: "GroupCollectionFieldEquality", q: collections.Query{Collection: "users/*/orch-chats/*/messages", Limit: 10,
+			Filters: []collections.Filter{{Field: collections.FieldCollection, Op: collections.OpEq, Value: "users/u1/orch-chats/c1/messages"}}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)"},
 		{name: "TopLevelListing", q: collections.Query{Collection: "users", Limit: 10},
 			index: "docs_shape", sorted: true, search: "(db=? AND shape=?)"},
 		{name: "TopLevelListingContinued", q: collections.Query{Collection: "users", Limit: 10},
