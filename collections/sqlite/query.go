@@ -207,6 +207,12 @@ type plan struct {
 	// read in full and sort.
 	in    *inList
 	merge bool
+	// concrete is set when the query names one collection (no pattern),
+	// coll: then every row's collection column is coll, so ordering by it
+	// orders by nothing (orderTerms leaves it out, and a continuation
+	// seeks on the next term, as for fixed).
+	concrete bool
+	coll     string
 }
 
 // inList is an "in" filter as merge arms: where[at] is its IN condition,
@@ -226,10 +232,11 @@ const maxMergeValues = 10
 type bind uint8
 
 const (
-	bindNone   bind = iota
-	bindValue       // sqlValue of the filter value
-	bindPrefix      // the prefix and the prefix + "\xff"
-	bindList        // sqlValue of each value of the list
+	bindNone       bind = iota
+	bindValue           // sqlValue of the filter value
+	bindPrefix          // the prefix and the prefix + "\xff"
+	bindList            // sqlValue of each value of the list
+	bindCollection      // the value and its shape (collections.Shape)
 )
 
 // nested reports whether a concrete collection is a subcollection, whose
@@ -261,7 +268,9 @@ func param(n int) string { return "+?" + strconv.Itoa(n) }
 func planQuery(db string, q *collections.Query) (*plan, bool) {
 	p := &plan{}
 	p.where = append(p.where, "db = "+p.arg(db))
-	if !collections.IsPattern(q.Collection) {
+	p.concrete = !collections.IsPattern(q.Collection)
+	if p.concrete {
+		p.coll = q.Collection
 		// A concrete collection is read from docs_shape (db, shape, path):
 		// there is no index on the collection column for documents (it
 		// would cost every write an index entry). A top-level collection
@@ -363,6 +372,7 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 	c.planMu.RUnlock()
 	if ok {
 		p := *t
+		p.coll = q.Collection
 		p.args = make([]any, 0, 2+2*len(q.Filters)+len(p.terms))
 		p.args = append(p.args, db)
 		if nested(q.Collection) && !collections.IsPattern(q.Collection) {
@@ -377,6 +387,9 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 			case bindPrefix:
 				s, _ := f.Value.(string)
 				p.args = append(p.args, s, s+"\xff")
+			case bindCollection:
+				c, _ := f.Value.(string)
+				p.args = append(p.args, c, collections.Shape(c))
 			case bindList:
 				list, _ := f.Value.([]any)
 				for _, e := range list {
@@ -524,6 +537,13 @@ func (p *plan) pushdown(f collections.Filter) (string, bind) {
 	}
 	class, v := sqlValue(f.Value, true)
 	var list []any
+	if f.Field == collections.FieldCollection && p.concrete {
+		// Only the queried collection can match, and its path range is
+		// read in order already (planQuery): the "+" keeps docs_changed
+		// (db, collection, seq) from being searched for the condition
+		// instead, and every match sorted.
+		k.val = "+" + k.val
+	}
 	if f.Op == collections.OpIn {
 		// "in" is an equality with any of the values: with values of one
 		// class, the class condition and the value IN (...) let SQLite seek
@@ -575,11 +595,13 @@ func (p *plan) pushdown(f collections.Filter) (string, bind) {
 		if f.Field == collections.FieldCollection {
 			// No index leads with the collection column in path order
 			// (see planQuery): the collection's documents are a path
-			// range, which docs_shape or a declared index seeks in
-			// order. The "+" keeps docs_changed (db, collection, seq)
-			// from being searched instead and its rows sorted.
-			ph := p.arg(v)
-			return "+collection = " + ph + " AND path > (" + ph + " || '/') AND path < (" + ph + " || '0')", bindValue
+			// range of its shape, which docs_shape (or a declared index)
+			// seeks in order, also for a pattern with no one shape. The
+			// "+" keeps docs_changed (db, collection, seq) from being
+			// searched instead and its rows sorted.
+			c, _ := v.(string)
+			ph, shape := p.arg(c), p.arg(collections.Shape(c))
+			return "+collection = " + ph + " AND shape = " + shape + " AND path > (" + ph + " || '/') AND path < (" + ph + " || '0')", bindCollection
 		}
 		return and(cc, k.val+" = "+p.arg(v)), bindValue
 	case collections.OpIn:
@@ -643,13 +665,19 @@ func (p *plan) after(c *collections.Cursor) string {
 	// cursor's own class: pinned terms are equal on every candidate.
 	lead := 0
 	for lead < len(p.terms)-1 {
+		if p.pinnedCollection(p.terms[lead]) && vals[lead] == any(p.coll) {
+			lead++
+			continue
+		}
 		class, ok := p.fixed[p.terms[lead].expr]
 		if !ok || vals[lead] != any(class) {
 			break
 		}
 		lead++
 	}
-	if lead < len(p.terms)-1 && vals[lead] != nil {
+	// On the last term (path) the condition needs no range of its own,
+	// unless pinned terms before it made it an OR.
+	if (lead < len(p.terms)-1 || lead > 0) && vals[lead] != nil {
 		op := " >= "
 		if p.terms[lead].desc {
 			op = " <= "
@@ -735,11 +763,17 @@ func (p *plan) selectSQL(b *strings.Builder, afterCond string, where []string, a
 func (p *plan) orderTerms() []term {
 	var out []term
 	for _, t := range p.terms {
-		if _, ok := p.fixed[t.expr]; !ok {
+		if _, ok := p.fixed[t.expr]; !ok && !p.pinnedCollection(t) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// pinnedCollection reports whether t is the collection column of a query
+// on one collection: constant over the result.
+func (p *plan) pinnedCollection(t term) bool {
+	return p.concrete && t.expr == "collection"
 }
 
 // orderBy writes the ORDER BY clause, over the merge's keys (k0, k1, ...)
