@@ -38,7 +38,16 @@ type refs struct {
 	// there is one (request.auth compared with null), its uid, username
 	// and roles — claims, or request.auth or request as a whole.
 	authOther bool
+	// clock: the condition may read more of request than its auth, op,
+	// path and resource fields — request.time, or request as a whole. May
+	// knows the time, so its answer for such a condition can change from
+	// one call to the next.
+	clock bool
 }
+
+// requestNoClock are the fields of request that hold no time: May treats
+// path and resource as unknown and knows auth and op.
+var requestNoClock = map[string]bool{"auth": true, "op": true, "path": true, "resource": true}
 
 // authKeyFields are the fields of request.auth a decision cache keys on.
 var authKeyFields = map[string]bool{"uid": true, "username": true, "roles": true}
@@ -53,13 +62,17 @@ func refsOf(a *cel.Ast, names []string) refs {
 	// The request identifiers that are only the operand of a fixed field
 	// (request.auth, request.op); any other use sees the whole request.
 	fixed := map[int64]bool{}
+	// The request identifiers that are only the operand of a field that is
+	// not the time; any other use may see request.time.
+	noClock := map[int64]bool{}
 	ast.PreOrderVisit(root, ast.NewExprVisitor(func(e ast.Expr) {
 		if e.Kind() != ast.SelectKind {
 			return
 		}
 		sel := e.AsSelect()
-		if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" && requestFixed[sel.FieldName()] {
-			fixed[op.ID()] = true
+		if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" {
+			fixed[op.ID()] = requestFixed[sel.FieldName()]
+			noClock[op.ID()] = requestNoClock[sel.FieldName()]
 		}
 	}))
 	// What reads of the caller are known to read only the cache key:
@@ -118,6 +131,9 @@ func refsOf(a *cel.Ast, names []string) refs {
 			}
 			if !keyed[e.ID()] {
 				r.authOther = true
+			}
+			if !noClock[e.ID()] {
+				r.clock = true
 			}
 		case slices.Contains(names, name) && !slices.Contains(r.captures, name):
 			r.captures = append(r.captures, name)
@@ -248,7 +264,8 @@ type decisionCache struct {
 // decisionKey is everything an answer can depend on.
 type decisionKey struct {
 	op         Op
-	collection string
+	ops        opMask // May's operations (op is then "")
+	collection string // May: the path
 	anonymous  bool
 	uid        string
 	username   string
@@ -268,6 +285,18 @@ func newDecisionCache(rules []*rule) decisionCache {
 		}
 	}
 	return decisionCache{enabled: true, m: map[decisionKey]bool{}}
+}
+
+// newMayCache returns the cache for May's answers: a partial evaluation
+// knows the caller and the time, so the cache is off also when a condition
+// may read the time.
+func newMayCache(rules []*rule) decisionCache {
+	for _, r := range rules {
+		if r.refs.clock {
+			return decisionCache{}
+		}
+	}
+	return newDecisionCache(rules)
 }
 
 // key returns the key of a decision; false when it is not to be cached.
