@@ -1,6 +1,7 @@
 package rules_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 
@@ -193,6 +194,38 @@ func TestSet_May_Cached(t *testing.T) {
 				t.Fatalf("rules %s: May(%+v, %q, %v)=%v after other callers, %v on a fresh Set",
 					src, auths[k.auth], paths[k.path], opSets[k.ops], got, want)
 			}
+		}
+	}
+}
+
+// TestSet_May_CachedNotAllow: a cached May answer is only the pre-check.
+// Conditions on the written document (request.resource.data, a capture
+// holding the id) or on another document still decide each write in Allow,
+// however often May answered true for the same caller and collection.
+func TestSet_May_CachedNotAllow(t *testing.T) {
+	w := `"create"`
+	s := MustParse(t, rule1("rooms/{r}", w, "request.auth != null && request.resource.data.owner == request.auth.uid && r != 'locked'")+
+		rule1("notes/{n}", w, "request.auth != null && dyn(request).resource.data.size() < 2"))
+	ctx := context.Background()
+	for range 3 {
+		if !s.May(alice, "rooms/*", rules.OpCreate) || !s.May(alice, "notes/*", rules.OpCreate) {
+			t.Fatal("May refuses what a document could make true")
+		}
+	}
+	for _, tt := range []struct {
+		path string
+		data map[string]any
+		want bool
+	}{
+		{"rooms/r1", map[string]any{"owner": "alice"}, true},
+		{"rooms/r1", map[string]any{"owner": "bob"}, false},
+		{"rooms/locked", map[string]any{"owner": "alice"}, false},
+		{"notes/n1", map[string]any{"a": 1}, true},
+		{"notes/n1", map[string]any{"a": 1, "b": 2}, false},
+	} {
+		got, err := s.Allow(ctx, rules.Request{Auth: alice, Op: rules.OpCreate, Path: tt.path, Resource: tt.data}, nil)
+		if err != nil || got != tt.want {
+			t.Errorf("Allow(%s, %v) = %v, %v after cached May answers; want %v", tt.path, tt.data, got, err, tt.want)
 		}
 	}
 }
