@@ -56,6 +56,13 @@ var authKeyFields = map[string]bool{"uid": true, "username": true, "roles": true
 // document an operation of one caller reads.
 var requestFixed = map[string]bool{"auth": true, "op": true}
 
+// identName is the variable an identifier names: a root-scoped ".request"
+// (which reaches the request even inside a comprehension whose variable
+// shadows request) is request.
+func identName(e ast.Expr) string {
+	return strings.TrimPrefix(e.AsIdent(), ".")
+}
+
 // refsOf analyses a checked condition whose pattern captures names.
 func refsOf(a *cel.Ast, names []string) refs {
 	root := a.NativeRep().Expr()
@@ -70,7 +77,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 			return
 		}
 		sel := e.AsSelect()
-		if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" {
+		if op := sel.Operand(); op.Kind() == ast.IdentKind && identName(op) == "request" {
 			fixed[op.ID()] = requestFixed[sel.FieldName()]
 			noClock[op.ID()] = requestNoClock[sel.FieldName()]
 		}
@@ -84,7 +91,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 			return false
 		}
 		op := e.AsSelect().Operand()
-		return e.AsSelect().FieldName() == "auth" && op.Kind() == ast.IdentKind && op.AsIdent() == "request"
+		return e.AsSelect().FieldName() == "auth" && op.Kind() == ast.IdentKind && identName(op) == "request"
 	}
 	isNull := func(e ast.Expr) bool {
 		return e.Kind() == ast.LiteralKind && e.AsLiteral() == types.NullValue
@@ -93,7 +100,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 		switch e.Kind() {
 		case ast.SelectKind:
 			sel := e.AsSelect()
-			if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" {
+			if op := sel.Operand(); op.Kind() == ast.IdentKind && identName(op) == "request" {
 				keyed[op.ID()] = true
 			} else if isAuth(op) && authKeyFields[sel.FieldName()] {
 				keyed[op.ID()] = true
@@ -120,7 +127,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 		if e.Kind() != ast.IdentKind {
 			return
 		}
-		switch name := e.AsIdent(); {
+		switch name := identName(e); {
 		case name == stateVar:
 			r.perDoc, r.reads = true, true
 		case name == "resource":
