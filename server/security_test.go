@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,13 +93,81 @@ func (e *testEnv) signup(t *testing.T, name string) user {
 	return u
 }
 
+// wantStatus checks an answer's status and, for an error, the body README
+// "Errors" promises: its shape, a code the status allows (wantError names
+// the one code where a status allows several), Retry-After on 429 and 503,
+// and WWW-Authenticate on 401.
 func wantStatus(t *testing.T, what string, r *response, want int) {
 	t.Helper()
 	if r.Status != want {
 		t.Fatalf("%s: status=%d, want %d; body %s", what, r.Status, want, r.Body)
 	}
-	if want >= 400 {
-		checkErrorShape(t, r)
+	if want < 400 {
+		return
+	}
+	checkErrorShape(t, r)
+	allowed, ok := errorCodes[want]
+	if !ok {
+		t.Fatalf("%s: status %d is not an error status of README \"Errors\"; body %s", what, want, r.Body)
+	}
+	if code := loomCode(r); !slices.Contains(allowed, code) {
+		t.Fatalf("%s: %d with code %q, want %s; body %s", what, want, code, strings.Join(allowed, " or "), r.Body)
+	}
+	switch want {
+	case http.StatusUnauthorized:
+		if got := r.Header.Get("WWW-Authenticate"); got != `Bearer realm="loom"` {
+			t.Errorf("%s: 401 with WWW-Authenticate %q, want Bearer realm=\"loom\"", what, got)
+		}
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 {
+			t.Errorf("%s: %d with Retry-After %q, want whole seconds ≥ 1", what, want, r.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// errorCodes are the codes README "Errors" allows for each status.
+var errorCodes = map[int][]string{
+	http.StatusBadRequest:            {"BAD_REQUEST", "INVALID_PATH", "INVALID_QUERY", "INVALID_JSON"},
+	http.StatusUnauthorized:          {"UNAUTHENTICATED"},
+	http.StatusForbidden:             {"PERMISSION_DENIED"},
+	http.StatusNotFound:              {"NOT_FOUND"},
+	http.StatusMethodNotAllowed:      {"METHOD_NOT_ALLOWED"},
+	http.StatusConflict:              {"ALREADY_EXISTS", "CONFLICT"},
+	http.StatusPreconditionFailed:    {"PRECONDITION_FAILED"},
+	http.StatusRequestEntityTooLarge: {"DOCUMENT_TOO_LARGE", "REQUEST_TOO_LARGE"},
+	http.StatusTooManyRequests:       {"RATE_LIMITED"},
+	http.StatusInternalServerError:   {"INTERNAL"},
+	http.StatusNotImplemented:        {"NOT_IMPLEMENTED"},
+	http.StatusServiceUnavailable:    {"UNAVAILABLE"},
+}
+
+// syntrixNames are the codes [compat] syntrix renames; Loom's own code is
+// then in details.code (README "Errors").
+var syntrixNames = map[string]bool{"UNAUTHORIZED": true, "FORBIDDEN": true, "CONFLICT": true, "BAD_REQUEST": true, "REQUEST_TOO_LARGE": true, "INTERNAL_ERROR": true}
+
+// loomCode is an error body's code in Loom's names: under [compat]
+// syntrix a renamed code carries Loom's in details.code.
+func loomCode(r *response) string {
+	var body struct {
+		Code    string `json:"code"`
+		Details struct {
+			Code string `json:"code"`
+		} `json:"details"`
+	}
+	_ = json.Unmarshal(r.Body, &body)
+	if syntrixNames[body.Code] && body.Details.Code != "" {
+		return body.Details.Code
+	}
+	return body.Code
+}
+
+// wantError is wantStatus that also names the one code the answer must
+// carry (in Loom's names).
+func wantError(t *testing.T, what string, r *response, status int, code string) {
+	t.Helper()
+	wantStatus(t, what, r, status)
+	if got := loomCode(r); got != code {
+		t.Fatalf("%s: code %q, want %s; body %s", what, got, code, r.Body)
 	}
 }
 
@@ -260,7 +330,7 @@ allow = ["read"]
 if    = "request.auth.uid ==="
 `)
 	r := env.Do(t, "POST", "/admin/v1/rules/reload", "", nil)
-	wantStatus(t, "reload of a bad file", r, http.StatusBadRequest)
+	wantError(t, "reload of a bad file", r, http.StatusBadRequest, "BAD_REQUEST")
 	if msg, _ := r.JSON(t)["message"].(string); !strings.Contains(msg, "rule 1") {
 		t.Errorf("bad-file message %q does not name the rule", msg)
 	}
@@ -432,11 +502,11 @@ func TestAuthAPI(t *testing.T) {
 	env := newAuthEnv(t, server.Config{})
 	alice := env.signup(t, "alice")
 
-	wantStatus(t, "duplicate signup", env.Do(t, "POST", "/auth/v1/signup", `{"username":"ALICE","password":"another long one"}`, anon), http.StatusConflict)
-	wantStatus(t, "weak password", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"short"}`, anon), http.StatusBadRequest)
-	wantStatus(t, "bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"a b","password":"long enough pw"}`, anon), http.StatusBadRequest)
-	wantStatus(t, "unknown field", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"long enough pw","admin":true}`, anon), http.StatusBadRequest)
-	wantStatus(t, "not JSON", env.Do(t, "POST", "/auth/v1/login", `{"username":`, anon), http.StatusBadRequest)
+	wantError(t, "duplicate signup", env.Do(t, "POST", "/auth/v1/signup", `{"username":"ALICE","password":"another long one"}`, anon), http.StatusConflict, "ALREADY_EXISTS")
+	wantError(t, "weak password", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"short"}`, anon), http.StatusBadRequest, "BAD_REQUEST")
+	wantError(t, "bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"a b","password":"long enough pw"}`, anon), http.StatusBadRequest, "BAD_REQUEST")
+	wantError(t, "unknown field", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"long enough pw","admin":true}`, anon), http.StatusBadRequest, "BAD_REQUEST")
+	wantError(t, "not JSON", env.Do(t, "POST", "/auth/v1/login", `{"username":`, anon), http.StatusBadRequest, "INVALID_JSON")
 	wrong := env.Do(t, "POST", "/auth/v1/login", `{"username":"alice","password":"wrong password!"}`, anon)
 	unknown := env.Do(t, "POST", "/auth/v1/login", `{"username":"nobody","password":"wrong password!"}`, anon)
 	wantStatus(t, "wrong password", wrong, http.StatusUnauthorized)
@@ -504,14 +574,14 @@ if    = "request.auth != null && 'service' in request.auth.roles"
 	alice := env.signup(t, "alice")
 
 	wantStatus(t, "create key as a user", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, alice.h()), http.StatusForbidden)
-	wantStatus(t, "create key with a bad field", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks","admin":true}`, nil), http.StatusBadRequest)
+	wantError(t, "create key with a bad field", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks","admin":true}`, nil), http.StatusBadRequest, "BAD_REQUEST")
 	r := env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil)
 	wantStatus(t, "create key", r, http.StatusCreated)
 	key, _ := r.JSON(t)["key"].(string)
 	if key == "" {
 		t.Fatalf("no key in %s", r.Body)
 	}
-	wantStatus(t, "duplicate key name", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil), http.StatusConflict)
+	wantError(t, "duplicate key name", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil), http.StatusConflict, "ALREADY_EXISTS")
 
 	svc := map[string]string{"X-API-Key": key}
 	wantStatus(t, "service write", env.Do(t, "PUT", api+"/documents/jobs/j1", `{"doc":{"n":1}}`, svc), http.StatusCreated)

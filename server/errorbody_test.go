@@ -3,11 +3,14 @@ package server_test
 import (
 	"database/sql"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomdb/loom/app/apptest"
 	"github.com/loomdb/loom/collections/sqlite"
@@ -116,15 +119,54 @@ func loggedFailure(t *testing.T, logs, id string) bool {
 	return false
 }
 
-// wantError checks an error answer: its status, the shape of README
-// "Errors" and its code.
-func wantError(t *testing.T, what string, r *response, status int, code string) {
-	t.Helper()
-	wantStatus(t, what, r, status)
-	var body struct {
-		Code string `json:"code"`
+// TestErrors_StreamLimitIsRateLimited: a stream over MaxStreamsPerIP is
+// refused with the 429 of README "Errors", on every stream transport: code
+// RATE_LIMITED, a message naming the limit, and Retry-After in whole
+// seconds (TestRealtime_StreamsPerAddressAreLimited checks the counting).
+func TestErrors_StreamLimitIsRateLimited(t *testing.T) {
+	env := newAuthEnv(t, server.Config{Realtime: server.RealtimeConfig{MaxStreamsPerIP: 2}})
+	u := env.signup(t, "streamer")
+	notes := "users/" + u.UID + "/notes"
+	env.dialWS(t, "", u.h())
+	if line := <-openStream(t, env, u.h(), notes).lines; line != ": connected" {
+		t.Fatalf("pullStream: first line %q, want the connected comment", line)
 	}
-	if err := json.Unmarshal(r.Body, &body); err != nil || body.Code != code {
-		t.Fatalf("%s: code %q, want %s; body %s", what, body.Code, code, r.Body)
+
+	// A refused stream answers at once; a short timeout turns a stream
+	// that was wrongly let in into a failure instead of a hang.
+	short := &http.Client{Timeout: 5 * time.Second}
+	limited := func(what string, r *response) {
+		t.Helper()
+		if msg, _ := r.JSON(t)["message"].(string); !strings.Contains(msg, "limit 2") {
+			t.Errorf("%s: message %q does not name the limit", what, msg)
+		}
 	}
+
+	c, res, err := env.tryDialWS("", u.h())
+	if err == nil {
+		c.Close()
+		t.Fatal("WebSocket over the limit: dialled, want 429")
+	}
+	if res == nil {
+		t.Fatalf("WebSocket over the limit: %v, want a 429 answer", err)
+	}
+	body, _ := io.ReadAll(res.Body) // the dialer keeps the start of a refused handshake's body
+	ws := &response{Status: res.StatusCode, Header: res.Header, Body: body}
+	wantError(t, "WebSocket over the limit", ws, http.StatusTooManyRequests, "RATE_LIMITED")
+	limited("WebSocket over the limit", ws)
+
+	sse := apptest.Send(t, short, env.URL+"/realtime/sse?collection="+notes, "GET", "", u.h())
+	wantError(t, "SSE over the limit", sse, http.StatusTooManyRequests, "RATE_LIMITED")
+	limited("SSE over the limit", sse)
+
+	// RxDB's replication keeps Loom's code and adds "error": true.
+	rx := apptest.Send(t, short, env.URL+rxBase(notes)+"/pullStream", "GET", "", u.h())
+	wantRx(t, "pullStream over the limit", rx, http.StatusTooManyRequests)
+	if code := rx.JSON(t)["code"]; code != "RATE_LIMITED" {
+		t.Errorf("pullStream over the limit: code %v, want RATE_LIMITED; body %s", code, rx.Body)
+	}
+	if s, err := strconv.Atoi(rx.Header.Get("Retry-After")); err != nil || s < 1 {
+		t.Errorf("pullStream over the limit: Retry-After %q, want whole seconds ≥ 1", rx.Header.Get("Retry-After"))
+	}
+	limited("pullStream over the limit", rx)
 }
