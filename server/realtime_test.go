@@ -719,8 +719,8 @@ func TestRealtimeSSE_ResumeWithLastEventID(t *testing.T) {
 	if e := p.event(); !strings.Contains(e.data, `"path":"c/m0"`) {
 		t.Fatalf("lastEventId resume: %s", e.data)
 	}
-	wantSSERefused(t, "bad access_token", env.Do(t, "GET", "/realtime/sse?collection=c&access_token=nope", "", anon), http.StatusUnauthorized, "UNAUTHENTICATED")
-	wantSSERefused(t, "bad filters", env.Do(t, "GET", "/realtime/sse?collection=c&filters=%5B1", "", nil), http.StatusBadRequest, "INVALID_QUERY")
+	wantSSERefused(t, "bad access_token", env.trySSE(t, "/realtime/sse?collection=c&access_token=nope", anon), http.StatusUnauthorized, "UNAUTHENTICATED")
+	wantSSERefused(t, "bad filters", env.trySSE(t, "/realtime/sse?collection=c&filters=%5B1", nil), http.StatusBadRequest, "INVALID_QUERY")
 }
 
 func TestRealtime_GracefulShutdownClosesStreams(t *testing.T) {
