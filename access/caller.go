@@ -21,6 +21,9 @@ type Caller struct {
 	Username string
 	Roles    []string
 	Claims   map[string]any
+	// auth is request.auth built once by CallerOfIdentity (nil otherwise:
+	// ruleAuth builds it per call). A Caller is not modified once built.
+	auth *rules.Auth
 }
 
 // Credential kinds of the callers this package builds itself.
@@ -38,8 +41,11 @@ var Anonymous = &Caller{Kind: KindAnonymous}
 var AdminKey = &Caller{Admin: true, Kind: KindAdminKey, Username: "admin", Roles: []string{"admin"}}
 
 // CallerOfIdentity turns an authenticated identity into a Caller.
+//
+// A request checks the rules more than once (before its body is read, then
+// each write), so request.auth is built here once rather than per check.
 func CallerOfIdentity(id *auth.Identity) *Caller {
-	return &Caller{
+	c := &Caller{
 		Admin:    slices.Contains(id.Roles, "admin"),
 		Kind:     id.Kind,
 		UID:      id.UID,
@@ -47,6 +53,8 @@ func CallerOfIdentity(id *auth.Identity) *Caller {
 		Roles:    id.Roles,
 		Claims:   id.Claims,
 	}
+	c.auth = c.newRuleAuth()
+	return c
 }
 
 // anonymous reports whether the caller presented no credential: a denial
@@ -70,6 +78,13 @@ func (c *Caller) Expiry() time.Time {
 
 // ruleAuth is request.auth for security rules (nil = anonymous).
 func (c *Caller) ruleAuth() *rules.Auth {
+	if c != nil && c.auth != nil {
+		return c.auth
+	}
+	return c.newRuleAuth()
+}
+
+func (c *Caller) newRuleAuth() *rules.Auth {
 	if c == nil || c.UID == "" {
 		return nil
 	}

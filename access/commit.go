@@ -64,7 +64,7 @@ func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, wr
 	}
 	out = make([]collections.Write, len(writes))
 	pins = make([]pin, len(writes))
-	view := commitView{store: s.store, db: db, pending: map[string]*docState{}}
+	view := commitView{store: s.store, db: db}
 	for i, w := range writes {
 		var cur *docState
 		var inBatch bool
@@ -94,7 +94,9 @@ func (s *Service) guardWrites(ctx context.Context, caller *Caller, db string, wr
 		if !inBatch {
 			out[i], pins[i] = pinWrite(w, cur)
 		}
-		view.apply(w.Path, req.Op, cur, after)
+		if i < len(writes)-1 { // only the writes after it see the view
+			view.apply(w.Path, req.Op, cur, after)
+		}
 	}
 	return out, pins, nil
 }
@@ -110,7 +112,7 @@ type docState struct {
 type commitView struct {
 	store   collections.Store
 	db      string
-	pending map[string]*docState // nil = absent or deleted
+	pending map[string]*docState // nil = absent or deleted; a nil map until the first apply
 }
 
 // isPlainCreate reports whether w is a create without conditions: when its
@@ -138,6 +140,9 @@ func (v *commitView) current(ctx context.Context, path string) (st *docState, in
 
 // apply records the state a write the rules allowed leaves at path.
 func (v *commitView) apply(path string, op rules.Op, cur *docState, after map[string]any) {
+	if v.pending == nil {
+		v.pending = map[string]*docState{}
+	}
 	if op == rules.OpDelete {
 		v.pending[path] = nil
 		return

@@ -221,3 +221,44 @@ if    = "request.auth != null"
 		t.Errorf("update result of an unreadable document: %+v %v, want the envelope only", got, err)
 	}
 }
+
+// Each write of a commit is decided over the documents as the earlier
+// writes leave them, the one just before the last included: in two-write
+// and three-write commits, an update is allowed only over the locked:false
+// its own commit's create wrote, and denied over the locked:true a create
+// or an update before it in the same commit wrote.
+func TestGuardWrites_SeesEarlierWrites(t *testing.T) {
+	s, _ := newGuardService(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["create"]
+if    = "request.auth != null"
+
+[[rule]]
+match = "posts/{p}"
+allow = ["update"]
+if    = "request.auth != null && resource != null && resource.data.locked == false"
+`)
+	caller := &Caller{Kind: "user", UID: "u1"}
+	create := func(p string, locked bool) collections.Write {
+		return collections.Write{Type: collections.WriteCreate, Path: p, Data: map[string]any{"locked": locked}}
+	}
+	update := func(p string, locked bool) collections.Write {
+		return collections.Write{Type: collections.WriteUpdate, Path: p, Data: map[string]any{"locked": locked}}
+	}
+	for _, tt := range []struct {
+		name   string
+		writes []collections.Write
+		allow  bool
+	}{
+		{"update over an unlocked create", []collections.Write{create("posts/a", false), update("posts/a", false)}, true},
+		{"update over a locked create", []collections.Write{create("posts/b", true), update("posts/b", false)}, false},
+		{"update over a lock of the same commit", []collections.Write{create("posts/c", false), update("posts/c", true), update("posts/c", false)}, false},
+		{"update over an unlock of the same commit", []collections.Write{create("posts/d", false), update("posts/d", false), update("posts/d", true)}, true},
+	} {
+		_, _, err := s.guardWrites(context.Background(), caller, "default", tt.writes, true)
+		if (err == nil) != tt.allow {
+			t.Errorf("%s: err=%v, want allowed=%v", tt.name, err, tt.allow)
+		}
+	}
+}

@@ -25,39 +25,44 @@ func ValidSegment(s string) bool {
 	return true
 }
 
-// splitPath validates the common rules and returns the segments.
-func splitPath(p string, allowWildcard bool) ([]string, error) {
+// countSegments validates the common rules and returns the number of
+// segments. It walks the path in place: validation runs for every request
+// path, so it allocates nothing unless the path is invalid.
+func countSegments(p string, allowWildcard bool) (int, error) {
 	if p == "" {
-		return nil, invalidPath("empty path")
+		return 0, invalidPath("empty path")
 	}
 	if len(p) > MaxPathBytes {
-		return nil, invalidPath("path longer than %d bytes", MaxPathBytes)
+		return 0, invalidPath("path longer than %d bytes", MaxPathBytes)
 	}
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		if allowWildcard && s == "*" {
-			continue
-		}
-		if !ValidSegment(s) {
-			if s == "" {
-				return nil, invalidPath("empty segment in %q", p)
+	i := 0
+	for rest := p; ; i++ {
+		s, next, more := strings.Cut(rest, "/")
+		if !(allowWildcard && s == "*") {
+			if !ValidSegment(s) {
+				if s == "" {
+					return 0, invalidPath("empty segment in %q", p)
+				}
+				return 0, invalidPath("segment %d %q in %q: use [A-Za-z0-9_.-], not . or ..", i+1, s, p)
 			}
-			return nil, invalidPath("segment %d %q in %q: use [A-Za-z0-9_.-], not . or ..", i+1, s, p)
+			if i%2 == 1 && len(s) > MaxIDBytes {
+				return 0, invalidPath("document id longer than %d bytes", MaxIDBytes)
+			}
 		}
-		if i%2 == 1 && len(s) > MaxIDBytes {
-			return nil, invalidPath("document id longer than %d bytes", MaxIDBytes)
+		if !more {
+			return i + 1, nil
 		}
+		rest = next
 	}
-	return segs, nil
 }
 
 // ValidateDocPath checks a document path (even number of segments).
 func ValidateDocPath(p string) error {
-	segs, err := splitPath(p, false)
+	n, err := countSegments(p, false)
 	if err != nil {
 		return err
 	}
-	if len(segs)%2 != 0 {
+	if n%2 != 0 {
 		return invalidPath("%q names a collection, not a document", p)
 	}
 	return nil
@@ -66,11 +71,11 @@ func ValidateDocPath(p string) error {
 // ValidateCollectionPath checks a concrete collection path (odd number of
 // segments, no wildcard).
 func ValidateCollectionPath(p string) error {
-	segs, err := splitPath(p, false)
+	n, err := countSegments(p, false)
 	if err != nil {
 		return err
 	}
-	if len(segs)%2 != 1 {
+	if n%2 != 1 {
 		return invalidPath("%q names a document, not a collection", p)
 	}
 	return nil
@@ -79,11 +84,11 @@ func ValidateCollectionPath(p string) error {
 // ValidateCollectionPattern checks a collection path that may use "*" for
 // whole segments (a collection group such as "users/*/orch-chats/*/tasks").
 func ValidateCollectionPattern(p string) error {
-	segs, err := splitPath(p, true)
+	n, err := countSegments(p, true)
 	if err != nil {
 		return err
 	}
-	if len(segs)%2 != 1 {
+	if n%2 != 1 {
 		return invalidPath("%q names a document, not a collection", p)
 	}
 	return nil

@@ -38,7 +38,16 @@ type refs struct {
 	// there is one (request.auth compared with null), its uid, username
 	// and roles — claims, or request.auth or request as a whole.
 	authOther bool
+	// clock: the condition may read more of request than its auth, op,
+	// path and resource fields — request.time, or request as a whole. May
+	// knows the time, so its answer for such a condition can change from
+	// one call to the next.
+	clock bool
 }
+
+// requestNoClock are the fields of request that hold no time: May treats
+// path and resource as unknown and knows auth and op.
+var requestNoClock = map[string]bool{"auth": true, "op": true, "path": true, "resource": true}
 
 // authKeyFields are the fields of request.auth a decision cache keys on.
 var authKeyFields = map[string]bool{"uid": true, "username": true, "roles": true}
@@ -47,19 +56,30 @@ var authKeyFields = map[string]bool{"uid": true, "username": true, "roles": true
 // document an operation of one caller reads.
 var requestFixed = map[string]bool{"auth": true, "op": true}
 
+// identName is the variable an identifier names: a root-scoped ".request"
+// (which reaches the request even inside a comprehension whose variable
+// shadows request) is request.
+func identName(e ast.Expr) string {
+	return strings.TrimPrefix(e.AsIdent(), ".")
+}
+
 // refsOf analyses a checked condition whose pattern captures names.
 func refsOf(a *cel.Ast, names []string) refs {
 	root := a.NativeRep().Expr()
 	// The request identifiers that are only the operand of a fixed field
 	// (request.auth, request.op); any other use sees the whole request.
 	fixed := map[int64]bool{}
+	// The request identifiers that are only the operand of a field that is
+	// not the time; any other use may see request.time.
+	noClock := map[int64]bool{}
 	ast.PreOrderVisit(root, ast.NewExprVisitor(func(e ast.Expr) {
 		if e.Kind() != ast.SelectKind {
 			return
 		}
 		sel := e.AsSelect()
-		if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" && requestFixed[sel.FieldName()] {
-			fixed[op.ID()] = true
+		if op := sel.Operand(); op.Kind() == ast.IdentKind && identName(op) == "request" {
+			fixed[op.ID()] = requestFixed[sel.FieldName()]
+			noClock[op.ID()] = requestNoClock[sel.FieldName()]
 		}
 	}))
 	// What reads of the caller are known to read only the cache key:
@@ -71,7 +91,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 			return false
 		}
 		op := e.AsSelect().Operand()
-		return e.AsSelect().FieldName() == "auth" && op.Kind() == ast.IdentKind && op.AsIdent() == "request"
+		return e.AsSelect().FieldName() == "auth" && op.Kind() == ast.IdentKind && identName(op) == "request"
 	}
 	isNull := func(e ast.Expr) bool {
 		return e.Kind() == ast.LiteralKind && e.AsLiteral() == types.NullValue
@@ -80,7 +100,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 		switch e.Kind() {
 		case ast.SelectKind:
 			sel := e.AsSelect()
-			if op := sel.Operand(); op.Kind() == ast.IdentKind && op.AsIdent() == "request" {
+			if op := sel.Operand(); op.Kind() == ast.IdentKind && identName(op) == "request" {
 				keyed[op.ID()] = true
 			} else if isAuth(op) && authKeyFields[sel.FieldName()] {
 				keyed[op.ID()] = true
@@ -107,7 +127,7 @@ func refsOf(a *cel.Ast, names []string) refs {
 		if e.Kind() != ast.IdentKind {
 			return
 		}
-		switch name := e.AsIdent(); {
+		switch name := identName(e); {
 		case name == stateVar:
 			r.perDoc, r.reads = true, true
 		case name == "resource":
@@ -118,6 +138,9 @@ func refsOf(a *cel.Ast, names []string) refs {
 			}
 			if !keyed[e.ID()] {
 				r.authOther = true
+			}
+			if !noClock[e.ID()] {
+				r.clock = true
 			}
 		case slices.Contains(names, name) && !slices.Contains(r.captures, name):
 			r.captures = append(r.captures, name)
@@ -248,7 +271,8 @@ type decisionCache struct {
 // decisionKey is everything an answer can depend on.
 type decisionKey struct {
 	op         Op
-	collection string
+	ops        opMask // May's operations (op is then "")
+	collection string // May: the path
 	anonymous  bool
 	uid        string
 	username   string
@@ -268,6 +292,18 @@ func newDecisionCache(rules []*rule) decisionCache {
 		}
 	}
 	return decisionCache{enabled: true, m: map[decisionKey]bool{}}
+}
+
+// newMayCache returns the cache for May's answers: a partial evaluation
+// knows the caller and the time, so the cache is off also when a condition
+// may read the time.
+func newMayCache(rules []*rule) decisionCache {
+	for _, r := range rules {
+		if r.refs.clock {
+			return decisionCache{}
+		}
+	}
+	return newDecisionCache(rules)
 }
 
 // key returns the key of a decision; false when it is not to be cached.

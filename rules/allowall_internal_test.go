@@ -64,3 +64,54 @@ func TestDecisionCacheKeyBounded(t *testing.T) {
 		t.Fatal("a small key is not cached")
 	}
 }
+
+// May's cache is on only when, in addition, no condition can read the
+// time (May knows it), by any detour.
+func TestMayCacheEnabled(t *testing.T) {
+	if !Default().mays.enabled {
+		t.Error("the default rules' May answers are not cached")
+	}
+	for cond, want := range map[string]bool{
+		"request.auth != null && request.auth.uid == r":                       true,
+		"request.op == 'create' && request.path != 'rooms/x'":                 true,
+		"request.resource.data.owner == request.auth.uid && resource == null": true,
+		"has(request.resource.data.x)":                                        true,
+		"request.time > timestamp('2030-01-01T00:00:00Z')":                    false,
+		"has(request.time)": false,
+		".request.time > timestamp('2030-01-01T00:00:00Z')":                                                 false,
+		"[1].all(request, .request.time > timestamp('2030-01-01T00:00:00Z'))":                               false,
+		"[request.auth].all(request, request != null) && .request.time > timestamp('2030-01-01T00:00:00Z')": false,
+		"dyn(request).time > timestamp('2030-01-01T00:00:00Z')":                                             false,
+		"[request][0].time > timestamp('2030-01-01T00:00:00Z')":                                             false,
+		"{'x': request}.x.time > timestamp('2030-01-01T00:00:00Z')":                                         false,
+		"request['time'] > timestamp('2030-01-01T00:00:00Z')":                                               false,
+		"request.exists(k, k == 'time')":                                                                    false,
+		"[1].all(x, request.time > timestamp('2030-01-01T00:00:00Z'))":                                      false,
+		"request.auth.claims.tier == 'gold'":                                                                false,
+		"request.auth != null && request.auth.uid == r && size(request) > 0":                                false,
+	} {
+		s, err := Parse([]byte("[[rule]]\nmatch = \"rooms/{r}\"\nallow = [\"write\"]\nif = \""+cond+"\"\n"), "t")
+		if err != nil {
+			t.Fatalf("%s: %v", cond, err)
+		}
+		if s.mays.enabled != want {
+			t.Errorf("%s: cached=%v, want %v", cond, s.mays.enabled, want)
+		}
+	}
+}
+
+// A time-dependent condition changes May's answer over time: with the
+// cache off it is evaluated at each call (the rule allows until a moment
+// that has passed, then never).
+func TestMayNotCachedAcrossTime(t *testing.T) {
+	s, err := Parse([]byte("[[rule]]\nmatch = \"rooms/{r}\"\nallow = [\"create\"]\nif = \"request.time < timestamp('2000-01-01T00:00:00Z')\"\n"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.May(nil, "rooms/*", OpCreate) {
+		t.Fatal("May allows after the deadline")
+	}
+	if n := len(s.mays.m); n != 0 {
+		t.Fatalf("the May cache holds %d answers of a time-dependent rule", n)
+	}
+}

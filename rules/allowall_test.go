@@ -281,7 +281,8 @@ func TestSet_AllowsAll_CachedRoleLists(t *testing.T) {
 
 // TestSet_AllowsAll_Disguised: conditions that reach a document, the
 // request's path or time, or the caller's claims by a detour — a
-// root-scoped name, dyn, a list or map around request, a comprehension
+// root-scoped name (also inside a comprehension whose variable shadows
+// it), dyn, a list or map around request, a comprehension
 // variable shadowing request, resource or a capture — are never decided
 // whole, and a claim read by a detour turns the decision cache off (the
 // answer changes with the claim, same uid, username and roles).
@@ -300,6 +301,9 @@ func TestSet_AllowsAll_Disguised(t *testing.T) {
 		"[1].all(r, r == 1) && r != 'secret'",
 		"request.exists(k, k == 'path')",
 		"[0].exists(x, has(resource.data.open))",
+		"[1].all(request, !.request.path.startsWith('rooms/secret'))",
+		"[1].all(resource, .resource == null)",
+		"[1].all(r, .r != 'secret')",
 	}
 	for _, cond := range undecided {
 		s := MustParse(t, rule1("rooms/{r}", read, cond))
@@ -314,6 +318,7 @@ func TestSet_AllowsAll_Disguised(t *testing.T) {
 		"request.auth.exists(k, k == 'claims') && request.auth.claims.tier == 'gold'",
 		"'gold' in [request.auth].map(a, a.claims.tier)",
 		"request.auth == {'uid': 'carol', 'username': '', 'roles': [], 'claims': {'tier': 'gold'}}",
+		"[1].all(request, .request.auth.claims.tier == 'gold')",
 	}
 	gold := &rules.Auth{UID: "carol", Claims: map[string]any{"tier": "gold"}}
 	silver := &rules.Auth{UID: "carol", Claims: map[string]any{"tier": "silver"}}

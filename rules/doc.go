@@ -21,7 +21,9 @@
 // answers, before any document is read, whether any rule could ever allow
 // the caller to list a collection (conditions are partially evaluated with
 // the document-dependent parts unknown), so a hopeless query can be refused
-// at once. Set.AllowsAll answers whether a rule lets the caller read every
+// at once; Set.May does the same for a write before its body is read. Their
+// answers are cached per Set when no condition reads the time or more of
+// the caller than uid, username and roles. Set.AllowsAll answers whether a rule lets the caller read every
 // document of a collection from the caller and the path alone (a condition
 // that reads nothing a document can change), so that a query, a get or a
 // subscription can skip the per-document decisions.

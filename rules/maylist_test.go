@@ -1,6 +1,8 @@
 package rules_test
 
 import (
+	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/loomdb/loom/rules"
@@ -144,5 +146,86 @@ if    = "request.auth != null && request.auth.uid == uid"
 				t.Fatalf("May(%q, %v)=%v, want %v", tt.path, tt.ops, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSet_May_Cached: May's answers, cached per Set, are those of a fresh
+// Set for every caller, path and set of operations, in any order; among
+// the rules are conditions on the document being written, which May
+// cannot decide and must not answer false for.
+func TestSet_May_Cached(t *testing.T) {
+	w := `"write"`
+	srcs := []string{
+		rules.DefaultSource(),
+		rule1("rooms/{r}", w, "request.auth != null && 'editor' in request.auth.roles"),
+		rule1("rooms/{r}", w, "request.auth.username == 'alice' && request.resource.data.owner == 'alice'"),
+		rule1("rooms/{r}", w, "request.auth == null || r == 'open'"),
+		rule1("rooms/{r}", w, "request.auth != null && request.auth.size() > 3"),
+		rule1("rooms/{r}", w, "request.auth.uid == 'carol' && has(request.auth.claims.tier)"),
+		rule1("rooms/{r}", `"create"`, "request.op == 'create' && resource == null && request.path != 'rooms/x'"),
+		rule1("users/{u}/{rest=**}", w, "request.auth != null && request.auth.uid == u && !rest.startsWith('orch-chats/')"),
+	}
+	auths := []*rules.Auth{nil, alice, bob,
+		{UID: "alice"}, {UID: "carol"},
+		{UID: "alice", Username: "alice"},
+		{UID: "alice", Roles: []string{"editor"}},
+		{UID: "alice", Roles: []string{"user\x00editor"}},
+		{UID: "alice", Roles: []string{"user", "editor"}},
+		{UID: "carol", Claims: map[string]any{"tier": "gold"}},
+		{UID: "carol", Claims: map[string]any{"tier": "silver"}},
+	}
+	paths := []string{"", "rooms/*", "rooms/open", "rooms/x", "users/alice/items/*", "users/carol/items/*",
+		"users/*/items/*", "users/alice/orch-chats/*", "posts/p1"}
+	opSets := [][]rules.Op{{rules.OpCreate}, {rules.OpUpdate}, {rules.OpCreate, rules.OpUpdate, rules.OpDelete},
+		{rules.OpGet}, {"frobnicate"}}
+	rng := rand.New(rand.NewPCG(2, 9))
+	for _, src := range srcs {
+		cached := MustParse(t, src)
+		type key struct{ auth, path, ops int }
+		fresh := map[key]bool{}
+		for range 400 {
+			k := key{rng.IntN(len(auths)), rng.IntN(len(paths)), rng.IntN(len(opSets))}
+			want, ok := fresh[k]
+			if !ok {
+				want = MustParse(t, src).May(auths[k.auth], paths[k.path], opSets[k.ops]...)
+				fresh[k] = want
+			}
+			if got := cached.May(auths[k.auth], paths[k.path], opSets[k.ops]...); got != want {
+				t.Fatalf("rules %s: May(%+v, %q, %v)=%v after other callers, %v on a fresh Set",
+					src, auths[k.auth], paths[k.path], opSets[k.ops], got, want)
+			}
+		}
+	}
+}
+
+// TestSet_May_CachedNotAllow: a cached May answer is only the pre-check.
+// Conditions on the written document (request.resource.data, a capture
+// holding the id) or on another document still decide each write in Allow,
+// however often May answered true for the same caller and collection.
+func TestSet_May_CachedNotAllow(t *testing.T) {
+	w := `"create"`
+	s := MustParse(t, rule1("rooms/{r}", w, "request.auth != null && request.resource.data.owner == request.auth.uid && r != 'locked'")+
+		rule1("notes/{n}", w, "request.auth != null && dyn(request).resource.data.size() < 2"))
+	ctx := context.Background()
+	for range 3 {
+		if !s.May(alice, "rooms/*", rules.OpCreate) || !s.May(alice, "notes/*", rules.OpCreate) {
+			t.Fatal("May refuses what a document could make true")
+		}
+	}
+	for _, tt := range []struct {
+		path string
+		data map[string]any
+		want bool
+	}{
+		{"rooms/r1", map[string]any{"owner": "alice"}, true},
+		{"rooms/r1", map[string]any{"owner": "bob"}, false},
+		{"rooms/locked", map[string]any{"owner": "alice"}, false},
+		{"notes/n1", map[string]any{"a": 1}, true},
+		{"notes/n1", map[string]any{"a": 1, "b": 2}, false},
+	} {
+		got, err := s.Allow(ctx, rules.Request{Auth: alice, Op: rules.OpCreate, Path: tt.path, Resource: tt.data}, nil)
+		if err != nil || got != tt.want {
+			t.Errorf("Allow(%s, %v) = %v, %v after cached May answers; want %v", tt.path, tt.data, got, err, tt.want)
+		}
 	}
 }

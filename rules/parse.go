@@ -96,6 +96,7 @@ func Parse(src []byte, name string) (*Set, error) {
 		s.rules = append(s.rules, r)
 	}
 	s.decisions = newDecisionCache(s.rules)
+	s.mays = newMayCache(s.rules)
 	return s, nil
 }
 

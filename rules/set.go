@@ -91,6 +91,7 @@ type Getter interface {
 type Set struct {
 	rules     []*rule
 	decisions decisionCache // AllowsAll's answers
+	mays      decisionCache // May's answers
 }
 
 // constant classifies if expressions that are the literal true or false.
@@ -206,13 +207,34 @@ func (s *Set) MayList(auth *Auth, collection string) bool {
 // before any document (or request body) is read: false means no such
 // request of the caller can be allowed, so a server can refuse it before
 // reading its body. path is not validated; an unknown op never matches.
+//
+// Answers are cached per Set when no condition reads the time or more of
+// the caller than uid, username and roles (see decisionCache): the partial
+// evaluation then depends on nothing but the caller, the operations and the
+// path, so a create in the same collection by the same caller is decided
+// once.
 func (s *Set) May(auth *Auth, path string, ops ...Op) bool {
+	var mask opMask
+	for _, op := range ops {
+		mask |= maskOf(op) // an unknown op adds nothing: it never matches
+	}
+	key, cached := s.mays.key(auth, "", path)
+	if cached {
+		key.ops = mask
+		if may, ok := s.mays.get(key); ok {
+			return may
+		}
+	}
 	var segs []string // nil: any path
 	if path != "" {
 		var segBuf [16]string
 		segs = pathpattern.Split(segBuf[:0], path)
 	}
-	return s.may(auth, segs, ops...)
+	may := s.may(auth, segs, ops...)
+	if cached {
+		s.mays.put(key, may)
+	}
+	return may
 }
 
 // may is the partial evaluation behind MayList and May: segs are the

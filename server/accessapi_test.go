@@ -297,7 +297,7 @@ func TestAccessAPI_RulesFile(t *testing.T) {
 	// A bad file: the reload fails, the old rule stays, the source shown is
 	// the file as it is now and the failure is remembered.
 	write("[[rule]]\nmatch = \n")
-	wantStatus(t, "reload a bad file", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusBadRequest)
+	wantError(t, "reload a bad file", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST")
 	v = env.rules(t)
 	if v.Rules != 1 || v.Source == nil || *v.Source != "[[rule]]\nmatch = \n" || v.LastReload == nil || v.LastReload.OK || v.LastReload.Error == nil || *v.LastReload.Error == "" || v.LastReload.At <= 0 {
 		t.Fatalf("rules after a failed reload: %+v", v)

@@ -144,9 +144,9 @@ func TestAuthAPI_InvalidSignupsDoNotUseTheLimit(t *testing.T) {
 	addr := from("198.51.100.8")
 	for i := range 5 {
 		r := env.Do(t, "POST", "/auth/v1/signup", fmt.Sprintf(`{"username":"carol","password":"short%d"}`, i), addr)
-		wantStatus(t, "signup with a weak password", r, http.StatusBadRequest)
+		wantError(t, "signup with a weak password", r, http.StatusBadRequest, "BAD_REQUEST")
 	}
-	wantStatus(t, "signup with a bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"c","password":"correct horse battery"}`, addr), http.StatusBadRequest)
+	wantError(t, "signup with a bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"c","password":"correct horse battery"}`, addr), http.StatusBadRequest, "BAD_REQUEST")
 	wantStatus(t, "the first valid signup", env.signupFrom(t, "carol", addr), http.StatusOK)
 	wantRateLimited(t, "the next one", env.signupFrom(t, "carol2", addr))
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -258,5 +257,5 @@ func docPathParam(c *gin.Context) string {
 func segments(p string) int { return strings.Count(p, "/") + 1 }
 
 func documentURL(db, path string) string {
-	return fmt.Sprintf("/api/v1/databases/%s/documents/%s", db, path)
+	return "/api/v1/databases/" + db + "/documents/" + path // one allocation, on every create
 }

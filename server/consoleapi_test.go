@@ -429,7 +429,7 @@ func TestConsole_SignInBodies(t *testing.T) {
 		}
 	}
 	big := `{"adminKey":"` + strings.Repeat("k", 16<<10) + `"}`
-	wantStatus(t, "a 16 KiB key", env.consoleSignIn(t, big).response, http.StatusRequestEntityTooLarge)
+	wantError(t, "a 16 KiB key", env.consoleSignIn(t, big).response, http.StatusRequestEntityTooLarge, "REQUEST_TOO_LARGE")
 	if rows := env.consoleRows(t); len(rows) != 0 {
 		t.Errorf("%d sessions stored by refused sign-ins", len(rows))
 	}

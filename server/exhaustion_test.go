@@ -149,10 +149,7 @@ func wantRawStatus(t *testing.T, what string, res *http.Response, ok bool, want 
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != want {
-		t.Fatalf("%s: status=%d, want %d; body %s", what, res.StatusCode, want, b)
-	}
-	checkErrorShape(t, &response{Status: res.StatusCode, Header: res.Header, Body: b})
+	wantStatus(t, what, &response{Status: res.StatusCode, Header: res.Header, Body: b}, want)
 }
 
 // TestBodies_RefusedBeforeRead: under the default rules, a write that no

@@ -719,12 +719,8 @@ func TestRealtimeSSE_ResumeWithLastEventID(t *testing.T) {
 	if e := p.event(); !strings.Contains(e.data, `"path":"c/m0"`) {
 		t.Fatalf("lastEventId resume: %s", e.data)
 	}
-	if r := env.Do(t, "GET", "/realtime/sse?collection=c&access_token=nope", "", anon); r.Status != http.StatusUnauthorized {
-		t.Fatalf("bad access_token: %d", r.Status)
-	}
-	if r := env.Do(t, "GET", "/realtime/sse?collection=c&filters=%5B1", "", nil); r.Status != http.StatusBadRequest {
-		t.Fatalf("bad filters: %d", r.Status)
-	}
+	wantSSERefused(t, "bad access_token", env.trySSE(t, "/realtime/sse?collection=c&access_token=nope", anon), http.StatusUnauthorized, "UNAUTHENTICATED")
+	wantSSERefused(t, "bad filters", env.trySSE(t, "/realtime/sse?collection=c&filters=%5B1", nil), http.StatusBadRequest, "INVALID_QUERY")
 }
 
 func TestRealtime_GracefulShutdownClosesStreams(t *testing.T) {

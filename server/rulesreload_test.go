@@ -25,5 +25,5 @@ func TestSecurity_RulesReloadWithoutFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	given := MustStartServer(t, MustOpenStore(t), server.Config{Rules: set})
-	wantStatus(t, "reload without a file", given.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusConflict)
+	wantError(t, "reload without a file", given.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusConflict, "CONFLICT")
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -90,13 +93,81 @@ func (e *testEnv) signup(t *testing.T, name string) user {
 	return u
 }
 
+// wantStatus checks an answer's status and, for an error, the body README
+// "Errors" promises: its shape, a code the status allows (wantError names
+// the one code where a status allows several), Retry-After on 429 and 503,
+// and WWW-Authenticate on 401.
 func wantStatus(t *testing.T, what string, r *response, want int) {
 	t.Helper()
 	if r.Status != want {
 		t.Fatalf("%s: status=%d, want %d; body %s", what, r.Status, want, r.Body)
 	}
-	if want >= 400 {
-		checkErrorShape(t, r)
+	if want < 400 {
+		return
+	}
+	checkErrorShape(t, r)
+	allowed, ok := errorCodes[want]
+	if !ok {
+		t.Fatalf("%s: status %d is not an error status of README \"Errors\"; body %s", what, want, r.Body)
+	}
+	if code := loomCode(r); !slices.Contains(allowed, code) {
+		t.Fatalf("%s: %d with code %q, want %s; body %s", what, want, code, strings.Join(allowed, " or "), r.Body)
+	}
+	switch want {
+	case http.StatusUnauthorized:
+		if got := r.Header.Get("WWW-Authenticate"); got != `Bearer realm="loom"` {
+			t.Errorf("%s: 401 with WWW-Authenticate %q, want Bearer realm=\"loom\"", what, got)
+		}
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 {
+			t.Errorf("%s: %d with Retry-After %q, want whole seconds ≥ 1", what, want, r.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// errorCodes are the codes README "Errors" allows for each status.
+var errorCodes = map[int][]string{
+	http.StatusBadRequest:            {"BAD_REQUEST", "INVALID_PATH", "INVALID_QUERY", "INVALID_JSON"},
+	http.StatusUnauthorized:          {"UNAUTHENTICATED"},
+	http.StatusForbidden:             {"PERMISSION_DENIED"},
+	http.StatusNotFound:              {"NOT_FOUND"},
+	http.StatusMethodNotAllowed:      {"METHOD_NOT_ALLOWED"},
+	http.StatusConflict:              {"ALREADY_EXISTS", "CONFLICT"},
+	http.StatusPreconditionFailed:    {"PRECONDITION_FAILED"},
+	http.StatusRequestEntityTooLarge: {"DOCUMENT_TOO_LARGE", "REQUEST_TOO_LARGE"},
+	http.StatusTooManyRequests:       {"RATE_LIMITED"},
+	http.StatusInternalServerError:   {"INTERNAL"},
+	http.StatusNotImplemented:        {"NOT_IMPLEMENTED"},
+	http.StatusServiceUnavailable:    {"UNAVAILABLE"},
+}
+
+// syntrixNames are the codes [compat] syntrix renames; Loom's own code is
+// then in details.code (README "Errors").
+var syntrixNames = map[string]bool{"UNAUTHORIZED": true, "FORBIDDEN": true, "CONFLICT": true, "BAD_REQUEST": true, "REQUEST_TOO_LARGE": true, "INTERNAL_ERROR": true}
+
+// loomCode is an error body's code in Loom's names: under [compat]
+// syntrix a renamed code carries Loom's in details.code.
+func loomCode(r *response) string {
+	var body struct {
+		Code    string `json:"code"`
+		Details struct {
+			Code string `json:"code"`
+		} `json:"details"`
+	}
+	_ = json.Unmarshal(r.Body, &body)
+	if syntrixNames[body.Code] && body.Details.Code != "" {
+		return body.Details.Code
+	}
+	return body.Code
+}
+
+// wantError is wantStatus that also names the one code the answer must
+// carry (in Loom's names).
+func wantError(t *testing.T, what string, r *response, status int, code string) {
+	t.Helper()
+	wantStatus(t, what, r, status)
+	if got := loomCode(r); got != code {
+		t.Fatalf("%s: code %q, want %s; body %s", what, got, code, r.Body)
 	}
 }
 
@@ -259,7 +330,7 @@ allow = ["read"]
 if    = "request.auth.uid ==="
 `)
 	r := env.Do(t, "POST", "/admin/v1/rules/reload", "", nil)
-	wantStatus(t, "reload of a bad file", r, http.StatusBadRequest)
+	wantError(t, "reload of a bad file", r, http.StatusBadRequest, "BAD_REQUEST")
 	if msg, _ := r.JSON(t)["message"].(string); !strings.Contains(msg, "rule 1") {
 		t.Errorf("bad-file message %q does not name the rule", msg)
 	}
@@ -277,7 +348,18 @@ if    = "false"
 
 // TestSecurity_ConcurrentWritesCannotSlipPastRules: a rule that depends on
 // the stored document holds even when the document changes between the
-// rules check and the commit.
+// rules check and the commit (access pins each write to the version its
+// rules saw).
+//
+// The rule allows only +1 steps below 20. In every round all writers read
+// the same n and send n+1 at once; half of them also send If-Match with
+// the version they read, half rely on the rules alone. Exactly one write
+// per round may be accepted: once it commits, every other write of the
+// round either fails its pin and is re-evaluated (denied: n moved) or is
+// checked after it (denied). Without the pin, two writers of a round that
+// both passed the check before either committed are both accepted: the
+// final n is still 20, but more than 20 writes went through and the
+// version counts them.
 func TestSecurity_ConcurrentWritesCannotSlipPastRules(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "security.toml")
@@ -297,41 +379,134 @@ if    = "request.auth != null && resource.data.n < 20 && request.resource.data.n
 	env := newAuthEnv(t, server.Config{RulesFile: file})
 	wantStatus(t, "reload", env.Do(t, "POST", "/admin/v1/rules/reload", "", nil), http.StatusOK)
 	u := env.signup(t, "carol")
-	env.MustDo(t, http.StatusCreated, "PUT", api+"/documents/counters/c1", `{"doc":{"n":0}}`)
+	const doc = api + "/documents/counters/c1"
+	env.MustDo(t, http.StatusCreated, "PUT", doc, `{"doc":{"n":0}}`)
 
-	// Each client reads n and writes n+1 with If-Match; the rule allows
-	// only +1 steps below 20, so the counter must end at exactly 20 no
-	// matter how the writes interleave.
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 40; i++ {
-				r := env.Do(t, "GET", api+"/documents/counters/c1", "", u.h())
-				if r.Status != http.StatusOK {
-					return
+	const writers = 8
+	type answer struct {
+		ifMatch bool
+		status  int
+		body    map[string]any
+		err     error
+	}
+	accepted := 0
+	for round := 0; ; round++ {
+		if round > 25 {
+			t.Fatalf("%d rounds without reaching n=20 (%d writes accepted)", round, accepted)
+		}
+		cur := env.Do(t, "GET", doc, "", u.h())
+		wantStatus(t, "read the counter", cur, http.StatusOK)
+		m := cur.JSON(t)
+		n, _ := m["n"].(json.Number).Int64()
+		version, _ := m["version"].(json.Number).Int64()
+		if version != n+1 {
+			t.Fatalf("round %d: n=%d at version %d, want version n+1: a write that did not step n by one was accepted", round, n, version)
+		}
+		if n > 20 {
+			t.Fatalf("round %d: n=%d, past the rules' bound 20", round, n)
+		}
+
+		start := make(chan struct{})
+		answers := make(chan answer, writers)
+		for w := 0; w < writers; w++ {
+			go func(ifMatch bool) {
+				h := u.h()
+				if ifMatch {
+					h = map[string]string{"Authorization": h["Authorization"], "If-Match": fmt.Sprintf(`"%d"`, version)}
 				}
-				n, _ := r.JSON(t)["n"].(json.Number).Int64()
-				env.Do(t, "PATCH", api+"/documents/counters/c1", fmt.Sprintf(`{"doc":{"n":%d}}`, n+1), u.h())
+				<-start
+				r, err := trySend(env, "PATCH", doc, fmt.Sprintf(`{"doc":{"n":%d}}`, n+1), h)
+				a := answer{ifMatch: ifMatch, err: err}
+				if err == nil {
+					a.status = r.Status
+					a.body, a.err = collections.DecodeObject(r.Body)
+				}
+				answers <- a
+			}(w%2 == 0)
+		}
+		close(start)
+		won := 0
+		for w := 0; w < writers; w++ {
+			a := <-answers
+			switch {
+			case a.err != nil:
+				t.Fatalf("round %d: PATCH: %v", round, a.err)
+			case a.status == http.StatusOK:
+				won++
+				if a.body["n"] != json.Number(fmt.Sprint(n+1)) || a.body["version"] != json.Number(fmt.Sprint(version+1)) {
+					t.Errorf("round %d: accepted write answered %v, want n=%d at version %d", round, a.body, n+1, version+1)
+				}
+			case a.status == http.StatusForbidden && a.body["code"] == "PERMISSION_DENIED":
+			case a.status == http.StatusPreconditionFailed && a.ifMatch && a.body["code"] == "PRECONDITION_FAILED":
+				// The caller's own If-Match (not the pin) failed: the
+				// rules allowed it, so its current document is shown.
+				if d, _ := a.body["details"].(map[string]any); d == nil || d["current"] == nil {
+					t.Errorf("round %d: 412 without details.current: %v", round, a.body)
+				}
+			default:
+				t.Errorf("round %d: PATCH (If-Match: %v) answered %d %v, want 200, 403 PERMISSION_DENIED or (with If-Match) 412 PRECONDITION_FAILED", round, a.ifMatch, a.status, a.body)
 			}
-		}()
+		}
+		accepted += won
+		if n == 20 {
+			if won != 0 {
+				t.Fatalf("round %d: %d writes accepted at n=20, want none", round, won)
+			}
+			break
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d of %d concurrent writes of n=%d→%d accepted, want exactly 1: a write slipped past the rules between their check and its commit", round, won, writers, n, n+1)
+		}
 	}
-	wg.Wait()
-	if n := env.Do(t, "GET", api+"/documents/counters/c1", "", nil).JSON(t)["n"]; n != json.Number("20") {
-		t.Fatalf("counter=%v, want exactly 20", n)
+	final := env.Do(t, "GET", doc, "", nil).JSON(t)
+	if accepted != 20 || final["n"] != json.Number("20") || final["version"] != json.Number("21") {
+		t.Fatalf("accepted %d writes, counter %v: want exactly 20 accepted, n=20 at version 21", accepted, final)
 	}
+}
+
+// trySend is env.Do for goroutines other than the test's: it returns the
+// error instead of failing the test.
+func trySend(env *testEnv, method, url, body string, headers map[string]string) (*response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, env.URL+url, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+testAdminKey)
+	for k, v := range headers {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	res, err := env.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: reading the body: %w", method, url, err)
+	}
+	return &response{Status: res.StatusCode, Header: res.Header, Body: b}, nil
 }
 
 func TestAuthAPI(t *testing.T) {
 	env := newAuthEnv(t, server.Config{})
 	alice := env.signup(t, "alice")
 
-	wantStatus(t, "duplicate signup", env.Do(t, "POST", "/auth/v1/signup", `{"username":"ALICE","password":"another long one"}`, anon), http.StatusConflict)
-	wantStatus(t, "weak password", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"short"}`, anon), http.StatusBadRequest)
-	wantStatus(t, "bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"a b","password":"long enough pw"}`, anon), http.StatusBadRequest)
-	wantStatus(t, "unknown field", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"long enough pw","admin":true}`, anon), http.StatusBadRequest)
-	wantStatus(t, "not JSON", env.Do(t, "POST", "/auth/v1/login", `{"username":`, anon), http.StatusBadRequest)
+	wantError(t, "duplicate signup", env.Do(t, "POST", "/auth/v1/signup", `{"username":"ALICE","password":"another long one"}`, anon), http.StatusConflict, "ALREADY_EXISTS")
+	wantError(t, "weak password", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"short"}`, anon), http.StatusBadRequest, "BAD_REQUEST")
+	wantError(t, "bad username", env.Do(t, "POST", "/auth/v1/signup", `{"username":"a b","password":"long enough pw"}`, anon), http.StatusBadRequest, "BAD_REQUEST")
+	wantError(t, "unknown field", env.Do(t, "POST", "/auth/v1/signup", `{"username":"dave","password":"long enough pw","admin":true}`, anon), http.StatusBadRequest, "BAD_REQUEST")
+	wantError(t, "not JSON", env.Do(t, "POST", "/auth/v1/login", `{"username":`, anon), http.StatusBadRequest, "INVALID_JSON")
 	wrong := env.Do(t, "POST", "/auth/v1/login", `{"username":"alice","password":"wrong password!"}`, anon)
 	unknown := env.Do(t, "POST", "/auth/v1/login", `{"username":"nobody","password":"wrong password!"}`, anon)
 	wantStatus(t, "wrong password", wrong, http.StatusUnauthorized)
@@ -399,14 +574,14 @@ if    = "request.auth != null && 'service' in request.auth.roles"
 	alice := env.signup(t, "alice")
 
 	wantStatus(t, "create key as a user", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, alice.h()), http.StatusForbidden)
-	wantStatus(t, "create key with a bad field", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks","admin":true}`, nil), http.StatusBadRequest)
+	wantError(t, "create key with a bad field", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks","admin":true}`, nil), http.StatusBadRequest, "BAD_REQUEST")
 	r := env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil)
 	wantStatus(t, "create key", r, http.StatusCreated)
 	key, _ := r.JSON(t)["key"].(string)
 	if key == "" {
 		t.Fatalf("no key in %s", r.Body)
 	}
-	wantStatus(t, "duplicate key name", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil), http.StatusConflict)
+	wantError(t, "duplicate key name", env.Do(t, "POST", "/admin/v1/keys", `{"name":"hooks"}`, nil), http.StatusConflict, "ALREADY_EXISTS")
 
 	svc := map[string]string{"X-API-Key": key}
 	wantStatus(t, "service write", env.Do(t, "PUT", api+"/documents/jobs/j1", `{"doc":{"n":1}}`, svc), http.StatusCreated)

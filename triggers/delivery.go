@@ -525,7 +525,16 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	var d time.Duration
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil || errors.Is(err, strconv.ErrRange) {
+		// Compared in seconds first: n × 1 s overflows a Duration past
+		// about 292 years (or n itself overflows), and a wrapped value
+		// would be taken for no hint instead of the cap.
+		switch {
+		case n <= 0:
+			return 0
+		case n >= int(maxRetryAfter/time.Second):
+			return maxRetryAfter
+		}
 		d = time.Duration(n) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = t.Sub(now)

@@ -395,8 +395,17 @@ func TestClientTool_Timeout(t *testing.T) {
 	if field(tc, "status") != "failed" || field(tc, "error") != want {
 		t.Fatalf("timed-out call %v", tc.Data)
 	}
-	if age := tc.UpdatedAt - tc.CreatedAt; age < 2500 {
-		t.Fatalf("timed out after %d ms, before its 2500", age)
+	// The call times out at its waitUntil (docs/agent-runs.md), which the
+	// runtime sets to now + 2500 ms just before it creates the call: at
+	// most 2500 ms after CreatedAt, less by the create's latency. Measured
+	// from CreatedAt, the timeout could look a few ms early (it did, under
+	// -race); it must never come before waitUntil.
+	wu := numField(tc, "waitUntil")
+	if wu > tc.CreatedAt+2500 || wu < tc.CreatedAt+1500 {
+		t.Fatalf("waitUntil %d is %d ms after the call's creation, want just under 2500", wu, wu-tc.CreatedAt)
+	}
+	if tc.UpdatedAt < wu {
+		t.Fatalf("timed out at %d, %d ms before its waitUntil", tc.UpdatedAt, wu-tc.UpdatedAt)
 	}
 	if code := s.patchAs(pick1, s.token, `{"status":"success","result":"too late"}`); code != 403 {
 		t.Fatalf("a result after the timeout: %d, want 403", code)

@@ -222,12 +222,20 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost) // a 405 must name the allowed methods (RFC 9110)
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]any{"error": "use POST"})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	if err != nil {
-		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body too large"})
+		// Only a body over the limit is too large; one that breaks off
+		// (shorter than its Content-Length, a broken chunked encoding, a
+		// read that fails) is a bad request.
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body too large"})
+		} else {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "unreadable body"})
+		}
 		return
 	}
 	if err := h.wh.Verify(body, r.Header); err != nil {

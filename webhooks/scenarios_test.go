@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -739,33 +740,49 @@ func TestAgents_RedeliveryCreatesNoDuplicates(t *testing.T) {
 	}
 }
 
+// TestAgents_BadSignature: an unsigned or wrongly signed delivery, and one
+// to an unknown handler, are refused and write nothing. The handlers answer
+// only after their writes, so the check right after each response sees
+// anything the request wrote (requests_test.go); no sleep.
 func TestAgents_BadSignature(t *testing.T) {
 	s := startStack(t, stackOpts{})
-	body := fmt.Sprintf(`{"id":"evt_x","triggerId":"on-user-message","event":{"type":"create","path":"%s/messages/m1","id":"m1","document":{"id":"m1","path":"%s/messages/m1","data":{"role":"user","content":"hi"}}}}`, s.chat("c1"), s.chat("c1"))
-	post := func(path string, hdr map[string]string) int {
-		req, _ := http.NewRequest("POST", s.URL+path, bytes.NewReader([]byte(body)))
-		req.Header.Set("Content-Type", "application/json")
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		res, err := s.node.Client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
+	nothingWritten := s.noWrites()
+	body := s.userMessageEvent("evt_x")
+	post := func(path string, hdr http.Header, body []byte) webhookReply {
+		return postWebhook(t, "POST", s.URL+path, hdr, bytes.NewReader(body))
 	}
 	ts := fmt.Sprint(time.Now().Unix())
-	if c := post("/webhooks/orchestrator", nil); c != 401 {
-		t.Fatalf("unsigned: %d", c)
+	bad := webhookReply{status: 401, err: "invalid webhook signature"}
+	otherSecret, err := standardwebhooks.NewWebhook("whsec_" + base64.StdEncoding.EncodeToString([]byte("not the node's secret, 32 bytes!")))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c := post("/webhooks/orchestrator", map[string]string{"webhook-id": "evt_x", "webhook-timestamp": ts, "webhook-signature": "v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}); c != 401 {
-		t.Fatalf("wrong signature: %d", c)
+	otherSig, err := otherSecret.Sign("evt_x", time.Now(), body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c := post("/webhooks/nope", nil); c != 404 {
-		t.Fatalf("unknown handler: %d", c)
+	tampered := bytes.Replace(body, []byte("What is 6*7?"), []byte("What is 7*7?"), 1)
+	for _, c := range []struct {
+		name string
+		hdr  http.Header
+		body []byte
+	}{
+		{"unsigned", http.Header{"Content-Type": {"application/json"}}, body},
+		{"wrong signature", http.Header{"Content-Type": {"application/json"}, "Webhook-Id": {"evt_x"}, "Webhook-Timestamp": {ts},
+			"Webhook-Signature": {"v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}}, body},
+		{"signed with another secret", http.Header{"Content-Type": {"application/json"}, "Webhook-Id": {"evt_x"}, "Webhook-Timestamp": {ts},
+			"Webhook-Signature": {otherSig}}, body},
+		{"body changed after signing", signedHeaders(t, "evt_x", time.Now(), body), tampered},
+	} {
+		if got := post("/webhooks/orchestrator", c.hdr, c.body); got != bad {
+			t.Errorf("%s: %+v, want %+v", c.name, got, bad)
+		}
+		nothingWritten(c.name)
 	}
-	time.Sleep(200 * time.Millisecond)
+	if got, want := post("/webhooks/nope", nil, body), (webhookReply{status: 404, err: "no webhook handler /webhooks/nope"}); got != want {
+		t.Errorf("unknown handler: %+v, want %+v", got, want)
+	}
+	nothingWritten("unknown handler")
 	if n := len(s.agentDocs()); n != 0 {
 		t.Fatalf("%d documents written\n%s", n, s.dump())
 	}

@@ -13,10 +13,12 @@ var _ collections.Catalog = (*Store)(nil)
 // TestCatalogSeeksUseIndexes):
 //
 //	SEARCH docs USING COVERING INDEX docs_shape (db>?)  -- or another index starting with db
-//	SEARCH docs USING INDEX docs_collection (db=? AND collection>? AND collection<?)
+//	SEARCH docs USING INDEX docs_changed (db=? AND collection>? AND collection<?)
 //	SEARCH docs USING INDEX docs_shape (db=? AND shape>?)
 //
-// with no temporary B-tree: the index order is the ORDER BY. "deleted = 0"
+// with no temporary B-tree: the index order is the ORDER BY (docs_changed
+// is (db, collection, seq, id): its leading columns serve a seek on the
+// collection column as well as an index of its own would). "deleted = 0"
 // is checked on the rows the seek visits, so tombstones of a value are
 // stepped over one by one (tombstones are purged after the retention).
 var catalogSQL = map[string]string{

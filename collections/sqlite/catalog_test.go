@@ -22,8 +22,8 @@ func TestCatalogSeeksUseIndexes(t *testing.T) {
 	}
 	want := map[string]string{
 		"db":           "(db>?)", // the primary key or any index starting with db
-		"collection":   "SEARCH docs USING INDEX docs_collection (db=? AND collection>?)",
-		"collectionTo": "SEARCH docs USING INDEX docs_collection (db=? AND collection>? AND collection<?)",
+		"collection":   "SEARCH docs USING INDEX docs_changed (db=? AND collection>?)",
+		"collectionTo": "SEARCH docs USING INDEX docs_changed (db=? AND collection>? AND collection<?)",
 		"shape":        "SEARCH docs USING INDEX docs_shape (db=? AND shape>?)",
 		"shapeTo":      "SEARCH docs USING INDEX docs_shape (db=? AND shape>? AND shape<?)",
 	}

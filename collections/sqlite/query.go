@@ -130,8 +130,9 @@ func indexDefs(decls []collections.Index) ([]indexDef, error) {
 			return nil, fmt.Errorf("index on %q: use * only in place of document ids", ix.Collection)
 		}
 		// stat: the index covers one shape, which is one collection for a
-		// top-level collection (as many rows as docs_collection's estimate)
-		// and many for nested ones (as many as docs_shape's); db and a type
+		// top-level collection (as many rows as a collection has in the
+		// docs_changed estimate) and many for nested ones (as many as
+		// docs_shape's); db and a type
 		// class select nothing, the first field's value selects about 10
 		// rows, further values and the path about 1.
 		rows := "10000"
@@ -206,6 +207,12 @@ type plan struct {
 	// read in full and sort.
 	in    *inList
 	merge bool
+	// concrete is set when the query names one collection (no pattern),
+	// coll: then every row's collection column is coll, so ordering by it
+	// orders by nothing (orderTerms leaves it out, and a continuation
+	// seeks on the next term, as for fixed).
+	concrete bool
+	coll     string
 }
 
 // inList is an "in" filter as merge arms: where[at] is its IN condition,
@@ -225,10 +232,11 @@ const maxMergeValues = 10
 type bind uint8
 
 const (
-	bindNone   bind = iota
-	bindValue       // sqlValue of the filter value
-	bindPrefix      // the prefix and the prefix + "\xff"
-	bindList        // sqlValue of each value of the list
+	bindNone       bind = iota
+	bindValue           // sqlValue of the filter value
+	bindPrefix          // the prefix and the prefix + "\xff"
+	bindList            // sqlValue of each value of the list
+	bindCollection      // the value and its shape (collections.Shape)
 )
 
 // nested reports whether a concrete collection is a subcollection, whose
@@ -260,23 +268,28 @@ func param(n int) string { return "+?" + strconv.Itoa(n) }
 func planQuery(db string, q *collections.Query) (*plan, bool) {
 	p := &plan{}
 	p.where = append(p.where, "db = "+p.arg(db))
-	if !collections.IsPattern(q.Collection) {
+	p.concrete = !collections.IsPattern(q.Collection)
+	if p.concrete {
+		p.coll = q.Collection
+		// A concrete collection is read from docs_shape (db, shape, path):
+		// there is no index on the collection column for documents (it
+		// would cost every write an index entry). A top-level collection
+		// is its own shape. A nested collection is a range of paths within
+		// its shape: a path C/id sorts in (C+"/", C+"0") ('0' follows
+		// '/'), and the deeper paths in that range have another shape, so
+		// the range holds exactly the collection's documents, and a seek
+		// never steps over its subcollections' documents. A declared index
+		// on a nested shape holds every collection of the shape, (db, field
+		// values..., path): after the fields' equalities the same range on
+		// its last column seeks to the queried collection instead of
+		// reading every collection's entries for those values (one user's
+		// query paid for all users' documents). likelihood(..., 1.0) keeps
+		// the planner from counting the range as a narrowing: otherwise it
+		// would prefer any index the range applies to over one that yields
+		// the ORDER BY, and sort every match of a large collection.
 		shape, _ := shapeLiteral(q.Collection)
-		p.where = append(p.where, "collection = "+p.arg(q.Collection), "shape = "+shape)
+		p.where = append(p.where, "shape = "+shape)
 		if nested(q.Collection) {
-			// A declared index on a nested shape holds every collection of
-			// the shape, (db, field values..., path): after the fields'
-			// equalities this range on its last column seeks to the queried
-			// collection instead of reading every collection's entries for
-			// those values (one user's query paid for all users'
-			// documents). The range holds exactly the collection's
-			// documents among those of its shape: a path C/id sorts in
-			// (C+"/", C+"0") ('0' follows '/'), and the deeper paths in it
-			// have another shape. likelihood(..., 1.0) tells the planner
-			// the range narrows nothing (true, next to collection = ?):
-			// otherwise it would prefer any index the range applies to
-			// over one that yields the ORDER BY, and sort every match of
-			// a large collection.
 			lo, hi := pathRange(q.Collection)
 			p.where = append(p.where, "likelihood(path > "+p.arg(lo)+", 1.0) AND likelihood(path < "+p.arg(hi)+", 1.0)")
 		}
@@ -292,7 +305,7 @@ func planQuery(db string, q *collections.Query) (*plan, bool) {
 	if !q.ShowDeleted {
 		p.where = append(p.where, "deleted = 0")
 	}
-	p.exact = !collections.IsPattern(q.Collection) // collection = ?, deleted = 0 unless ShowDeleted
+	p.exact = !collections.IsPattern(q.Collection) // the collection's documents, deleted = 0 unless ShowDeleted
 	for _, f := range q.Filters {
 		cond, b := p.pushdown(f)
 		if cond != "" {
@@ -359,14 +372,12 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 	c.planMu.RUnlock()
 	if ok {
 		p := *t
+		p.coll = q.Collection
 		p.args = make([]any, 0, 2+2*len(q.Filters)+len(p.terms))
 		p.args = append(p.args, db)
-		if !collections.IsPattern(q.Collection) {
-			p.args = append(p.args, q.Collection)
-			if nested(q.Collection) {
-				lo, hi := pathRange(q.Collection)
-				p.args = append(p.args, lo, hi)
-			}
+		if nested(q.Collection) && !collections.IsPattern(q.Collection) {
+			lo, hi := pathRange(q.Collection)
+			p.args = append(p.args, lo, hi)
 		}
 		for i, f := range q.Filters {
 			switch t.binds[i] {
@@ -376,6 +387,9 @@ func (c *stmtCache) planFor(db string, q *collections.Query, want int) (*plan, b
 			case bindPrefix:
 				s, _ := f.Value.(string)
 				p.args = append(p.args, s, s+"\xff")
+			case bindCollection:
+				c, _ := f.Value.(string)
+				p.args = append(p.args, c, collections.Shape(c))
 			case bindList:
 				list, _ := f.Value.([]any)
 				for _, e := range list {
@@ -523,6 +537,13 @@ func (p *plan) pushdown(f collections.Filter) (string, bind) {
 	}
 	class, v := sqlValue(f.Value, true)
 	var list []any
+	if f.Field == collections.FieldCollection && p.concrete {
+		// Only the queried collection can match, and its path range is
+		// read in order already (planQuery): the "+" keeps docs_changed
+		// (db, collection, seq) from being searched for the condition
+		// instead, and every match sorted.
+		k.val = "+" + k.val
+	}
 	if f.Op == collections.OpIn {
 		// "in" is an equality with any of the values: with values of one
 		// class, the class condition and the value IN (...) let SQLite seek
@@ -571,6 +592,17 @@ func (p *plan) pushdown(f collections.Filter) (string, bind) {
 	}
 	switch f.Op {
 	case collections.OpEq:
+		if f.Field == collections.FieldCollection {
+			// No index leads with the collection column in path order
+			// (see planQuery): the collection's documents are a path
+			// range of its shape, which docs_shape (or a declared index)
+			// seeks in order, also for a pattern with no one shape. The
+			// "+" keeps docs_changed (db, collection, seq) from being
+			// searched instead and its rows sorted.
+			c, _ := v.(string)
+			ph, shape := p.arg(c), p.arg(collections.Shape(c))
+			return "+collection = " + ph + " AND shape = " + shape + " AND path > (" + ph + " || '/') AND path < (" + ph + " || '0')", bindCollection
+		}
 		return and(cc, k.val+" = "+p.arg(v)), bindValue
 	case collections.OpIn:
 		ps := make([]string, len(list))
@@ -633,13 +665,19 @@ func (p *plan) after(c *collections.Cursor) string {
 	// cursor's own class: pinned terms are equal on every candidate.
 	lead := 0
 	for lead < len(p.terms)-1 {
+		if p.pinnedCollection(p.terms[lead]) && vals[lead] == any(p.coll) {
+			lead++
+			continue
+		}
 		class, ok := p.fixed[p.terms[lead].expr]
 		if !ok || vals[lead] != any(class) {
 			break
 		}
 		lead++
 	}
-	if lead < len(p.terms)-1 && vals[lead] != nil {
+	// On the last term (path) the condition needs no range of its own,
+	// unless pinned terms before it made it an OR.
+	if (lead < len(p.terms)-1 || lead > 0) && vals[lead] != nil {
 		op := " >= "
 		if p.terms[lead].desc {
 			op = " <= "
@@ -725,11 +763,17 @@ func (p *plan) selectSQL(b *strings.Builder, afterCond string, where []string, a
 func (p *plan) orderTerms() []term {
 	var out []term
 	for _, t := range p.terms {
-		if _, ok := p.fixed[t.expr]; !ok {
+		if _, ok := p.fixed[t.expr]; !ok && !p.pinnedCollection(t) {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// pinnedCollection reports whether t is the collection column of a query
+// on one collection: constant over the result.
+func (p *plan) pinnedCollection(t term) bool {
+	return p.concrete && t.expr == "collection"
 }
 
 // orderBy writes the ORDER BY clause, over the merge's keys (k0, k1, ...)

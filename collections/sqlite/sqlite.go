@@ -108,6 +108,14 @@ var (
 // file, so one transaction covers both. Seqs are assigned by the committer
 // and persisted in meta so they are never reused even after the log is
 // purged.
+//
+// There is no index on (db, collection, path): concrete collections are
+// read from docs_shape (see planQuery) and the catalog's collection seeks
+// from docs_changed, so the docs_collection index earlier versions built is
+// dropped, which saves every document write an index entry. Its DROP runs
+// in one transaction, in time proportional to its size. An older binary
+// opening the database builds it again (CREATE INDEX IF NOT EXISTS): slow
+// on a large database, but correct.
 const schema = `
 CREATE TABLE IF NOT EXISTS docs (
 	db         TEXT    NOT NULL,
@@ -123,10 +131,10 @@ CREATE TABLE IF NOT EXISTS docs (
 	seq        INTEGER NOT NULL,
 	PRIMARY KEY (db, path)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS docs_collection ON docs (db, collection, path);
 CREATE INDEX IF NOT EXISTS docs_shape ON docs (db, shape, path);
 CREATE INDEX IF NOT EXISTS docs_changed ON docs (db, collection, seq, id);
 CREATE INDEX IF NOT EXISTS docs_tombstones ON docs (updated_at) WHERE deleted = 1;
+DROP INDEX IF EXISTS docs_collection;
 CREATE TABLE IF NOT EXISTS changes (
 	seq      INTEGER PRIMARY KEY,
 	db       TEXT    NOT NULL,
@@ -318,7 +326,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // first column of any index matches about 10 rows, so "db = ?" on the
 // primary key (db, path) looks as selective as anything else and nearly every
 // query became a scan of the whole database in path order, ignoring
-// docs_shape, docs_collection and the declared indexes. The statistics below
+// docs_shape and the declared indexes. The statistics below
 // are fixed, not measured: they tell the planner what is true of every Loom
 // database whatever its contents, namely that db is not selective, a shape
 // holds many collections, a collection many documents, and a declared
@@ -326,7 +334,6 @@ func (s *Store) migrate(ctx context.Context) error {
 // they always describe the current indexes (and undo a manual ANALYZE).
 const (
 	statDocs       = "1000000 1000000 1"       // docs primary key (db, path)
-	statCollection = "1000000 1000000 100 1"   // docs_collection (db, collection, path)
 	statShape      = "1000000 1000000 10000 1" // docs_shape (db, shape, path)
 	statChanged    = "1000000 1000000 100 1 1" // docs_changed (db, collection, seq, id)
 	statTombstones = "10000 1"                 // docs_tombstones (updated_at)
@@ -349,7 +356,6 @@ func (s *Store) writeStats(ctx context.Context) error {
 	}
 	rows := [][2]string{
 		{"docs", statDocs},
-		{"docs_collection", statCollection},
 		{"docs_shape", statShape},
 		{"docs_changed", statChanged},
 		{"docs_tombstones", statTombstones},

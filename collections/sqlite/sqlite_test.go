@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,6 +246,48 @@ func seekOps(t testing.TB, s *Store, q collections.Query, cur *collections.Curso
 	return ops
 }
 
+// seekKey returns the argument the compiled query's first index seek
+// takes its last key column from: for a search ending in a range on path,
+// the bound it starts at. EXPLAIN QUERY PLAN names the constrained columns
+// but not which of two bounds on one column the seek uses.
+func seekKey(t testing.TB, s *Store, q collections.Query, cur *collections.Cursor) any {
+	t.Helper()
+	sqlText, args := planSQL(t, q, cur)
+	rows, err := s.rdb.Query("EXPLAIN "+sqlText, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	param := map[int64]int64{} // register -> parameter number loaded into it
+	for rows.Next() {
+		var addr int
+		var op string
+		var p1, p2, p3, p4, p5, comment any
+		if err := rows.Scan(&addr, &op, &p1, &p2, &p3, &p4, &p5, &comment); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case op == "Variable":
+			param[p2.(int64)] = p1.(int64)
+		case op == "Copy" || op == "SCopy":
+			if n, ok := param[p1.(int64)]; ok {
+				param[p2.(int64)] = n
+			}
+		case strings.HasPrefix(op, "Seek") && op != "SeekEnd" && op != "SeekHit" && op != "SeekScan" && op != "SeekRowid":
+			n, _ := strconv.ParseInt(fmt.Sprint(p4), 10, 64)
+			reg := p3.(int64) + n - 1
+			if i, ok := param[reg]; ok {
+				return args[i-1]
+			}
+			return fmt.Sprintf("register %d (no parameter)", reg)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return nil
+}
+
 func indexName(t testing.TB, ix collections.Index) string {
 	t.Helper()
 	defs, err := indexDefs([]collections.Index{ix})
@@ -302,6 +345,10 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 	for i := range 300 {
 		people = append(people, create(fmt.Sprintf("people/p%03d", (i*7)%300), obj(t, fmt.Sprintf(`{"age":%d}`, i%90))))
 	}
+	for u := range 5 {
+		// top-level documents whose subcollections hold 600 documents
+		people = append(people, create(fmt.Sprintf("users/u%d", u), obj(t, `{"n":1}`)))
+	}
 	commitAll(t, s, people)
 	tasksIx, msgsIx, peopleIx := indexName(t, tasksIndex), indexName(t, messagesIndex), indexName(t, peopleIndex)
 	if got := loomIndexes(t, s); !slices.Equal(got, slices.Sorted(slices.Values([]string{tasksIx, msgsIx, peopleIx}))) {
@@ -320,6 +367,11 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 		index  string
 		sorted bool   // the index yields the whole ORDER BY (no temp b-tree)
 		seek   string // the opcode the range scan starts with, when it matters
+		search string // the constraints of the search, when they matter
+		// the value the search starts from, when it matters: a
+		// continuation seeks to the cursor, not to the start of the
+		// collection with every earlier page read again
+		seekFrom string
 	}{
 		{name: "GroupEquality", q: collections.Query{Collection: "users/*/orch-chats/*/tasks", Filters: eqC1, Limit: 10},
 			index: tasksIx, sorted: true},
@@ -350,10 +402,45 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 		// Without a declared index, listings use the built-in indexes.
 		{name: "GroupListing", q: collections.Query{Collection: "users/*/orch-chats/*/tasks", Limit: 10},
 			index: "docs_shape", sorted: true},
+		// A concrete collection is read from docs_shape: a nested one with
+		// its path range, a top-level one (its own shape) with the shape
+		// alone. Neither steps over another collection's documents or its
+		// subcollections' (they have other shapes): the search names only
+		// the shape and the range.
 		{name: "CollectionListing", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Limit: 10},
-			index: "docs_collection", sorted: true},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)"},
 		{name: "CollectionListingOtherFilter", q: collections.Query{Collection: "users/u1/orch-chats/c1/messages", Filters: []collections.Filter{{Field: "n", Op: collections.OpGt, Value: int64(3)}}, Limit: 10},
-			index: "docs_collection", sorted: true},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)"},
+		{name: "CollectionListingContinued", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Limit: 10},
+			cur:   &collections.Cursor{Path: "users/u1/orch-chats/c1/tasks/t0008", Values: []collections.CursorValue{}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)", seekFrom: "users/u1/orch-chats/c1/tasks/t0008"},
+		{name: "CollectionOrderByUpdatedAt", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", OrderBy: []collections.Order{{Field: collections.FieldUpdatedAt, Direction: "desc"}}, Limit: 10},
+			index: "docs_shape", search: "(db=? AND shape=? AND path>? AND path<?)"},
+		// A filter on the collection field is the same path range.
+		{name: "GroupCollectionFieldEquality", q: collections.Query{Collection: "users/*/orch-chats/*/messages", Limit: 10,
+			Filters: []collections.Filter{{Field: collections.FieldCollection, Op: collections.OpEq, Value: "users/u1/orch-chats/c1/messages"}}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)"},
+		{name: "WildcardCollectionFieldEquality", q: collections.Query{Collection: "*/u1/orch-chats/*/tasks", Limit: 10,
+			Filters: []collections.Filter{{Field: collections.FieldCollection, Op: collections.OpEq, Value: "users/u1/orch-chats/c1/tasks"}}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)"},
+		{name: "CollectionFieldIn", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Limit: 10,
+			Filters: []collections.Filter{{Field: collections.FieldCollection, Op: collections.OpIn, Value: []any{"users/u1/orch-chats/c1/tasks", "users/u2/orch-chats/c2/tasks"}}}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)"},
+		// Ordering one collection by the collection field orders by path,
+		// and a continuation seeks to the cursor's path.
+		{name: "CollectionOrderByCollectionContinued", q: collections.Query{Collection: "users/u1/orch-chats/c1/tasks", Limit: 10,
+			OrderBy: []collections.Order{{Field: collections.FieldCollection}}},
+			cur:   &collections.Cursor{Path: "users/u1/orch-chats/c1/tasks/t0008", Values: []collections.CursorValue{{Value: "users/u1/orch-chats/c1/tasks"}}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>? AND path<?)", seekFrom: "users/u1/orch-chats/c1/tasks/t0008"},
+		{name: "TopLevelListing", q: collections.Query{Collection: "users", Limit: 10},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=?)"},
+		{name: "TopLevelListingContinued", q: collections.Query{Collection: "users", Limit: 10},
+			cur:   &collections.Cursor{Path: "users/u2", Values: []collections.CursorValue{}},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=? AND path>?)"},
+		{name: "TopLevelOrderByID", q: collections.Query{Collection: "users", OrderBy: []collections.Order{{Field: collections.FieldID}}, Limit: 10},
+			index: "docs_shape", search: "(db=? AND shape=?)"},
+		{name: "TopLevelOtherFilter", q: collections.Query{Collection: "people", Filters: []collections.Filter{{Field: "other", Op: collections.OpEq, Value: "x"}}, Limit: 10},
+			index: "docs_shape", sorted: true, search: "(db=? AND shape=?)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := planOf(t, s, tc.q, tc.cur)
@@ -365,6 +452,14 @@ func TestDeclaredIndexesAreUsed(t *testing.T) {
 			}
 			if strings.Contains(plan, "SCAN ") {
 				t.Errorf("plan scans:\n%s", plan)
+			}
+			if tc.search != "" && !strings.Contains(plan, "USING INDEX "+tc.index+" "+tc.search) {
+				t.Errorf("plan does not search %s %s:\n%s", tc.index, tc.search, plan)
+			}
+			if tc.seekFrom != "" {
+				if got := seekKey(t, s, tc.q, tc.cur); got != tc.seekFrom {
+					t.Errorf("the search starts from %q, want %q", got, tc.seekFrom)
+				}
 			}
 			if tc.seek != "" {
 				if ops := seekOps(t, s, tc.q, tc.cur); !slices.Equal(ops, []string{tc.seek}) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -387,31 +389,149 @@ func TestHub_CheckFiltersEvents(t *testing.T) {
 	}
 }
 
-// Snapshot pages are read a bounded number at a time; with a bound of one,
-// many concurrent snapshots still all complete, each whole.
+// heldReads is a real store whose Query — the hub reads snapshot pages
+// with it and with nothing else — counts the reads in flight, remembers the
+// most at once, and holds every read until release is closed, so that the
+// reads the hub lets through at once all overlap.
+type heldReads struct {
+	collections.Store
+	release chan struct{}
+
+	mu       sync.Mutex
+	inFlight int
+	most     int
+}
+
+func (s *heldReads) Query(ctx context.Context, db string, q collections.Query) (collections.QueryResult, error) {
+	s.mu.Lock()
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return collections.QueryResult{}, ctx.Err()
+	}
+	return s.Store.Query(ctx, db, q)
+}
+
+func (s *heldReads) counts() (inFlight, most int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight, s.most
+}
+
+// waitingForSnapshotSlot counts the goroutines parked in
+// Subscription.nextSnapshot itself: its only blocking point is the wait for
+// a snapshot-read slot (a goroutine inside the store's Query has Query on
+// top of its stack instead).
+func waitingForSnapshotSlot() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	waiting := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, rest, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[select") && strings.HasPrefix(rest, "github.com/loomdb/loom/server/realtime.(*Subscription).nextSnapshot(") {
+			waiting++
+		}
+	}
+	return waiting
+}
+
+// At most SnapshotReads snapshot pages are read at once across all
+// subscriptions (8 by default, the README's promise): with every read held
+// in the store until all the subscribers are either reading or waiting for
+// a slot, exactly the bound are reading — never more, and not fewer (a
+// bound that only ever let one read through would not be the promise
+// either). Then every snapshot completes, each whole.
 func TestHub_SnapshotReadsAreBounded(t *testing.T) {
-	st := mustOpen(t, sqlite.Config{})
-	h := mustHub(t, st, realtime.Config{SnapshotReads: 1})
-	for i := 0; i < 30; i++ {
-		put(t, st, fmt.Sprintf("snap/d%02d", i), map[string]any{"n": num(i)})
+	if realtime.DefaultSnapshotReads != 8 {
+		t.Fatalf("DefaultSnapshotReads=%d, the README promises 8", realtime.DefaultSnapshotReads)
 	}
-	q := collections.Query{Collection: "snap"}
-	if err := q.Normalize(); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := mustSub(t, h, realtime.Request{DB: "default", Query: q, Snapshot: true})
-			ev := next(t, s)
-			if !ev.IsSnapshot() || len(ev.Snapshot) != 30 || ev.More {
-				t.Errorf("snapshot of %d documents (more %v), want 30", len(ev.Snapshot), ev.More)
+	for _, c := range []struct {
+		name  string
+		cfg   realtime.Config
+		bound int
+	}{
+		{"default", realtime.Config{}, 8},
+		{"configured", realtime.Config{SnapshotReads: 1}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := mustOpen(t, sqlite.Config{})
+			for i := 0; i < 30; i++ {
+				put(t, st, fmt.Sprintf("snap/d%02d", i), map[string]any{"n": num(i)})
 			}
-		}()
+			held := &heldReads{Store: st, release: make(chan struct{})}
+			h := mustHub(t, held, c.cfg)
+			released := false
+			defer func() {
+				if !released {
+					close(held.release)
+				}
+			}()
+			subscribers := max(2*c.bound, 8)
+			type result struct {
+				ev  realtime.Event
+				err error
+			}
+			results := make(chan result, subscribers)
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			for range subscribers {
+				s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "snap"}, Snapshot: true})
+				go func() {
+					ev, err := s.Next(ctx)
+					results <- result{ev, err}
+				}()
+			}
+			// Wait until every subscriber is either reading (held in the
+			// store) or waiting for a slot: from then on nothing moves
+			// until the reads are released.
+			for {
+				inFlight, most := held.counts()
+				if most > c.bound {
+					t.Fatalf("%d snapshot pages read at once, want at most %d", most, c.bound)
+				}
+				waiting := waitingForSnapshotSlot()
+				if inFlight+waiting == subscribers {
+					if inFlight != c.bound {
+						t.Fatalf("%d snapshot pages read at once while %d subscribers wait for a slot, want %d", inFlight, waiting, c.bound)
+					}
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("%d subscribers: %d reading, %d waiting for a slot; the rest never got there", subscribers, inFlight, waiting)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(held.release)
+			released = true
+			for range subscribers {
+				r := <-results
+				if r.err != nil {
+					t.Fatalf("Next: %v", r.err)
+				}
+				if !r.ev.IsSnapshot() || len(r.ev.Snapshot) != 30 || r.ev.More {
+					t.Errorf("snapshot of %d documents (more %v), want 30", len(r.ev.Snapshot), r.ev.More)
+				}
+			}
+			if _, most := held.counts(); most != c.bound {
+				t.Fatalf("at most %d snapshot pages read at once, want %d", most, c.bound)
+			}
+		})
 	}
-	wg.Wait()
 }
 
 // The change log carries _triggers (the trigger state every node follows,

@@ -228,6 +228,11 @@ func TestRetryThenSuccess(t *testing.T) {
 	}
 }
 
+// TestTimeout: an attempt that outlives Config.Timeout fails with an error
+// that wraps context.DeadlineExceeded and carries no HTTP status. The agent
+// runtime relies on both: webhooks' permanent() treats DeadlineExceeded as
+// transient (the handler answers 5xx and the delivery is retried), and a
+// 4xx status would make it a permanent model error recorded for the user.
 func TestTimeout(t *testing.T) {
 	srv := llmtest.NewServer(t, llmtest.Step{Content: "too late", Delay: 3 * time.Second})
 	m := newClient(t, srv, func(c *llm.Config) { c.Timeout = 150 * time.Millisecond; c.MaxRetries = -1 })
@@ -240,7 +245,13 @@ func TestTimeout(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Logf("timeout error (not DeadlineExceeded): %v", err)
+		t.Errorf("timeout error %q does not wrap context.DeadlineExceeded", err)
+	}
+	if code := llm.StatusCode(err); code != 0 {
+		t.Errorf("timeout error %q carries HTTP status %d, want none", err, code)
+	}
+	if !strings.HasPrefix(err.Error(), "llm: test-model: ") {
+		t.Errorf("timeout error %q does not name the model", err)
 	}
 }
 
