@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/loomdb/loom/app/apptest"
+	"github.com/loomdb/loom/collections"
 	"github.com/loomdb/loom/internal/config"
 	"github.com/loomdb/loom/server"
+	"github.com/loomdb/loom/triggers"
 )
 
 // whFixedSecret is a Standard Webhooks secret written into triggers.json.
@@ -67,11 +69,20 @@ type attemptOut struct {
 }
 
 type deliveryOut struct {
-	ID        string       `json:"id"`
-	TriggerID string       `json:"triggerId"`
-	EventID   string       `json:"eventId"`
-	Status    string       `json:"status"`
-	Attempts  []attemptOut `json:"attempts"`
+	ID            string       `json:"id"`
+	TriggerID     string       `json:"triggerId"`
+	EventID       string       `json:"eventId"`
+	Status        string       `json:"status"`
+	Attempts      []attemptOut `json:"attempts"`
+	NextAttemptAt int64        `json:"nextAttemptAt"`
+}
+
+// parked reports whether d is pending and put back for about a minute, as
+// a disabled trigger's rows are (not due again within 45 s). Only for
+// triggers with a short timeout ("1s"): a row leased for an attempt is
+// not due before the timeout and 30 s of slack either.
+func (d deliveryOut) parked() bool {
+	return d.Status == "pending" && d.NextAttemptAt > time.Now().Add(45*time.Second).UnixMilli()
 }
 
 func decodeInto(t testing.TB, r *response, v any) {
@@ -142,6 +153,20 @@ func (e *trigEnv) waitDeliveries(t testing.TB, what, query string, cond func([]d
 	}
 }
 
+// evaluatedThrough waits until the trigger evaluator's stored cursor is at
+// the head of the log: every change committed so far has been evaluated
+// and the outbox rows it matched are committed (they commit with the
+// cursor). "No row for that change" is checked after this, never after a
+// sleep.
+func (e *trigEnv) evaluatedThrough(t testing.TB) {
+	t.Helper()
+	head := e.Head(t)
+	apptest.WaitFor(t, fmt.Sprintf("the trigger cursor at the head (%d)", head), func() bool {
+		pos, err := e.Store.Cursor(context.Background(), "triggers")
+		return err == nil && pos >= head
+	})
+}
+
 func wantErr(t testing.TB, what string, r *response, status int, contains ...string) {
 	t.Helper()
 	if r.Status != status {
@@ -152,6 +177,20 @@ func wantErr(t testing.TB, what string, r *response, status int, contains ...str
 		if !strings.Contains(strings.ToLower(string(r.Body)), strings.ToLower(c)) {
 			t.Errorf("%s: error %s does not mention %q", what, r.Body, c)
 		}
+	}
+}
+
+// wantCode is wantErr that checks the error's code name too: the body is
+// the contract, and two errors of one status (BAD_REQUEST, INVALID_JSON)
+// tell a client different things.
+func wantCode(t testing.TB, what string, r *response, status int, code string, contains ...string) {
+	t.Helper()
+	wantErr(t, what, r, status, contains...)
+	var e struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal(r.Body, &e); err != nil || e.Code != code {
+		t.Errorf("%s: error code %q (%v), want %q; body %s", what, e.Code, err, code, r.Body)
 	}
 }
 
@@ -225,9 +264,15 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 
 	e.Put(t, "items/skip", `{"role":"assistant"}`)
 	e.Put(t, "items/m1", `{"role":"user"}`)
-	got := rc.WaitFor(t, "delivery of m1", apptest.HasDoc("m1"))
-	time.Sleep(200 * time.Millisecond)
-	got = rc.Requests()
+	rc.WaitFor(t, "delivery of m1", apptest.HasDoc("m1"))
+	e.evaluatedThrough(t)
+	e.waitDeliveries(t, "the one row delivered", "triggerId=ext", func(ds []deliveryOut) bool {
+		if len(ds) != 1 {
+			t.Fatalf("%d rows, want 1 (the condition filters skip): %+v", len(ds), ds)
+		}
+		return ds[0].Status == "delivered"
+	})
+	got := rc.Requests()
 	if len(got) != 1 {
 		t.Fatalf("got %d requests, want 1 (the condition filters skip)", len(got))
 	}
@@ -246,8 +291,9 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 
 	// Refused registrations answer the error and commit nothing.
 	post := func(name, def string, status int, mentions string) apptest.Scenario {
+		code := map[int]string{http.StatusConflict: "CONFLICT", http.StatusBadRequest: "BAD_REQUEST"}[status]
 		return apptest.Scenario{Name: name, Method: "POST", URL: "/admin/v1/triggers", Body: def,
-			ExpectedStatus: status, ExpectedContent: []string{mentions}}
+			ExpectedStatus: status, ExpectedContent: []string{mentions, `"code":"` + code + `"`}}
 	}
 	scenarios := []apptest.Scenario{
 		post("duplicate id", extDef("ext", rc.URL, ""), http.StatusConflict, "ext"),
@@ -259,7 +305,7 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 		post("bad id", extDef("bad id!", rc.URL, ""), http.StatusBadRequest, "triggerId"),
 	}
 	for _, id := range []string{"bad1", "bad2", "bad3", "bad4", "bad5"} {
-		scenarios = append(scenarios, apptest.Scenario{Name: "GET " + id, Method: "GET", URL: "/admin/v1/triggers/" + id, ExpectedStatus: http.StatusNotFound})
+		scenarios = append(scenarios, apptest.Scenario{Name: "GET " + id, Method: "GET", URL: "/admin/v1/triggers/" + id, ExpectedStatus: http.StatusNotFound, ExpectedContent: []string{`"code":"NOT_FOUND"`}})
 	}
 	apptest.RunScenarios(t, e.Stack, scenarios)
 }
@@ -267,10 +313,10 @@ func TestTriggersAdmin_RegisterDeliversSignedWebhook(t *testing.T) {
 func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 	rc := apptest.NewReceiver(t, nil)
 	e := startTrigEnv(t, trigEnvOpts{file: "[" + fileDef("f1", rc.URL, "") + "]"})
-	wantErr(t, "PUT file trigger", e.Do(t, "PUT", "/admin/v1/triggers/f1", fileDef("f1", rc.URL, `,"condition":"false"`), nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "DELETE file trigger", e.Do(t, "DELETE", "/admin/v1/triggers/f1", "", nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "PUT unknown", e.Do(t, "PUT", "/admin/v1/triggers/nope", extDef("nope", rc.URL, ""), nil), http.StatusNotFound)
-	wantErr(t, "DELETE unknown", e.Do(t, "DELETE", "/admin/v1/triggers/nope", "", nil), http.StatusNotFound)
+	wantCode(t, "PUT file trigger", e.Do(t, "PUT", "/admin/v1/triggers/f1", fileDef("f1", rc.URL, `,"condition":"false"`), nil), http.StatusConflict, "CONFLICT", "triggers.json")
+	wantCode(t, "DELETE file trigger", e.Do(t, "DELETE", "/admin/v1/triggers/f1", "", nil), http.StatusConflict, "CONFLICT", "triggers.json")
+	wantCode(t, "PUT unknown", e.Do(t, "PUT", "/admin/v1/triggers/nope", extDef("nope", rc.URL, ""), nil), http.StatusNotFound, "NOT_FOUND")
+	wantCode(t, "DELETE unknown", e.Do(t, "DELETE", "/admin/v1/triggers/nope", "", nil), http.StatusNotFound, "NOT_FOUND")
 
 	secret := e.register(t, extDef("ext", rc.URL, `,"condition":"event.document.data.n == 1"`))
 	var upd triggerOut
@@ -278,8 +324,8 @@ func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 	if upd.Condition != "event.document.data.n == 2" || upd.Secret != nil {
 		t.Fatalf("PUT answer %+v", upd)
 	}
-	wantErr(t, "PUT id mismatch", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("other", rc.URL, ""), nil), http.StatusBadRequest, "other")
-	wantErr(t, "PUT bad CEL", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.URL, `,"condition":"((("`), nil), http.StatusBadRequest, "condition")
+	wantCode(t, "PUT id mismatch", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("other", rc.URL, ""), nil), http.StatusBadRequest, "BAD_REQUEST", "other")
+	wantCode(t, "PUT bad CEL", e.Do(t, "PUT", "/admin/v1/triggers/ext", extDef("ext", rc.URL, `,"condition":"((("`), nil), http.StatusBadRequest, "BAD_REQUEST", "condition")
 	if tr := e.getTrigger(t, "ext"); tr.Condition != "event.document.data.n == 2" {
 		t.Fatalf("after a bad PUT the condition is %q", tr.Condition)
 	}
@@ -293,7 +339,7 @@ func TestTriggersAdmin_UpdateAndDelete(t *testing.T) {
 	}
 
 	e.MustDo(t, http.StatusNoContent, "DELETE", "/admin/v1/triggers/ext", "")
-	wantErr(t, "GET deleted", e.Do(t, "GET", "/admin/v1/triggers/ext", "", nil), http.StatusNotFound)
+	wantCode(t, "GET deleted", e.Do(t, "GET", "/admin/v1/triggers/ext", "", nil), http.StatusNotFound, "NOT_FOUND")
 	if _, ok := e.listTriggers(t)["ext"]; ok {
 		t.Fatal("deleted trigger still listed")
 	}
@@ -314,7 +360,10 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 		t.Fatalf("GET after disable: %+v", g)
 	}
 	e.Put(t, "items/while-off", `{"n":1}`)
-	time.Sleep(500 * time.Millisecond)
+	e.evaluatedThrough(t)
+	if ds, _ := e.deliveries(t, "triggerId=ext"); len(ds) != 0 {
+		t.Fatalf("a disabled trigger matched: %+v", ds)
+	}
 	if n := len(rc.Requests()); n != 0 {
 		t.Fatalf("disabled trigger delivered %d requests", n)
 	}
@@ -325,12 +374,18 @@ func TestTriggersAdmin_DisableEnable(t *testing.T) {
 	}
 	e.Put(t, "items/after-on", `{"n":2}`)
 	rc.WaitFor(t, "delivery after enable", apptest.HasDoc("after-on"))
-	time.Sleep(200 * time.Millisecond)
+	// after-on is the last change: with its row delivered, every row is in.
+	e.waitDeliveries(t, "the row of after-on delivered", "triggerId=ext", func(ds []deliveryOut) bool {
+		if len(ds) > 1 {
+			t.Fatalf("%d rows, want 1 (after-on): %+v", len(ds), ds)
+		}
+		return len(ds) == 1 && ds[0].Status == "delivered"
+	})
 	if apptest.HasDoc("while-off")(rc.Requests()) {
 		t.Error("a change committed while the trigger was disabled was delivered")
 	}
-	wantErr(t, "enable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/enable", "", nil), http.StatusNotFound)
-	wantErr(t, "disable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/disable", "", nil), http.StatusNotFound)
+	wantCode(t, "enable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/enable", "", nil), http.StatusNotFound, "NOT_FOUND")
+	wantCode(t, "disable unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/disable", "", nil), http.StatusNotFound, "NOT_FOUND")
 }
 
 func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
@@ -371,8 +426,8 @@ func TestTriggersAdmin_RotateSecretSignsWithBoth(t *testing.T) {
 	apptest.Verify(t, oldSecret, after)
 	apptest.Verify(t, newSecret, after)
 
-	wantErr(t, "rotate file secret", e.Do(t, "POST", "/admin/v1/triggers/f-fixed/rotate-secret", "", nil), http.StatusConflict, "triggers.json")
-	wantErr(t, "rotate unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/rotate-secret", "", nil), http.StatusNotFound)
+	wantCode(t, "rotate file secret", e.Do(t, "POST", "/admin/v1/triggers/f-fixed/rotate-secret", "", nil), http.StatusConflict, "CONFLICT", "triggers.json")
+	wantCode(t, "rotate unknown", e.Do(t, "POST", "/admin/v1/triggers/nope/rotate-secret", "", nil), http.StatusNotFound, "NOT_FOUND")
 
 	// A file trigger with a generated secret can rotate it, and a reload
 	// keeps the rotated secret.
@@ -448,9 +503,9 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 	if ds, _ := e.deliveries(t, ""); len(ds) != 4 {
 		t.Fatalf("all: %d rows, want 4", len(ds))
 	}
-	wantErr(t, "bad status", e.Do(t, "GET", "/admin/v1/deliveries?status=bogus", "", nil), http.StatusBadRequest, "bogus")
-	wantErr(t, "bad limit", e.Do(t, "GET", "/admin/v1/deliveries?limit=0", "", nil), http.StatusBadRequest, "limit")
-	wantErr(t, "bad cursor", e.Do(t, "GET", "/admin/v1/deliveries?cursor=garbage", "", nil), http.StatusBadRequest, "cursor")
+	wantCode(t, "bad status", e.Do(t, "GET", "/admin/v1/deliveries?status=bogus", "", nil), http.StatusBadRequest, "BAD_REQUEST", "bogus")
+	wantCode(t, "bad limit", e.Do(t, "GET", "/admin/v1/deliveries?limit=0", "", nil), http.StatusBadRequest, "BAD_REQUEST", "limit")
+	wantCode(t, "bad cursor", e.Do(t, "GET", "/admin/v1/deliveries?cursor=garbage", "", nil), http.StatusBadRequest, "BAD_REQUEST", "cursor")
 
 	target := page2[0]
 	before := len(rc.Requests())
@@ -472,7 +527,7 @@ func TestTriggersAdmin_DeliveriesLogPagingAndReplay(t *testing.T) {
 		return false
 	})
 	_ = ds
-	wantErr(t, "replay unknown", e.Do(t, "POST", "/admin/v1/deliveries/nope/replay", "", nil), http.StatusNotFound)
+	wantCode(t, "replay unknown", e.Do(t, "POST", "/admin/v1/deliveries/nope/replay", "", nil), http.StatusNotFound, "NOT_FOUND")
 }
 
 func TestTriggersAdmin_Reload(t *testing.T) {
@@ -507,7 +562,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if err := os.WriteFile(e.TriggersFile, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "bad reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "f3")
+	wantCode(t, "bad reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST", "f3")
 	list = e.listTriggers(t)
 	if _, ok := list["f3"]; ok {
 		t.Fatal("f3 listed after a failed reload")
@@ -522,7 +577,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if err := os.WriteFile(e.TriggersFile, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "unparsable reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest)
+	wantCode(t, "unparsable reload", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST")
 	if _, ok := e.listTriggers(t)["f2"]; !ok {
 		t.Fatal("f2 dropped by an unparsable file")
 	}
@@ -532,7 +587,7 @@ func TestTriggersAdmin_Reload(t *testing.T) {
 	if err := os.WriteFile(e.TriggersFile, []byte("["+fileDef("f2", rc.URL, "")+","+fileDef("ext", rc.URL, "")+"]"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "reload with a registered id", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "ext")
+	wantCode(t, "reload with a registered id", e.Do(t, "POST", "/admin/v1/triggers/reload", "", nil), http.StatusBadRequest, "BAD_REQUEST", "ext")
 	if tr := e.getTrigger(t, "ext"); tr.Source != "api" {
 		t.Fatalf("ext source %q after a refused reload", tr.Source)
 	}
@@ -569,13 +624,15 @@ func TestTriggersAdmin_AuthRequired(t *testing.T) {
 			name    string
 			headers map[string]string
 			status  int
+			code    string
 		}{
-			{"anonymous", apptest.Anonymous, http.StatusUnauthorized},
-			{"bad key", apptest.Bearer("wrong-key"), http.StatusUnauthorized},
-			{"user", u.Header(), http.StatusForbidden},
+			{"anonymous", apptest.Anonymous, http.StatusUnauthorized, "UNAUTHENTICATED"},
+			{"bad key", apptest.Bearer("wrong-key"), http.StatusUnauthorized, "UNAUTHENTICATED"},
+			{"user", u.Header(), http.StatusForbidden, "PERMISSION_DENIED"},
 		} {
 			scenarios = append(scenarios, apptest.Scenario{Name: who.name + " " + rt.method + " " + rt.path,
-				Method: rt.method, URL: rt.path, Body: rt.body, Headers: who.headers, ExpectedStatus: who.status})
+				Method: rt.method, URL: rt.path, Body: rt.body, Headers: who.headers, ExpectedStatus: who.status,
+				ExpectedContent: []string{`"code":"` + who.code + `"`}})
 		}
 	}
 	apptest.RunScenarios(t, e.Stack, scenarios)
@@ -587,7 +644,7 @@ func TestTriggersAdmin_AuthRequired(t *testing.T) {
 func TestTriggersAdmin_DisabledServer404(t *testing.T) {
 	env := MustStartServer(t, MustOpenStore(t), server.Config{})
 	r := env.Do(t, "GET", "/admin/v1/triggers", "", nil)
-	wantStatus(t, "no pipeline", r, http.StatusNotFound)
+	wantCode(t, "no pipeline", r, http.StatusNotFound, "NOT_FOUND", "not enabled")
 }
 
 func TestTriggersWebhook_Metrics(t *testing.T) {
@@ -694,7 +751,8 @@ func TestTriggersWebhook_SSRFBlocked(t *testing.T) {
 		if a := ds[0].Attempts; len(a) != 1 || a[0].Status != http.StatusFound {
 			t.Fatalf("attempts %+v, want one with status 302", a)
 		}
-		time.Sleep(100 * time.Millisecond)
+		// A followed redirect reaches the target before the attempt
+		// returns, so before the row is recorded dead.
 		if n := len(target.Requests()); n != 0 {
 			t.Fatalf("the redirect was followed: target saw %d requests", n)
 		}
@@ -739,32 +797,90 @@ func TestTriggersWebhook_AutoDisableAfterDead(t *testing.T) {
 	})
 }
 
+// A trigger registered after a change does not fire for it, even when the
+// evaluator reaches the change only after the registration: the test holds
+// the evaluator lease for another node while the change is committed and
+// the trigger registered, so the only thing that can keep the change from
+// matching is the trigger's ActiveFrom (not the evaluator having passed the
+// change already, which a sleep before the registration would ensure).
 func TestTriggersAdmin_RegisteredTriggerIgnoresPastChanges(t *testing.T) {
 	rc := apptest.NewReceiver(t, nil)
-	e := startTrigEnv(t, trigEnvOpts{})
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := apptest.OpenStore(t, dir)
+	release := holdEvaluatorLease(t, st)
+	e := &trigEnv{Stack: apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[]"})}
 	e.Put(t, "items/old", `{"n":1}`)
-	time.Sleep(100 * time.Millisecond)
+	old := e.Head(t)
 	e.register(t, extDef("ext", rc.URL, ""))
+	if pos, err := st.Cursor(ctx, "triggers"); err != nil || pos >= old {
+		t.Fatalf("trigger cursor %d (%v) at the registration, want it before items/old (%d): the test would check nothing", pos, err, old)
+	}
 	e.Put(t, "items/new", `{"n":1}`)
+	release()
+	// The evaluator now reads items/old, the registration and items/new,
+	// in that order: a row for items/old would be committed no later than
+	// the row for items/new.
 	rc.WaitFor(t, "new", apptest.HasDoc("new"))
-	time.Sleep(300 * time.Millisecond)
+	ds := e.waitDeliveries(t, "the row of items/new delivered", "triggerId=ext", func(ds []deliveryOut) bool {
+		for _, d := range ds {
+			if d.Status == "delivered" {
+				return true
+			}
+		}
+		return false
+	})
+	if len(ds) != 1 {
+		t.Fatalf("a trigger registered later has %d outbox rows, want 1 (items/new only): %+v", len(ds), ds)
+	}
 	if apptest.HasDoc("old")(rc.Requests()) {
 		t.Fatal("a trigger registered later fired for a past change")
+	}
+}
+
+// evaluatorLease is the document whose lease makes a node the one trigger
+// evaluator (triggers/evaluator.go, claimEvaluator).
+const evaluatorLease = "_trigger_meta/evaluator-lease"
+
+// holdEvaluatorLease makes a node that does not exist the trigger
+// evaluator of st, so a node started on st evaluates nothing until
+// release; it must be called before that node starts (a running node
+// renews its own lease). The node retries the claim every few seconds.
+func holdEvaluatorLease(t *testing.T, st collections.Store) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.Commit(ctx, triggers.SystemDB, []collections.Write{{Type: collections.WriteCreate, Path: evaluatorLease, Data: map[string]any{}}}, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := collections.Claim(ctx, st, triggers.SystemDB, evaluatorLease, "test-holder", time.Hour, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		// A lease that ended an hour ago: free for the next claim.
+		if _, err := collections.Claim(ctx, st, triggers.SystemDB, evaluatorLease, "test-holder", -time.Hour, time.Now()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
 func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 	rc := apptest.NewReceiver(t, apptest.UnavailableOnce)
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.URL, `,"retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
+	e.register(t, extDef("ext", rc.URL, `,"timeout":"1s","retryPolicy":{"maxAttempts":3,"initialBackoff":"10ms","maxBackoff":"10ms"}`))
 	e.Put(t, "items/p", `{"n":1}`)
 	rc.WaitFor(t, "first attempt", apptest.AtLeast(1))
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/disable", "")
-	time.Sleep(1500 * time.Millisecond)
+	// The retry (10 ms after the 503) falls due, finds the trigger
+	// disabled and puts the row back for a minute: after that, a retry
+	// that was made would show.
+	e.waitDeliveries(t, "the retry parked", "triggerId=ext", func(ds []deliveryOut) bool {
+		return len(ds) == 1 && (ds[0].parked() && len(ds[0].Attempts) > 0 || ds[0].Status != "pending")
+	})
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("a disabled trigger retried: %d requests", n)
 	}
-	if ds, _ := e.deliveries(t, "triggerId=ext&status=pending"); len(ds) != 1 {
+	if ds, _ := e.deliveries(t, "triggerId=ext&status=pending"); len(ds) != 1 || len(ds[0].Attempts) != 1 {
 		t.Fatalf("pending rows while disabled: %+v", ds)
 	}
 	e.MustDo(t, http.StatusOK, "POST", "/admin/v1/triggers/ext/enable", "")
@@ -778,14 +894,20 @@ func TestTriggersAdmin_DisableParksPendingRetries(t *testing.T) {
 func TestTriggersWebhook_GoneDisablesTrigger(t *testing.T) {
 	rc := apptest.NewReceiver(t, apptest.Status(http.StatusGone))
 	e := startTrigEnv(t, trigEnvOpts{})
-	e.register(t, extDef("ext", rc.URL, ""))
+	e.register(t, extDef("ext", rc.URL, `,"timeout":"1s"`))
 	e.Put(t, "items/g", `{"n":1}`)
 	rc.WaitFor(t, "the 410", apptest.HasDoc("g"))
 	tr := e.waitTrigger(t, "ext", "the trigger disabled", func(tr triggerOut) bool { return tr.Status == "disabled" })
 	if tr.Status != "disabled" || !strings.Contains(tr.DisabledReason, "410") {
 		t.Fatalf("after a 410: status %q reason %q", tr.Status, tr.DisabledReason)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The 410's row is parked, not retried.
+	e.waitDeliveries(t, "the 410's row parked", "triggerId=ext", func(ds []deliveryOut) bool {
+		return len(ds) == 1 && (ds[0].parked() && len(ds[0].Attempts) > 0 || ds[0].Status != "pending")
+	})
+	if ds, _ := e.deliveries(t, "triggerId=ext"); len(ds) != 1 || !ds[0].parked() || len(ds[0].Attempts) != 1 {
+		t.Fatalf("after a 410: %+v, want the row pending and parked after one attempt", ds)
+	}
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests after a 410, want 1", n)
 	}
@@ -805,7 +927,13 @@ func TestTriggersAdmin_DeleteThenReregisterDropsOldDeliveries(t *testing.T) {
 	e.register(t, extDef("ext", b.URL, ""))
 	e.Put(t, "items/new", `{"n":1}`)
 	b.WaitFor(t, "new", apptest.HasDoc("new"))
-	time.Sleep(2 * time.Second) // past the old row's retry
+	// The old row's retry (1 s after its 500) finds it belongs to the
+	// deleted trigger and ends it dead without a request.
+	ds := e.waitDeliveries(t, "the old row dead", "triggerId=ext&status=dead", func(ds []deliveryOut) bool { return len(ds) == 1 })
+	if a := ds[0].Attempts; len(a) != 2 || a[0].Status != http.StatusInternalServerError || a[1].Status != 0 ||
+		!strings.Contains(a[1].Error, "was deleted") {
+		t.Fatalf("the deleted trigger's row: %+v; want the 500, then dead without a request", ds[0])
+	}
 	if apptest.HasDoc("old")(b.Requests()) {
 		t.Fatal("the deleted trigger's pending delivery of items/old was sent to the re-registered trigger's url")
 	}

@@ -298,6 +298,8 @@ func TestNodes_DisableStopsAnotherNodesRetries(t *testing.T) {
 	ctx := context.Background()
 	def := registered(t, "x", rc.URL)
 	def.RetryPolicy = &triggers.RetryPolicy{MaxAttempts: 100, InitialBackoff: "20ms", MaxBackoff: "20ms"}
+	// 1 s: a lease (timeout + 30 s slack) is then shorter than a park.
+	def.Timeout = "1s"
 	if _, _, err := n.a.Triggers.Register(ctx, def); err != nil {
 		t.Fatal(err)
 	}
@@ -307,10 +309,17 @@ func TestNodes_DisableStopsAnotherNodesRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	soon(t, "b's admin view shows x disabled", func() bool { return status(t, n.b, "x") == "disabled" })
-	before := len(rc.Requests())
-	time.Sleep(300 * time.Millisecond) // about 15 retries if b went on
-	if got := len(rc.Requests()); got > before+1 {
-		t.Fatalf("%d requests after x was disabled through a, want at most the one in flight", got-before)
+	// b's next retry finds x disabled and puts the row back for a minute
+	// (its lease would be 31 s): after that no retry is due, and every
+	// request made is a recorded attempt.
+	ds := waitDeliveries(t, n.a.Triggers, triggers.DeliveryQuery{TriggerID: "x"}, func(ds []*triggers.Delivery) bool {
+		return len(ds) == 1 && (ds[0].Status != triggers.StatusPending || ds[0].NextAttemptAt > time.Now().Add(45*time.Second).UnixMilli())
+	})
+	if d := ds[0]; d.Status != triggers.StatusPending {
+		t.Fatalf("x's row after the disable through a: %s, want it pending, put back", show(ds))
+	}
+	if got, recorded := len(rc.Requests()), len(ds[0].Attempts); got != recorded {
+		t.Fatalf("%d requests, %d recorded attempts, after b put the row back", got, recorded)
 	}
 	rc.SetRespond(nil)
 	after := len(rc.Requests())

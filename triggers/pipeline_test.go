@@ -22,6 +22,19 @@ import (
 // (apptest.Start) with its triggers.json, commits to its store and watches
 // a real receiver.
 
+// evaluatedThrough waits until the trigger evaluator's stored cursor is at
+// seq or past it: every change up to seq has been evaluated, and the
+// outbox rows it matched are committed (they commit with the cursor). A
+// check that a change matched nothing reads the outbox after this, not
+// after a sleep.
+func evaluatedThrough(t testing.TB, st collections.Store, seq int64) {
+	t.Helper()
+	apptest.WaitFor(t, fmt.Sprintf("the trigger cursor at %d", seq), func() bool {
+		pos, err := st.Cursor(context.Background(), "triggers")
+		return err == nil && pos >= seq
+	})
+}
+
 // startNode starts a node running the given triggers.
 func startNode(t *testing.T, triggersJSON string) *apptest.Stack {
 	t.Helper()
@@ -34,10 +47,18 @@ func TestDeliverySignedAndShaped(t *testing.T) {
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m1", map[string]any{"role": "user", "content": "hi"})
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"role": "assistant", "content": "hello"})
 	write(t, e.Store, collections.WriteCreate, "other/x", map[string]any{"role": "user"})
-	got := rc.WaitFor(t, "one delivery", apptest.AtLeast(1))
-	time.Sleep(200 * time.Millisecond)
-	if got = rc.Requests(); len(got) != 1 {
-		t.Fatalf("got %d deliveries, want 1 (the assistant message and the other collection must not match)", len(got))
+	// All three evaluated, the one row they matched delivered: the
+	// receiver has seen everything it will.
+	evaluatedThrough(t, e.Store, e.Head(t))
+	waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{}, func(ds []*triggers.Delivery) bool {
+		if len(ds) != 1 {
+			t.Fatalf("%d outbox rows, want 1 (the assistant message and the other collection must not match): %s", len(ds), show(ds))
+		}
+		return ds[0].Status == triggers.StatusDelivered
+	})
+	got := rc.Requests()
+	if len(got) != 1 {
+		t.Fatalf("got %d deliveries, want 1", len(got))
 	}
 	r := got[0]
 	apptest.Verify(t, testSecret, r)
@@ -72,8 +93,13 @@ func TestStatusTransitionFiresOnce(t *testing.T) {
 	write(t, e.Store, collections.WriteUpdate, p, map[string]any{"status": "success"})
 	write(t, e.Store, collections.WriteUpdate, p, map[string]any{"progress": json.Number("2")})
 	write(t, e.Store, collections.WriteUpdate, p, map[string]any{"note": "x"})
-	rc.WaitFor(t, "the transition", apptest.AtLeast(1))
-	time.Sleep(300 * time.Millisecond)
+	evaluatedThrough(t, e.Store, e.Head(t))
+	waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{}, func(ds []*triggers.Delivery) bool {
+		if len(ds) != 1 {
+			t.Fatalf("transition matched %d times, want once: %s", len(ds), show(ds))
+		}
+		return ds[0].Status == triggers.StatusDelivered
+	})
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("transition fired %d times, want once", n)
 	}
@@ -151,9 +177,15 @@ func TestGoneDisablesTrigger(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// While disabled, new changes do not match and nothing is sent.
+	// While disabled, new changes do not match, and the 410's row is put
+	// back (a minute: disabledRecheck) instead of retried.
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"a": "b"})
-	time.Sleep(300 * time.Millisecond)
+	evaluatedThrough(t, e.Store, e.Head(t))
+	ds := waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{}, func(ds []*triggers.Delivery) bool { return true })
+	if len(ds) != 1 || ds[0].Status != triggers.StatusPending || len(ds[0].Attempts) != 1 ||
+		ds[0].NextAttemptAt < time.Now().Add(30*time.Second).UnixMilli() {
+		t.Fatalf("outbox while disabled: %s; want only the 410's row, pending, put back for a minute", show(ds))
+	}
 	if n := len(rc.Requests()); n != 1 {
 		t.Fatalf("%d requests while disabled", n)
 	}
@@ -204,11 +236,20 @@ func TestOrderingKeySequentialPerKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < perChat; i++ {
-				write(t, e.Store, collections.WriteCreate, fmt.Sprintf("users/u1/chats/c%d/messages/m%03d", c, i), map[string]any{"i": json.Number(fmt.Sprint(i))})
+				// Not write: its Fatalf may not run on this goroutine.
+				path := fmt.Sprintf("users/u1/chats/c%d/messages/m%03d", c, i)
+				w := collections.Write{Type: collections.WriteCreate, Path: path, Data: map[string]any{"i": json.Number(fmt.Sprint(i))}}
+				if _, err := e.Store.Commit(context.Background(), "default", []collections.Write{w}, collections.CommitOptions{}); err != nil {
+					t.Errorf("create %s: %v", path, err)
+					return
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
 	got := rc.WaitFor(t, "all deliveries", apptest.AtLeast(chats*(perChat+1)))
 	// Per chat, successful deliveries arrive in commit (message) order.
 	seen := map[string][]string{}
@@ -293,11 +334,21 @@ func TestRestartDeliversBacklogOnly(t *testing.T) {
 	// Written while the service is down: must still fire after restart.
 	write(t, st, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"x": "2"})
 	// A second trigger appears in the file while the service is down.
-	apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[" + triggerJSON("a", rc.URL, "") + "," + triggerJSON("b", rc.URL, "") + "]"})
+	e = apptest.Start(t, apptest.Options{Store: st, DataDir: dir, Triggers: "[" + triggerJSON("a", rc.URL, "") + "," + triggerJSON("b", rc.URL, "") + "]"})
 	write(t, st, collections.WriteCreate, "users/u1/chats/c1/messages/m3", map[string]any{"x": "3"})
-	got := rc.WaitFor(t, "m1 again, m2 and m3 (twice)", apptest.AtLeast(5))
-	time.Sleep(200 * time.Millisecond)
-	got = rc.Requests()
+	rc.WaitFor(t, "m1 again, m2 and m3 (twice)", apptest.AtLeast(5))
+	// Every row matched through the last change, and each one delivered:
+	// no request is still to come.
+	evaluatedThrough(t, st, e.Head(t))
+	waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{}, func(ds []*triggers.Delivery) bool {
+		for _, d := range ds {
+			if d.Status != triggers.StatusDelivered {
+				return false
+			}
+		}
+		return len(ds) >= 4
+	})
+	got := rc.Requests()
 	count := map[string]int{}
 	for _, r := range got[1:] {
 		ev, _ := r.Body["event"].(map[string]any)
@@ -336,10 +387,13 @@ func TestStopDrainsRequestsInFlight(t *testing.T) {
 		b, _ := json.Marshal(ds)
 		t.Fatalf("after stop: %s", b)
 	}
+	// The restarted node delivers a later change (its pipeline runs, its
+	// poller has looked at the outbox) and nothing else.
 	apptest.Start(t, opts)
-	time.Sleep(300 * time.Millisecond)
-	if n := len(rc.Requests()); n != 1 {
-		t.Fatalf("%d requests after restart, want 1", n)
+	write(t, st, collections.WriteCreate, "users/u1/chats/c1/messages/m2", map[string]any{"a": "b"})
+	rc.WaitFor(t, "the later change after restart", apptest.HasDoc("m2"))
+	if got := rc.Requests(); len(got) != 2 || got[0].DocID() != "m1" || got[1].DocID() != "m2" {
+		t.Fatalf("%d requests after restart, want m1 (before the stop) and m2", len(got))
 	}
 }
 
@@ -429,7 +483,14 @@ func TestNoTriggersSkipsToHeadThenRegistered(t *testing.T) {
 	}
 	write(t, e.Store, collections.WriteCreate, "users/u1/chats/c1/messages/after", map[string]any{"n": 11})
 	rc.WaitFor(t, "the delivery after re-enabling", apptest.AtLeast(2))
-	time.Sleep(200 * time.Millisecond)
+	// "after" is the last change: once its row is delivered, every row
+	// of the trigger is committed and delivered.
+	waitDeliveries(t, e.Triggers, triggers.DeliveryQuery{TriggerID: "late"}, func(ds []*triggers.Delivery) bool {
+		if len(ds) > 2 {
+			t.Fatalf("%d rows, want 2 (new, after): %s", len(ds), show(ds))
+		}
+		return len(ds) == 2 && ds[0].Status == triggers.StatusDelivered && ds[1].Status == triggers.StatusDelivered
+	})
 	got = rc.Requests()
 	var ids []string
 	for _, r := range got {

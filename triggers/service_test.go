@@ -3,6 +3,7 @@ package triggers_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,14 +75,20 @@ func (e *pipeEnv) start(t testing.TB, cfg triggers.Config) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = svc.Run(ctx)
-	}()
+	ran := make(chan error, 1)
+	go func() { ran <- svc.Run(ctx) }()
 	e.svc = svc
 	var once sync.Once
-	e.stop = func() { once.Do(func() { cancel(); <-done }) }
+	// stop may run on another goroutine (a test stopping while it
+	// watches): it reports with Errorf, never Fatalf.
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-ran; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("triggers service Run: %v", err)
+			}
+		})
+	}
 }
 
 func (e *pipeEnv) write(t testing.TB, typ collections.WriteType, path string, data map[string]any) {

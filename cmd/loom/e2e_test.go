@@ -31,15 +31,46 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	loomBin = filepath.Join(dir, "loom")
-	build := exec.Command("go", "build", "-o", loomBin, ".")
+	args := []string{"build", "-o", loomBin}
+	if raceEnabled {
+		// Under -race the product's own processes are race-checked too:
+		// each writes its reports to a file under raceDir (GORACE, which
+		// every process started here inherits), checked after the tests.
+		args = append(args, "-race")
+		raceDir := filepath.Join(dir, "race")
+		if err := os.Mkdir(raceDir, 0o700); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Setenv("GORACE", "log_path="+filepath.Join(raceDir, "report"))
+	}
+	build := exec.Command("go", append(args, ".")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build loom:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
+	if raceEnabled && childRaces(filepath.Join(dir, "race")) {
+		code = 1
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// childRaces prints the race reports the loom processes wrote to dir and
+// reports whether there was one.
+func childRaces(dir string) bool {
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "race reports:", err)
+		return true
+	}
+	for _, f := range files {
+		b, _ := os.ReadFile(filepath.Join(dir, f.Name()))
+		fmt.Fprintf(os.Stderr, "FAIL: a loom process (%s) reported a data race:\n%s\n", f.Name(), b)
+	}
+	return len(files) > 0
 }
 
 type proc struct {
