@@ -565,3 +565,33 @@ func TestHub_ResumeTokenBounds(t *testing.T) {
 		t.Fatalf("resumed from 0: %v, want %v", g, want)
 	}
 }
+
+// A write after the snapshot's head that the snapshot page already shows
+// is not delivered again as a change; the next write is.
+func TestHub_SnapshotShowsLaterWriteOnce(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{})
+	put(t, st, "c/a", nil)
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Snapshot: true})
+	// Written after Subscribe fixed the snapshot head, before the page is
+	// read: the page shows it.
+	later := put(t, st, "c/b", map[string]any{"v": num(1)})
+	ev := next(t, s)
+	if !ev.IsSnapshot() || ev.More {
+		t.Fatalf("first event: snapshot=%v more=%v, want one snapshot page", ev.IsSnapshot(), ev.More)
+	}
+	var paths []string
+	for _, d := range ev.Snapshot {
+		paths = append(paths, d.Path)
+		if d.Path == "c/b" && d.Seq != later {
+			t.Fatalf("snapshot shows c/b at seq %d, want %d", d.Seq, later)
+		}
+	}
+	if fmt.Sprint(paths) != "[c/a c/b]" {
+		t.Fatalf("snapshot shows %v, want [c/a c/b]", paths)
+	}
+	marker := put(t, st, "c/c", nil)
+	if g, want := nextChange(t, s), (got{"create", "create", "c/c", marker}); g != want {
+		t.Fatalf("first change after the snapshot: %v, want %v (c/b, already shown, must not come again)", g, want)
+	}
+}
