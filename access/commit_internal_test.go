@@ -221,3 +221,41 @@ if    = "request.auth != null"
 		t.Errorf("update result of an unreadable document: %+v %v, want the envelope only", got, err)
 	}
 }
+
+// pinMoved retries a guarded commit only when a pinned document moved away
+// from the state the rules saw, never for the client's own precondition or
+// an error that names no pinned write.
+func TestPinMoved(t *testing.T) {
+	pins := []pin{{set: true, version: 3}, {}, {set: true, version: 0}}
+	precond := func(i int, cur *collections.Document) error {
+		return &collections.WriteError{Index: i, Path: "c/d", Err: &collections.PreconditionError{Path: "c/d", Current: cur}}
+	}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"not a write error", errors.New("disk on fire"), false},
+		{"index past the pins", precond(len(pins), nil), false},
+		{"negative index", precond(-1, nil), false},
+		{"unpinned write", precond(1, nil), false},
+		{"pinned version still current", precond(0, &collections.Document{Version: 3}), false},
+		{"pinned document changed", precond(0, &collections.Document{Version: 4}), true},
+		{"pinned document deleted", precond(0, nil), true},
+		{"upsert turned create lost a race", &collections.WriteError{Index: 2, Err: collections.ErrAlreadyExists}, true},
+		{"create of a pinned existing document", &collections.WriteError{Index: 0, Err: collections.ErrAlreadyExists}, false},
+		{"other write error", &collections.WriteError{Index: 0, Err: collections.ErrNotFound}, false},
+	} {
+		got := func() (got bool) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: panic %v", tt.name, r)
+				}
+			}()
+			return pinMoved(tt.err, pins)
+		}()
+		if got != tt.want {
+			t.Errorf("%s: pinMoved=%v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -65,6 +65,11 @@ func TestCursorBinding_Distinct(t *testing.T) {
 		{"default", user, with(func(q *collections.Query) {
 			q.Filters = []collections.Filter{{Field: "n", Op: collections.OpEq, Value: "x"}}
 		})},
+		// As many filters, another value: a cursor of one filtered query
+		// must not continue another.
+		{"default", user, with(func(q *collections.Query) {
+			q.Filters = []collections.Filter{{Field: "n", Op: collections.OpEq, Value: "y"}}
+		})},
 		// Length prefixes: moving a byte between parts changes the binding.
 		{"defaul", &Caller{Kind: "tuser", UID: "u1"}, base},
 	}
@@ -86,6 +91,19 @@ func TestCursorBinding_Distinct(t *testing.T) {
 	b, _ := cursorBinding(nil, "default", user, &q)
 	if string(a) != string(b) {
 		t.Error("the limit changes the binding")
+	}
+}
+
+// padLen's buckets: powers of two from minCursorPad up to cursorPadStep,
+// then whole multiples of cursorPadStep, each the smallest that holds n.
+func TestPadLen(t *testing.T) {
+	for _, tt := range []struct{ n, want int }{
+		{0, 128}, {1, 128}, {128, 128}, {129, 256}, {256, 256}, {257, 512},
+		{2049, 4096}, {4095, 4096}, {4096, 4096}, {4097, 8192}, {8192, 8192}, {8193, 12288},
+	} {
+		if got := padLen(tt.n); got != tt.want {
+			t.Errorf("padLen(%d)=%d, want %d", tt.n, got, tt.want)
+		}
 	}
 }
 
