@@ -259,3 +259,42 @@ func TestPinMoved(t *testing.T) {
 		}
 	}
 }
+
+// The rules see each write of a commit over the state the commit's earlier
+// writes leave: a document the commit created is updated as its creator's,
+// and one it gave away is no longer the caller's to change.
+func TestGuardWrites_LaterWritesSeeEarlierOnes(t *testing.T) {
+	s, is := newGuardService(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["create"]
+if    = "request.auth != null && request.resource.data.owner == request.auth.uid"
+
+[[rule]]
+match = "posts/{p}"
+allow = ["update"]
+if    = "request.auth != null && resource.data.owner == request.auth.uid"
+`)
+	mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "posts/mine", Data: map[string]any{"owner": "u1"}})
+	caller := &Caller{Kind: "user", UID: "u1"}
+	ctx := context.Background()
+	if _, err := s.commitGuarded(ctx, caller, "default", []collections.Write{
+		{Type: collections.WriteCreate, Path: "posts/new", Data: map[string]any{"owner": "u1"}},
+		{Type: collections.WriteUpdate, Path: "posts/new", Data: map[string]any{"text": "hi"}},
+	}); err != nil {
+		t.Fatalf("create then update of the created document: %v", err)
+	}
+	_, err := s.commitGuarded(ctx, caller, "default", []collections.Write{
+		{Type: collections.WriteUpdate, Path: "posts/mine", Data: map[string]any{"owner": "u2"}},
+		{Type: collections.WriteUpdate, Path: "posts/mine", Data: map[string]any{"text": "after giving it away"}},
+	})
+	var de *Denied
+	var we *collections.WriteError
+	if !errors.As(err, &de) || !errors.As(err, &we) || we.Index != 1 {
+		t.Fatalf("update after giving the document away in the same commit: err=%v, want a denial of write 1", err)
+	}
+	d, err := is.Store.Get(ctx, "default", "posts/mine")
+	if err != nil || d.Data["owner"] != "u1" || d.Version != 1 {
+		t.Fatalf("posts/mine after the denied commit: %v %v", d, err)
+	}
+}
