@@ -1,8 +1,14 @@
 package access
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -27,7 +33,9 @@ func TestCursorSealer_LengthRevealsOnlyABucket(t *testing.T) {
 	if len(lengths) != 1 {
 		t.Fatalf("cursors of 1..100 bytes have %d different lengths, want one", len(lengths))
 	}
-	for _, n := range []int{1000, 5000, 100000} {
+	// 127, 254, 4094, 8189: the length prefix and the cursor fill their
+	// bucket exactly.
+	for _, n := range []int{127, 254, 1000, 4094, 5000, 8189, 100000} {
 		c := strings.Repeat("y", n)
 		if got, err := cs.open(cs.seal(c, ad), ad); err != nil || got != c {
 			t.Fatalf("round trip of %d bytes: %v", n, err)
@@ -91,6 +99,48 @@ func TestCursorBinding_Distinct(t *testing.T) {
 	b, _ := cursorBinding(nil, "default", user, &q)
 	if string(a) != string(b) {
 		t.Error("the limit changes the binding")
+	}
+}
+
+// A sealed plaintext whose length prefix claims more than it holds is
+// ErrBadCursor, not a panic: only this node seals cursors, but open never
+// trusts a length.
+func TestCursorSealer_OpenRejectsBadLength(t *testing.T) {
+	cs, err := newCursorSealer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad := []byte("binding")
+	sealRaw := func(plain []byte) string {
+		b := make([]byte, 1+chacha20poly1305.NonceSizeX, 1+chacha20poly1305.NonceSizeX+len(plain)+chacha20poly1305.Overhead)
+		b[0] = cursorVersion
+		rand.Read(b[1:])
+		b = cs.aead.Seal(b, b[1:], plain, ad)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, tt := range []struct {
+		name  string
+		plain []byte
+	}{
+		{"length one past the plaintext", append(binary.AppendUvarint(nil, 128), make([]byte, 126)...)},
+		{"length far past the plaintext", append(binary.AppendUvarint(nil, 1<<40), make([]byte, 120)...)},
+		{"truncated length prefix", []byte{0x80}},
+		{"empty plaintext", nil},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: open panics: %v", tt.name, r)
+				}
+			}()
+			if got, err := cs.open(sealRaw(tt.plain), ad); !errors.Is(err, ErrBadCursor) {
+				t.Errorf("%s: open returned %d bytes, %v; want ErrBadCursor", tt.name, len(got), err)
+			}
+		}()
+	}
+	// The same framing with an honest length opens.
+	if got, err := cs.open(sealRaw(append(binary.AppendUvarint(nil, 3), "abc\x00\x00"...)), ad); err != nil || got != "abc" {
+		t.Fatalf("honest length: open=%q, %v; want abc", got, err)
 	}
 }
 
