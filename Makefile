@@ -119,7 +119,10 @@ fuzz:
 # paragraph records the scores. MUTATE_WORKERS / MUTATE_TIMEOUT_COEFF tune the
 # run: a mutant whose tests take longer than COEFF x the coverage run is TIMED
 # OUT (counted neither killed nor lived). -count=1: a cached coverage run would
-# time that run at a fraction of a second, and every mutant out with it.
+# time that run at a fraction of a second, and every mutant out with it. The
+# builds of a run go to a temporary GOCACHE (outside the module, which gremlins
+# copies), removed after it: every mutant and every gremlins work directory is
+# a new build, gigabytes that no later build reuses.
 GREMLINS_VERSION     := v0.6.0
 GREMLINS             := bin/tools/gremlins-$(GREMLINS_VERSION)/gremlins
 MUTATE_PKGS          := ./rules ./server/realtime ./access ./collections/sqlite ./triggers
@@ -133,16 +136,21 @@ $(GREMLINS):
 	GOBIN=$(CURDIR)/$(dir $(GREMLINS)) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
 mutate: $(GREMLINS)
-	@mkdir -p bin/mutate; fail=0; \
+	@mkdir -p bin/mutate; fail=0; cache=$$(mktemp -d -t loom-mutate-gocache.XXXXXX) || exit 1; \
+	trap 'rm -rf "$$cache"' EXIT; \
 	for p in $(PKG); do \
 		name=$$(echo "$${p#./}" | tr / _); \
-		echo "== mutate $$p ($$(date -u +%FT%TZ), $$(git rev-parse --short HEAD 2>/dev/null))"; \
-		GOFLAGS="$$GOFLAGS -count=1" $(CURDIR)/$(GREMLINS) unleash $(CURDIR)/$${p#./} \
+		at="$$(date -u +%FT%TZ) $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo +dirty)"; \
+		echo "== mutate $$p ($$at)"; \
+		if GOFLAGS="$$GOFLAGS -count=1" GOCACHE=$$cache $(CURDIR)/$(GREMLINS) unleash $(CURDIR)/$${p#./} \
 			--workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT_COEFF) $(MUTATE_FLAGS) \
-			--output $(CURDIR)/bin/mutate/$$name.json > bin/mutate/$$name.txt 2>&1 || fail=1; \
-		grep -E '^ *(LIVED|TIMED OUT|NOT VIABLE) ' bin/mutate/$$name.txt; \
-		line="$$p $$(grep -E 'Killed:|Timed out:|Test efficacy|Mutator coverage' bin/mutate/$$name.txt | tr -s ' \n' ' ')"; \
-		echo "$$line"; echo "$$(date -u +%F) $$(git rev-parse --short HEAD 2>/dev/null) $$line" >> bin/mutate/summary.txt; \
+			--output $(CURDIR)/bin/mutate/$$name.json > bin/mutate/$$name.txt 2>&1; then \
+			grep -E '^ *(LIVED|TIMED OUT|NOT VIABLE) ' bin/mutate/$$name.txt; \
+			line="$$p $$(grep -E 'Killed:|Timed out:|Test efficacy|Mutator coverage' bin/mutate/$$name.txt | tr -s ' \n' ' ')"; \
+		else \
+			fail=1; tail -5 bin/mutate/$$name.txt; line="$$p FAILED: see bin/mutate/$$name.txt"; \
+		fi; \
+		echo "$$line"; echo "$$at $$line" >> bin/mutate/summary.txt; \
 	done; exit $$fail
 
 clean:
