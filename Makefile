@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin/loom
 
-.PHONY: all build run test vet fmt-check clients console-deps console console-check unit bench fuzz clean
+.PHONY: all build run test vet fmt-check clients console-deps console console-check unit bench fuzz mutate clean
 
 all: build
 
@@ -110,6 +110,51 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTemplate$$' -fuzztime 20s ./webhooks/plugins/
 	$(GO) test -run '^$$' -fuzz '^FuzzLuaScript$$' -fuzztime 20s ./webhooks/plugins/
 	$(GO) test -run '^$$' -fuzz '^FuzzLuaPattern$$' -fuzztime 20s ./webhooks/plugins/
+
+# Mutation testing (not part of `make test`: it reruns a package's tests once
+# per mutant, minutes to hours). gremlins is pinned and built from the Go module
+# proxy into bin/tools on first use, outside the main module's go.mod.
+#   make mutate                  all packages that carry the README's promises
+#   make mutate PKG=./rules      one package (several: PKG="./rules ./access")
+# Per package, the full report (every LIVED mutant with file:line) goes to
+# bin/mutate/<pkg>.txt and the JSON to bin/mutate/<pkg>.json; a summary line per
+# package to bin/mutate/summary.txt and stdout. The README's "Mutation testing"
+# paragraph records the scores. MUTATE_WORKERS / MUTATE_TIMEOUT_COEFF tune the
+# run: a mutant whose tests take longer than COEFF x the coverage run is TIMED
+# OUT (counted neither killed nor lived). -count=1: a cached coverage run would
+# time that run at a fraction of a second, and every mutant out with it. The
+# builds of a run go to a temporary GOCACHE (outside the module, which gremlins
+# copies), removed after it: every mutant and every gremlins work directory is
+# a new build, gigabytes that no later build reuses.
+GREMLINS_VERSION     := v0.6.0
+GREMLINS             := bin/tools/gremlins-$(GREMLINS_VERSION)/gremlins
+MUTATE_PKGS          := ./rules ./server/realtime ./access ./collections/sqlite ./triggers
+PKG                  ?= $(MUTATE_PKGS)
+MUTATE_WORKERS       ?= 2
+MUTATE_TIMEOUT_COEFF ?= 10
+# More gremlins flags, e.g. MUTATE_FLAGS='-E query\.go' to leave a file out.
+MUTATE_FLAGS         ?=
+
+$(GREMLINS):
+	GOBIN=$(CURDIR)/$(dir $(GREMLINS)) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
+
+mutate: $(GREMLINS)
+	@mkdir -p bin/mutate; fail=0; cache=$$(mktemp -d -t loom-mutate-gocache.XXXXXX) || exit 1; \
+	trap 'rm -rf "$$cache"' EXIT; \
+	for p in $(PKG); do \
+		name=$$(echo "$${p#./}" | tr / _); \
+		at="$$(date -u +%FT%TZ) $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo +dirty)"; \
+		echo "== mutate $$p ($$at)"; \
+		if GOFLAGS="$$GOFLAGS -count=1" GOCACHE=$$cache $(CURDIR)/$(GREMLINS) unleash $(CURDIR)/$${p#./} \
+			--workers $(MUTATE_WORKERS) --timeout-coefficient $(MUTATE_TIMEOUT_COEFF) $(MUTATE_FLAGS) \
+			--output $(CURDIR)/bin/mutate/$$name.json > bin/mutate/$$name.txt 2>&1; then \
+			grep -E '^ *(LIVED|TIMED OUT|NOT VIABLE) ' bin/mutate/$$name.txt; \
+			line="$$p $$(grep -E 'Killed:|Timed out:|Test efficacy|Mutator coverage' bin/mutate/$$name.txt | tr -s ' \n' ' ')"; \
+		else \
+			fail=1; tail -5 bin/mutate/$$name.txt; line="$$p FAILED: see bin/mutate/$$name.txt"; \
+		fi; \
+		echo "$$line"; echo "$$at $$line" >> bin/mutate/summary.txt; \
+	done; exit $$fail
 
 clean:
 	rm -rf bin

@@ -262,3 +262,80 @@ if    = "request.auth != null && resource != null && resource.data.locked == fal
 		}
 	}
 }
+
+// pinMoved retries a guarded commit only when a pinned document moved away
+// from the state the rules saw, never for the client's own precondition or
+// an error that names no pinned write.
+func TestPinMoved(t *testing.T) {
+	pins := []pin{{set: true, version: 3}, {}, {set: true, version: 0}}
+	precond := func(i int, cur *collections.Document) error {
+		return &collections.WriteError{Index: i, Path: "c/d", Err: &collections.PreconditionError{Path: "c/d", Current: cur}}
+	}
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"not a write error", errors.New("disk on fire"), false},
+		{"index past the pins", precond(len(pins), nil), false},
+		{"negative index", precond(-1, nil), false},
+		{"unpinned write", precond(1, nil), false},
+		{"pinned version still current", precond(0, &collections.Document{Version: 3}), false},
+		{"pinned document changed", precond(0, &collections.Document{Version: 4}), true},
+		{"pinned document deleted", precond(0, nil), true},
+		{"upsert turned create lost a race", &collections.WriteError{Index: 2, Err: collections.ErrAlreadyExists}, true},
+		{"create of a pinned existing document", &collections.WriteError{Index: 0, Err: collections.ErrAlreadyExists}, false},
+		{"other write error", &collections.WriteError{Index: 0, Err: collections.ErrNotFound}, false},
+	} {
+		got := func() (got bool) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: panic %v", tt.name, r)
+				}
+			}()
+			return pinMoved(tt.err, pins)
+		}()
+		if got != tt.want {
+			t.Errorf("%s: pinMoved=%v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The rules see each write of a commit over the state the commit's earlier
+// writes leave: a document the commit created is updated as its creator's,
+// and one it gave away is no longer the caller's to change.
+func TestGuardWrites_LaterWritesSeeEarlierOnes(t *testing.T) {
+	s, is := newGuardService(t, `
+[[rule]]
+match = "posts/{p}"
+allow = ["create"]
+if    = "request.auth != null && request.resource.data.owner == request.auth.uid"
+
+[[rule]]
+match = "posts/{p}"
+allow = ["update"]
+if    = "request.auth != null && resource.data.owner == request.auth.uid"
+`)
+	mustCommit(t, is.Store, collections.Write{Type: collections.WriteCreate, Path: "posts/mine", Data: map[string]any{"owner": "u1"}})
+	caller := &Caller{Kind: "user", UID: "u1"}
+	ctx := context.Background()
+	if _, err := s.commitGuarded(ctx, caller, "default", []collections.Write{
+		{Type: collections.WriteCreate, Path: "posts/new", Data: map[string]any{"owner": "u1"}},
+		{Type: collections.WriteUpdate, Path: "posts/new", Data: map[string]any{"text": "hi"}},
+	}); err != nil {
+		t.Fatalf("create then update of the created document: %v", err)
+	}
+	_, err := s.commitGuarded(ctx, caller, "default", []collections.Write{
+		{Type: collections.WriteUpdate, Path: "posts/mine", Data: map[string]any{"owner": "u2"}},
+		{Type: collections.WriteUpdate, Path: "posts/mine", Data: map[string]any{"text": "after giving it away"}},
+	})
+	var de *Denied
+	var we *collections.WriteError
+	if !errors.As(err, &de) || !errors.As(err, &we) || we.Index != 1 {
+		t.Fatalf("update after giving the document away in the same commit: err=%v, want a denial of write 1", err)
+	}
+	d, err := is.Store.Get(ctx, "default", "posts/mine")
+	if err != nil || d.Data["owner"] != "u1" || d.Version != 1 {
+		t.Fatalf("posts/mine after the denied commit: %v %v", d, err)
+	}
+}

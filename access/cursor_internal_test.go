@@ -1,8 +1,14 @@
 package access
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/loomdb/loom/collections"
 )
@@ -27,7 +33,9 @@ func TestCursorSealer_LengthRevealsOnlyABucket(t *testing.T) {
 	if len(lengths) != 1 {
 		t.Fatalf("cursors of 1..100 bytes have %d different lengths, want one", len(lengths))
 	}
-	for _, n := range []int{1000, 5000, 100000} {
+	// 127, 254, 4094, 8189: the length prefix and the cursor fill their
+	// bucket exactly.
+	for _, n := range []int{127, 254, 1000, 4094, 5000, 8189, 100000} {
 		c := strings.Repeat("y", n)
 		if got, err := cs.open(cs.seal(c, ad), ad); err != nil || got != c {
 			t.Fatalf("round trip of %d bytes: %v", n, err)
@@ -65,6 +73,11 @@ func TestCursorBinding_Distinct(t *testing.T) {
 		{"default", user, with(func(q *collections.Query) {
 			q.Filters = []collections.Filter{{Field: "n", Op: collections.OpEq, Value: "x"}}
 		})},
+		// As many filters, another value: a cursor of one filtered query
+		// must not continue another.
+		{"default", user, with(func(q *collections.Query) {
+			q.Filters = []collections.Filter{{Field: "n", Op: collections.OpEq, Value: "y"}}
+		})},
 		// Length prefixes: moving a byte between parts changes the binding.
 		{"defaul", &Caller{Kind: "tuser", UID: "u1"}, base},
 	}
@@ -86,6 +99,61 @@ func TestCursorBinding_Distinct(t *testing.T) {
 	b, _ := cursorBinding(nil, "default", user, &q)
 	if string(a) != string(b) {
 		t.Error("the limit changes the binding")
+	}
+}
+
+// A sealed plaintext whose length prefix claims more than it holds is
+// ErrBadCursor, not a panic: only this node seals cursors, but open never
+// trusts a length.
+func TestCursorSealer_OpenRejectsBadLength(t *testing.T) {
+	cs, err := newCursorSealer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad := []byte("binding")
+	sealRaw := func(plain []byte) string {
+		b := make([]byte, 1+chacha20poly1305.NonceSizeX, 1+chacha20poly1305.NonceSizeX+len(plain)+chacha20poly1305.Overhead)
+		b[0] = cursorVersion
+		rand.Read(b[1:])
+		b = cs.aead.Seal(b, b[1:], plain, ad)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, tt := range []struct {
+		name  string
+		plain []byte
+	}{
+		{"length one past the plaintext", append(binary.AppendUvarint(nil, 128), make([]byte, 126)...)},
+		{"length far past the plaintext", append(binary.AppendUvarint(nil, 1<<40), make([]byte, 120)...)},
+		{"truncated length prefix", []byte{0x80}},
+		{"empty plaintext", nil},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s: open panics: %v", tt.name, r)
+				}
+			}()
+			if got, err := cs.open(sealRaw(tt.plain), ad); !errors.Is(err, ErrBadCursor) {
+				t.Errorf("%s: open returned %d bytes, %v; want ErrBadCursor", tt.name, len(got), err)
+			}
+		}()
+	}
+	// The same framing with an honest length opens.
+	if got, err := cs.open(sealRaw(append(binary.AppendUvarint(nil, 3), "abc\x00\x00"...)), ad); err != nil || got != "abc" {
+		t.Fatalf("honest length: open=%q, %v; want abc", got, err)
+	}
+}
+
+// padLen's buckets: powers of two from minCursorPad up to cursorPadStep,
+// then whole multiples of cursorPadStep, each the smallest that holds n.
+func TestPadLen(t *testing.T) {
+	for _, tt := range []struct{ n, want int }{
+		{0, 128}, {1, 128}, {128, 128}, {129, 256}, {256, 256}, {257, 512},
+		{2049, 4096}, {4095, 4096}, {4096, 4096}, {4097, 8192}, {8192, 8192}, {8193, 12288},
+	} {
+		if got := padLen(tt.n); got != tt.want {
+			t.Errorf("padLen(%d)=%d, want %d", tt.n, got, tt.want)
+		}
 	}
 }
 

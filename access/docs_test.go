@@ -253,3 +253,39 @@ func TestDocs_Batch(t *testing.T) {
 		t.Errorf("the batch's delete: %v", err)
 	}
 }
+
+// A page the rules shortened is refilled up to the limit and never past it,
+// and its cursor continues right after the last document it holds.
+func TestQuery_RefilledPageKeepsTheLimit(t *testing.T) {
+	ctx := context.Background()
+	svc, st := newService(t, rules.Default())
+	zoe := &access.Caller{Kind: "user", UID: "zoe"}
+	ws := []collections.Write{{Type: collections.WriteCreate, Path: "users/bob/notes/b1", Data: map[string]any{}}}
+	for i := range 5 {
+		ws = append(ws, collections.Write{Type: collections.WriteCreate, Path: fmt.Sprintf("users/zoe/notes/z%d", i), Data: map[string]any{}})
+	}
+	if _, err := st.Commit(ctx, "default", ws, collections.CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	q := collections.Query{Collection: "users/*/notes", Limit: 2}
+	var got []string
+	for page := 0; page < 4; page++ {
+		res, err := svc.Query(ctx, zoe, "default", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Docs) > q.Limit {
+			t.Fatalf("page %d holds %d documents, limit %d", page, len(res.Docs), q.Limit)
+		}
+		for _, d := range res.Docs {
+			got = append(got, d.ID)
+		}
+		if res.NextCursor == "" {
+			break
+		}
+		q.StartAfter = res.NextCursor
+	}
+	if fmt.Sprint(got) != "[z0 z1 z2 z3 z4]" {
+		t.Fatalf("pages hold %v, want [z0 z1 z2 z3 z4] (bob's b1 hidden)", got)
+	}
+}

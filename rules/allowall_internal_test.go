@@ -2,6 +2,7 @@ package rules
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,11 @@ func TestDecisionCacheKeyBounded(t *testing.T) {
 		{"collection", nil, "users/" + big + "/notes"},
 		{"uid", &Auth{UID: big}, "users/a/notes"},
 		{"roles", &Auth{UID: "a", Roles: []string{big[:maxDecisionKeyBytes/2], big[:maxDecisionKeyBytes/2]}}, "users/a/notes"},
+		// The username counts as much as the uid.
+		{"username", &Auth{UID: "a", Username: big}, "users/a/notes"},
+		// Every role counts its separator: a caller's many empty roles
+		// still make a join of maxDecisionKeyBytes NULs.
+		{"empty roles", &Auth{UID: "a", Roles: make([]string, maxDecisionKeyBytes)}, "users/a/notes"},
 	} {
 		if _, ok := s.decisions.key(tt.auth, OpList, tt.coll); ok {
 			t.Errorf("%s: a %d-byte key is cached", tt.name, maxDecisionKeyBytes)
@@ -114,4 +120,80 @@ func TestMayNotCachedAcrossTime(t *testing.T) {
 	if n := len(s.mays.m); n != 0 {
 		t.Fatalf("the May cache holds %d answers of a time-dependent rule", n)
 	}
+}
+
+// The bound is inclusive: a key of exactly maxDecisionKeyBytes is cached,
+// one byte more is not.
+func TestDecisionCacheKeyBoundExact(t *testing.T) {
+	s := freshDefault(t)
+	coll := "users/a/notes"
+	uid := strings.Repeat("u", maxDecisionKeyBytes-len(coll))
+	if _, ok := s.decisions.key(&Auth{UID: uid}, OpList, coll); !ok {
+		t.Errorf("a key of exactly %d bytes is not cached", maxDecisionKeyBytes)
+	}
+	if _, ok := s.decisions.key(&Auth{UID: uid + "u"}, OpList, coll); ok {
+		t.Errorf("a key of %d bytes is cached", maxDecisionKeyBytes+1)
+	}
+	// A role counts its length and one separator.
+	role := strings.Repeat("r", maxDecisionKeyBytes-len(coll)-2)
+	if _, ok := s.decisions.key(&Auth{UID: "a", Roles: []string{role}}, OpList, coll); !ok {
+		t.Errorf("uid, one role and its separator in exactly %d bytes are not cached", maxDecisionKeyBytes)
+	}
+	if _, ok := s.decisions.key(&Auth{UID: "a", Roles: []string{role + "r"}}, OpList, coll); ok {
+		t.Errorf("uid, one role and its separator in %d bytes are cached", maxDecisionKeyBytes+1)
+	}
+}
+
+// A role holding a NUL anywhere, even first, is never cached: the roles'
+// NUL-joined key would be ambiguous.
+func TestDecisionCacheKeyNULRole(t *testing.T) {
+	s := freshDefault(t)
+	for _, role := range []string{"\x00", "\x00a", "a\x00", "a\x00b"} {
+		if _, ok := s.decisions.key(&Auth{UID: "a", Roles: []string{"x", role}}, OpList, "users/a/notes"); ok {
+			t.Errorf("role %q: the decision is cached", role)
+		}
+	}
+}
+
+// The cache holds maxDecisions answers and never more: a full cache starts
+// over instead of growing with every distinct caller.
+func TestDecisionCacheEntriesBounded(t *testing.T) {
+	s := freshDefault(t)
+	c := &s.decisions
+	key := func(i int) decisionKey {
+		k, ok := c.key(&Auth{UID: strconv.Itoa(i)}, OpList, "users/a/notes")
+		if !ok {
+			t.Fatalf("caller %d: not cacheable", i)
+		}
+		return k
+	}
+	for i := range maxDecisions {
+		c.put(key(i), true)
+	}
+	if n := len(c.m); n != maxDecisions {
+		t.Fatalf("after %d distinct decisions the cache holds %d, want all of them", maxDecisions, n)
+	}
+	for i := maxDecisions; i < 2*maxDecisions+10; i++ {
+		c.put(key(i), true)
+		if n := len(c.m); n > maxDecisions {
+			t.Fatalf("after %d distinct decisions the cache holds %d > maxDecisions=%d", i+1, n, maxDecisions)
+		}
+	}
+	if _, ok := c.get(key(2*maxDecisions + 9)); !ok {
+		t.Fatal("the latest decision is not cached after the cache started over")
+	}
+}
+
+// freshDefault is the default rules in a Set of their own: Default() is
+// shared by the package's tests, and these fill its cache.
+func freshDefault(t *testing.T) *Set {
+	t.Helper()
+	s, err := Parse([]byte(DefaultSource()), "built-in security.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.decisions.enabled {
+		t.Fatal("the default rules' decisions are not cached")
+	}
+	return s
 }

@@ -255,11 +255,14 @@ func TestSet_AllowsAll_Cached(t *testing.T) {
 
 // TestSet_AllowsAll_CachedRoleLists: no role list shares a cached answer
 // with another, the empty list and the list of one empty role included
-// (both join to "").
+// (both join to ""), and lists of as many roles that join to the same
+// NUL-separated string (a token's roles may hold a NUL).
 func TestSet_AllowsAll_CachedRoleLists(t *testing.T) {
 	read := `"read"`
-	lists := [][]string{nil, {}, {""}, {"", ""}, {"a"}, {"a", ""}, {"", "a"}}
+	lists := [][]string{nil, {}, {""}, {"", ""}, {"a"}, {"a", ""}, {"", "a"},
+		{"editor", "x\x00y"}, {"editor\x00x", "y"}, {"x", "\x00", "editor"}, {"x", "", "\x00editor"}}
 	for _, cond := range []string{
+		"request.auth != null && 'editor' in request.auth.roles",
 		"request.auth != null && size(request.auth.roles) == 0",
 		"request.auth != null && '' in request.auth.roles",
 		"request.auth != null && size(request.auth.roles) == 1",

@@ -616,3 +616,102 @@ func TestHub_ResumeWaitsForALaggingLog(t *testing.T) {
 		}
 	}
 }
+
+// Subscriptions (the loom_realtime_subscriptions gauge) counts the live
+// subscriptions of every kind of index, and closing one twice counts once.
+func TestHub_SubscriptionsCounted(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{})
+	var subs []*realtime.Subscription
+	for i, coll := range []string{"rooms", "rooms/*/msgs", "*", "users/*/*"} {
+		subs = append(subs, mustSub(t, h, realtime.Request{Query: collections.Query{Collection: coll}}))
+		if n := h.Subscriptions(); n != i+1 {
+			t.Fatalf("after subscribing to %s: Subscriptions()=%d, want %d", coll, n, i+1)
+		}
+	}
+	for i, s := range subs {
+		s.Close()
+		s.Close()
+		if n, want := h.Subscriptions(), len(subs)-i-1; n != want {
+			t.Fatalf("after closing subscription %d (twice): Subscriptions()=%d, want %d", i, n, want)
+		}
+	}
+}
+
+// Closing a subscription leaves the others on the same collection, shape
+// or wildcard receiving their changes; and a wildcard in a collection-name
+// position past the first ("users/*/*") matches.
+func TestHub_ClosingOneSubscriptionKeepsItsNeighbours(t *testing.T) {
+	for _, tt := range []struct{ coll, path string }{
+		{"rooms", "rooms/a"},
+		{"rooms/*/msgs", "rooms/x/msgs/m"},
+		{"*", "rooms/b"},
+		{"users/*/*", "users/u/notes/n"},
+	} {
+		t.Run(tt.coll, func(t *testing.T) {
+			st := mustOpen(t, sqlite.Config{})
+			h := mustHub(t, st, realtime.Config{})
+			gone := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: tt.coll}})
+			stays := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: tt.coll}})
+			gone.Close()
+			seq := put(t, st, tt.path, map[string]any{"n": num(1)})
+			if g, want := nextChange(t, stays), (got{"create", "create", tt.path, seq}); g != want {
+				t.Fatalf("after its neighbour closed: %v, want %v", g, want)
+			}
+		})
+	}
+}
+
+// A resume token is accepted from 0 up to the newest change, the token a
+// caught-up client holds; one past it, or a negative one, is ErrTokenAhead.
+func TestHub_ResumeTokenBounds(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{})
+	first := put(t, st, "c/a", nil)
+	head := put(t, st, "c/b", nil)
+	for _, after := range []int64{head + 1, -1} {
+		_, err := h.Subscribe(context.Background(), realtime.Request{DB: "default", Query: collections.Query{Collection: "c"}, Resume: true, After: after})
+		if !errors.Is(err, realtime.ErrTokenAhead) {
+			t.Fatalf("resume after %d (head %d): err=%v, want ErrTokenAhead", after, head, err)
+		}
+	}
+	atHead := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Resume: true, After: head})
+	fromZero := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Resume: true, After: 0})
+	next := put(t, st, "c/c", nil)
+	if g, want := nextChange(t, atHead), (got{"create", "create", "c/c", next}); g != want {
+		t.Fatalf("resumed at head: %v, want %v", g, want)
+	}
+	if g, want := nextChange(t, fromZero), (got{"create", "create", "c/a", first}); g != want {
+		t.Fatalf("resumed from 0: %v, want %v", g, want)
+	}
+}
+
+// A write after the snapshot's head that the snapshot page already shows
+// is not delivered again as a change; the next write is.
+func TestHub_SnapshotShowsLaterWriteOnce(t *testing.T) {
+	st := mustOpen(t, sqlite.Config{})
+	h := mustHub(t, st, realtime.Config{})
+	put(t, st, "c/a", nil)
+	s := mustSub(t, h, realtime.Request{Query: collections.Query{Collection: "c"}, Snapshot: true})
+	// Written after Subscribe fixed the snapshot head, before the page is
+	// read: the page shows it.
+	later := put(t, st, "c/b", map[string]any{"v": num(1)})
+	ev := next(t, s)
+	if !ev.IsSnapshot() || ev.More {
+		t.Fatalf("first event: snapshot=%v more=%v, want one snapshot page", ev.IsSnapshot(), ev.More)
+	}
+	var paths []string
+	for _, d := range ev.Snapshot {
+		paths = append(paths, d.Path)
+		if d.Path == "c/b" && d.Seq != later {
+			t.Fatalf("snapshot shows c/b at seq %d, want %d", d.Seq, later)
+		}
+	}
+	if fmt.Sprint(paths) != "[c/a c/b]" {
+		t.Fatalf("snapshot shows %v, want [c/a c/b]", paths)
+	}
+	marker := put(t, st, "c/c", nil)
+	if g, want := nextChange(t, s), (got{"create", "create", "c/c", marker}); g != want {
+		t.Fatalf("first change after the snapshot: %v, want %v (c/b, already shown, must not come again)", g, want)
+	}
+}

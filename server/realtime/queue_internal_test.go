@@ -82,3 +82,38 @@ func TestQueue_BufferBoundedWhenNeverEmptied(t *testing.T) {
 		t.Fatalf("queue of at most %d items holds a buffer of %d", max, c)
 	}
 }
+
+// The bound counts what is queued, not what was popped: a full queue that
+// gave one item to its consumer takes one more.
+func TestQueue_RoomAfterPartialPop(t *testing.T) {
+	q := newQueue(4)
+	for i := int64(1); i <= 4; i++ {
+		if !q.push(item{c: &Change{Change: collections.Change{Seq: i}}}) {
+			t.Fatalf("push %d refused below the bound", i)
+		}
+	}
+	for want := int64(1); want <= 2; want++ {
+		if it, ok := q.pop(); !ok || it.c.Seq != want {
+			t.Fatalf("pop = %v %v, want seq %d", it.c, ok, want)
+		}
+	}
+	if n := q.len(); n != 2 {
+		t.Fatalf("len %d after popping 2 of 4, want 2", n)
+	}
+	for i := int64(5); i <= 6; i++ {
+		if !q.push(item{c: &Change{Change: collections.Change{Seq: i}}}) {
+			t.Fatalf("push %d refused with %d of 4 items queued", i, q.len())
+		}
+	}
+	if n := q.len(); n != 4 {
+		t.Fatalf("len %d, want 4", n)
+	}
+	if q.push(item{c: &Change{Change: collections.Change{Seq: 7}}}) {
+		t.Fatal("push beyond the bound accepted after a partial pop")
+	}
+	for want := int64(3); want <= 6; want++ {
+		if it, ok := q.pop(); !ok || it.c.Seq != want {
+			t.Fatalf("pop = %v %v, want seq %d", it.c, ok, want)
+		}
+	}
+}
