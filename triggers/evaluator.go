@@ -207,6 +207,24 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 		return v.skipIdle(ctx, ev)
 	}
 	changes, err := v.readChanges(ctx, ev.pos, act)
+	for err == nil && len(changes) > 0 {
+		// The triggers may have changed between the look above and the
+		// read without a state change in the log (a file reload moves
+		// a trigger to another collection and keeps its stored state):
+		// the changes committed after that are evaluated with the
+		// triggers in force after the read, as a batch read whole always
+		// was. When some change was read without its documents for the
+		// old set, it is read again for the new one.
+		cur := v.reg.activeTriggers()
+		if sameTriggers(cur, act) {
+			break
+		}
+		act = cur
+		if !withoutData(changes) {
+			break
+		}
+		changes, err = v.readChanges(ctx, ev.pos, act)
+	}
 	if err != nil || len(changes) == 0 {
 		return err
 	}
@@ -321,6 +339,12 @@ func canMatch(act []activeTrigger, db string, op collections.ChangeOp, path stri
 		}
 	}
 	return false
+}
+
+// sameTriggers reports whether a and b are the same snapshot of the
+// registry's enabled triggers (every change of them publishes a new one).
+func sameTriggers(a, b []activeTrigger) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // withoutData reports whether one of changes was read without its

@@ -33,10 +33,10 @@ func reference(docs []*collections.Document, q collections.Query) []*collections
 }
 
 var (
-	modelCollections = []string{"m/a/items", "m/b/items", "items", "m/a/other", "m/a/items/d01/deep"}
-	modelPatterns    = []string{"m/a/items", "m/b/items", "items", "m/*/items", "m/a/*", "*", "m/*/other", "m/*/*", "m/a/items/d01/deep", "m/*/items/*/deep", "nope"}
-	modelFields      = []string{"a", "b", "n", "s", "tags", "c", "c.d", "c.e", "id", "version", "createdAt", "missing"}
-	modelOrderFields = []string{"a", "b", "n", "s", "tags", "c", "c.d", "id", "version", "createdAt", "updatedAt"}
+	modelCollections = []string{"m/a/items", "m/b/items", "items", "m/a/other", "m/a/items/d01/deep", "items-x", "m/a.b/items", "m/a/items.x", "m/a/items-x/d01/deep"}
+	modelPatterns    = []string{"m/a/items", "m/b/items", "items", "m/*/items", "m/a/*", "*", "m/*/other", "m/*/*", "m/a/items/d01/deep", "m/*/items/*/deep", "nope", "items-x", "m/a.b/items", "m/a/items.x"}
+	modelFields      = []string{"collection", "collection", "a", "b", "n", "s", "tags", "c", "c.d", "c.e", "id", "version", "createdAt", "missing"}
+	modelOrderFields = []string{"collection", "collection", "a", "b", "n", "s", "tags", "c", "c.d", "id", "version", "createdAt", "updatedAt"}
 	modelOps         = []collections.Op{"==", "!=", "<", "<=", ">", ">=", "in", "not-in", "array-contains", "array-contains-any", "prefix", "contains"}
 	modelIndexes     = func() []collections.Index {
 		var ixs []collections.Index
@@ -164,6 +164,11 @@ func (g gen) filterValue(field string, op collections.Op, docs []*collections.Do
 			return num(int64(g.r.IntN(4)))
 		case "createdAt":
 			return num(d.CreatedAt + int64(g.r.IntN(3)-1))
+		case "collection":
+			if g.r.IntN(4) == 0 {
+				return g.pick("m/a", "m/a/items/", "items", "m/a/items-x/d01/deep", "m/*/items", "")
+			}
+			return d.Collection
 		}
 		if v, ok := collections.Lookup(d, field); ok && g.r.IntN(2) == 0 {
 			return v
