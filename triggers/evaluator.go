@@ -281,14 +281,17 @@ func (v *evaluator) evaluateBatch(ctx context.Context, ev *evalState) error {
 				clear(counts) // re-evaluated after the retry
 				return err
 			}
-			act = v.reg.activeTriggers()
-			if withoutData(changes[i+1:]) {
+			cur := v.reg.activeTriggers()
+			if !sameTriggers(cur, act) && withoutData(changes[i+1:]) {
 				// They were read for the triggers before this change:
 				// one enabled by it may match a change read without
 				// its documents. End the batch here; the next one reads
-				// them again for the triggers in force now.
+				// them again for the triggers in force now. (A change
+				// the registry had applied before the read, such as
+				// this node's own, leaves the triggers as read.)
 				changes = changes[:i+1]
 			}
+			act = cur
 		}
 		rows = v.match(ev, ch, act, now, counts, rows)
 		if len(rows) >= commitRows || (len(rows) > 0 && i == len(changes)-1) {
