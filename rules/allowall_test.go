@@ -200,6 +200,18 @@ func TestSet_AllowsAll_Differential(t *testing.T) {
 	t.Logf("decided %d, undecided %d", decided, undecided)
 }
 
+// cacheAuths are the callers the decision-cache tests (AllowsAll's, May's)
+// ask for: each differs from another in one field only.
+var cacheAuths = []*rules.Auth{nil, alice, bob,
+	{UID: "alice"}, {UID: "carol"},
+	{UID: "alice", Username: "alice"},
+	{UID: "alice", Roles: []string{"editor"}},
+	{UID: "alice", Roles: []string{"user\x00editor"}},
+	{UID: "alice", Roles: []string{"user", "editor"}},
+	{UID: "carol", Claims: map[string]any{"tier": "gold"}},
+	{UID: "carol", Claims: map[string]any{"tier": "silver"}},
+}
+
 // TestSet_AllowsAll_Cached: AllowsAll's answers, cached per Set, are those
 // of a fresh Set for every caller, in any order: callers differing only in
 // claims, roles, username or uid never share an answer they should not.
@@ -215,16 +227,7 @@ func TestSet_AllowsAll_Cached(t *testing.T) {
 		rule1("rooms/{r}", read, "request.auth != null && request.auth.size() > 3"),
 		rule1("rooms/{r}", read, "request.op == 'get'"),
 	}
-	// Each differs from another in one field only.
-	auths := []*rules.Auth{nil, alice, bob,
-		{UID: "alice"}, {UID: "carol"},
-		{UID: "alice", Username: "alice"},
-		{UID: "alice", Roles: []string{"editor"}},
-		{UID: "alice", Roles: []string{"user\x00editor"}},
-		{UID: "alice", Roles: []string{"user", "editor"}},
-		{UID: "carol", Claims: map[string]any{"tier": "gold"}},
-		{UID: "carol", Claims: map[string]any{"tier": "silver"}},
-	}
+	auths := cacheAuths
 	colls := []string{"rooms", "users/alice/items", "users/carol/items", "users/*/items"}
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 8))

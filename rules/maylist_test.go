@@ -165,15 +165,7 @@ func TestSet_May_Cached(t *testing.T) {
 		rule1("rooms/{r}", `"create"`, "request.op == 'create' && resource == null && request.path != 'rooms/x'"),
 		rule1("users/{u}/{rest=**}", w, "request.auth != null && request.auth.uid == u && !rest.startsWith('orch-chats/')"),
 	}
-	auths := []*rules.Auth{nil, alice, bob,
-		{UID: "alice"}, {UID: "carol"},
-		{UID: "alice", Username: "alice"},
-		{UID: "alice", Roles: []string{"editor"}},
-		{UID: "alice", Roles: []string{"user\x00editor"}},
-		{UID: "alice", Roles: []string{"user", "editor"}},
-		{UID: "carol", Claims: map[string]any{"tier": "gold"}},
-		{UID: "carol", Claims: map[string]any{"tier": "silver"}},
-	}
+	auths := cacheAuths
 	paths := []string{"", "rooms/*", "rooms/open", "rooms/x", "users/alice/items/*", "users/carol/items/*",
 		"users/*/items/*", "users/alice/orch-chats/*", "posts/p1"}
 	opSets := [][]rules.Op{{rules.OpCreate}, {rules.OpUpdate}, {rules.OpCreate, rules.OpUpdate, rules.OpDelete},

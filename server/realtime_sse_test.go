@@ -45,13 +45,7 @@ func (e *testEnv) trySSE(t *testing.T, path string, h map[string]string) *respon
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+testAdminKey)
-	for k, v := range h {
-		if v == "" {
-			req.Header.Del(k)
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
+	setHeaders(req, h)
 	res, err := e.Client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)

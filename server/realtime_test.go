@@ -617,13 +617,7 @@ func (e *testEnv) openSSE(t testing.TB, query string, headers map[string]string)
 	t.Helper()
 	req, _ := http.NewRequest("GET", e.URL+"/realtime/sse?"+query, nil)
 	req.Header.Set("Authorization", "Bearer "+testAdminKey)
-	for k, v := range headers {
-		if v == "" {
-			req.Header.Del(k)
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
+	setHeaders(req, headers)
 	res, err := (&http.Client{}).Do(req)
 	if err != nil {
 		t.Fatalf("sse: %v", err)

@@ -464,6 +464,18 @@ if    = "request.auth != null && resource.data.n < 20 && request.resource.data.n
 	}
 }
 
+// setHeaders sets each of h on req; an empty value removes the header (as
+// the Authorization a test request carries by default).
+func setHeaders(req *http.Request, h map[string]string) {
+	for k, v := range h {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+}
+
 // trySend is env.Do for goroutines other than the test's: it returns the
 // error instead of failing the test.
 func trySend(env *testEnv, method, url, body string, headers map[string]string) (*response, error) {
@@ -479,13 +491,7 @@ func trySend(env *testEnv, method, url, body string, headers map[string]string) 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+testAdminKey)
-	for k, v := range headers {
-		if v == "" {
-			req.Header.Del(k)
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
+	setHeaders(req, headers)
 	res, err := env.Client.Do(req)
 	if err != nil {
 		return nil, err

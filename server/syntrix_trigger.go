@@ -77,7 +77,9 @@ func (s *Server) authenticateTrigger(c *gin.Context) {
 				}
 				scope.pats = append(scope.pats, p)
 			}
-			caller := &access.Caller{
+			// CallerOfIdentity: request.auth is built once for the
+			// request's rule checks, as for every other credential.
+			caller := access.CallerOfIdentity(&auth.Identity{
 				Kind:     auth.KindTriggerToken,
 				UID:      g.UID(),
 				Username: g.TriggerID,
@@ -86,7 +88,7 @@ func (s *Server) authenticateTrigger(c *gin.Context) {
 					"sub": g.UID(), "triggerId": g.TriggerID, "db": g.Database,
 					"exp": float64(g.Expires.Unix()),
 				},
-			}
+			})
 			c.Set(callerKey, caller)
 			c.Set(triggerScopeKey, scope)
 			if !s.allowRate(c, caller) {

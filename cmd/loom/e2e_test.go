@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 		raceDir := filepath.Join(dir, "race")
 		if err := os.Mkdir(raceDir, 0o700); err != nil {
 			fmt.Fprintln(os.Stderr, err)
+			os.RemoveAll(dir)
 			os.Exit(1)
 		}
 		os.Setenv("GORACE", "log_path="+filepath.Join(raceDir, "report"))
@@ -48,6 +49,7 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build loom:", err)
+		os.RemoveAll(dir) // no loom-e2e-* directory left behind by a failed build
 		os.Exit(1)
 	}
 	code := m.Run()
